@@ -1,0 +1,169 @@
+"""Timing and peak memory of callables, and interleaved A/B comparisons reported as ratios.
+
+Used by every package's ``benchmarks/``. On CUDA the clock is read after ``torch.cuda.synchronize`` and memory is
+``torch.cuda.max_memory_allocated``; on CPU memory is the peak resident set size above the level before the call,
+sampled from a background thread.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Timing", "Comparison", "measure", "compare", "peak_memory", "current_rss"]
+
+
+@dataclass
+class Timing:
+    """Wall-clock seconds of repeated calls."""
+
+    times: list[float] = field(repr=False)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.times)
+
+    @property
+    def stdev(self) -> float:
+        return statistics.stdev(self.times) if len(self.times) > 1 else 0.0
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    def to_dict(self) -> dict[str, float]:
+        return {"median_s": self.median, "mean_s": self.mean, "stdev_s": self.stdev, "min_s": self.min,
+                "repeats": len(self.times)}
+
+
+@dataclass
+class Comparison:
+    """Two callables timed in one interleaved run; ``ratio`` = median(b) / median(a) (> 1: a is faster)."""
+
+    name_a: str
+    name_b: str
+    a: Timing
+    b: Timing
+
+    @property
+    def ratio(self) -> float:
+        return self.b.median / self.a.median
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.name_a, "b": self.name_b, "time_a": self.a.to_dict(), "time_b": self.b.to_dict(),
+                "ratio_b_over_a": self.ratio}
+
+
+def _sync(device: Any) -> None:
+    if device is None:
+        return
+    from icml25_shared.device import synchronize
+
+    synchronize(device)
+
+
+def measure(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 10, device: Any = None) -> Timing:
+    """Time ``fn()`` ``repeats`` times after ``warmup`` untimed calls (synchronising ``device`` around each)."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return Timing(times)
+
+
+def compare(
+    fn_a: Callable[[], Any],
+    fn_b: Callable[[], Any],
+    *,
+    names: tuple[str, str] = ("a", "b"),
+    warmup: int = 2,
+    repeats: int = 10,
+    device: Any = None,
+) -> Comparison:
+    """Time two callables alternately (a, b, b, a, ...) so that machine drift hits both alike."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    for _ in range(warmup):
+        fn_a()
+        fn_b()
+    ta: list[float] = []
+    tb: list[float] = []
+    for i in range(repeats):
+        order = ((fn_a, ta), (fn_b, tb)) if i % 2 == 0 else ((fn_b, tb), (fn_a, ta))
+        for fn, out in order:
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            out.append(time.perf_counter() - t0)
+    return Comparison(names[0], names[1], Timing(ta), Timing(tb))
+
+
+def current_rss() -> int:
+    """Resident set size of this process in bytes (Linux ``/proc``; ``resource`` peak elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def peak_memory(fn: Callable[[], Any], *, device: Any = None, interval: float = 0.001) -> int:
+    """Peak memory in bytes that one call of ``fn()`` adds: CUDA allocator peak on a CUDA ``device``, otherwise
+    the peak RSS above the level before the call (sampled every ``interval`` seconds)."""
+    import gc
+
+    gc.collect()
+    if device is not None and str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - base)
+    base = current_rss()
+    peak = base
+    stop = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, current_rss())
+            stop.wait(interval)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        fn()
+    finally:
+        peak = max(peak, current_rss())
+        stop.set()
+        t.join()
+    return int(max(0, peak - base))
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A JSON-ready dict of a Timing/Comparison (or any dataclass)."""
+    return obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)

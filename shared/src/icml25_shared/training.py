@@ -1,0 +1,88 @@
+"""Training helpers shared by the optimizer and language-model packages.
+
+- :func:`warmup_cosine` -- linear warm-up then cosine decay to a floor (swan, frugal, mohd, downscaling).
+- :func:`optimizer_state_bytes` -- exact bytes held by an optimizer's state (swan, frugal).
+- :func:`count_parameters` -- parameter counts (every package that reports model size).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["warmup_cosine", "warmup_cosine_scheduler", "optimizer_state_bytes", "count_parameters", "tensors_in"]
+
+
+def warmup_cosine(total_steps: int, warmup: float | int = 0.1, final: float = 0.1) -> Callable[[int], float]:
+    """LR multiplier for ``LambdaLR``: linear warm-up over ``warmup`` steps (a fraction of ``total_steps`` when a
+    float < 1), then cosine from 1 down to ``final`` at ``total_steps``."""
+    if total_steps < 1:
+        raise ValueError(f"total_steps must be >= 1, got {total_steps}")
+    if not 0.0 <= final <= 1.0:
+        raise ValueError(f"final must be in [0, 1], got {final}")
+    w = int(round(warmup * total_steps)) if isinstance(warmup, float) else int(warmup)
+    if not 0 <= w <= total_steps:
+        raise ValueError(f"warmup must give between 0 and total_steps steps, got {warmup}")
+
+    def factor(step: int) -> float:
+        if w > 0 and step < w:
+            return (step + 1) / w
+        progress = min(1.0, (step - w) / max(1, total_steps - w))
+        return final + (1.0 - final) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def warmup_cosine_scheduler(
+    optimizer: torch.optim.Optimizer, total_steps: int, warmup: float | int = 0.1, final: float = 0.1
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """A ``LambdaLR`` with :func:`warmup_cosine`."""
+    import torch
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, warmup, final))
+
+
+def tensors_in(obj: Any) -> Iterable[torch.Tensor]:
+    """Every tensor reachable inside nested dicts, lists and tuples."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from tensors_in(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from tensors_in(v)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer, *, min_dim: int = 0) -> int:
+    """Bytes of every tensor reachable from ``optimizer.state``, each storage counted once (dedupe by
+    ``data_ptr``). ``min_dim=1`` skips scalar tensors such as step counters, whose form differs by library."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for t in tensors_in(list(optimizer.state.values())):
+        if t.dim() < min_dim:
+            continue
+        key = (t.data_ptr(), t.numel() * t.element_size())
+        if key in seen:
+            continue
+        seen.add(key)
+        total += key[1]
+    return total
+
+
+def count_parameters(module: torch.nn.Module, *, trainable_only: bool = False) -> int:
+    """Number of parameters of ``module`` (shared parameters counted once)."""
+    seen: set[int] = set()
+    n = 0
+    for p in module.parameters():
+        if id(p) in seen or (trainable_only and not p.requires_grad):
+            continue
+        seen.add(id(p))
+        n += p.numel()
+    return n

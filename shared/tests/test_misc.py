@@ -1,0 +1,90 @@
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from icml25_shared import device, seed, training
+from icml25_shared.text import CharCorpus
+
+
+def test_seed_everything_repeats():
+    g1 = seed.seed_everything(7)
+    a = (random.random(), np.random.rand(), torch.rand(3), torch.rand(2, generator=g1))
+    g2 = seed.seed_everything(7)
+    b = (random.random(), np.random.rand(), torch.rand(3), torch.rand(2, generator=g2))
+    assert a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2]) and torch.equal(a[3], b[3])
+    with pytest.raises(ValueError, match="seed"):
+        seed.seed_everything(-1)
+
+
+def test_device_override(monkeypatch):
+    monkeypatch.setenv("ICML25_DEVICE", "cpu")
+    assert device.get_device().type == "cpu"
+    monkeypatch.delenv("ICML25_DEVICE")
+    expected = "cuda" if torch.cuda.is_available() else device.get_device().type
+    assert device.get_device().type == expected
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            device.get_device("cuda")
+    assert device.resolve_dtype("bf16") is torch.bfloat16
+    with pytest.raises(ValueError, match="dtype"):
+        device.resolve_dtype("int3")
+
+
+def test_warmup_cosine_shape():
+    f = training.warmup_cosine(100, warmup=0.1, final=0.1)
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)
+    assert f(10) == pytest.approx(1.0) and f(100) == pytest.approx(0.1)
+    mid = 10 + 45
+    assert f(mid) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert all(f(i) >= f(i + 1) for i in range(10, 100))
+
+
+def test_optimizer_state_bytes_matches_adam_formula():
+    model = torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.Linear(3, 2, bias=False))
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(4, 5)).sum().backward()
+    opt.step()
+    n_params = training.count_parameters(model)
+    assert n_params == 5 * 3 + 3 + 3 * 2
+    n_tensors = 3
+    step_bytes = sum(s["step"].numel() * s["step"].element_size() for s in opt.state.values())
+    assert training.optimizer_state_bytes(opt) == 2 * n_params * 4 + step_bytes
+    assert training.optimizer_state_bytes(opt, min_dim=1) == 2 * n_params * 4
+    assert step_bytes == n_tensors * 4
+
+
+def test_count_parameters_dedupes_tied():
+    lin = torch.nn.Linear(4, 4, bias=False)
+    model = torch.nn.Sequential(lin, lin)
+    assert training.count_parameters(model) == 16
+    lin.weight.requires_grad_(False)
+    assert training.count_parameters(model, trainable_only=True) == 0
+
+
+def test_char_corpus_batches():
+    corpus = CharCorpus.from_text("hello world, " * 50)
+    assert corpus.vocab_size == len(set("hello world, "))
+    assert corpus.decode(corpus.encode("hello")) == "hello"
+    g = torch.Generator().manual_seed(0)
+    x, y = corpus.get_batch("train", 4, 8, generator=g)
+    assert x.shape == y.shape == (4, 8) and torch.equal(x[:, 1:], y[:, :-1])
+    g2 = torch.Generator().manual_seed(0)
+    x2, _ = corpus.get_batch("train", 4, 8, generator=g2)
+    assert torch.equal(x, x2)
+    vb = corpus.fixed_batches("val", 2, 3, 5)
+    assert len(vb) == 2 and vb[0][0].shape == (3, 5)
+    assert len(corpus.train) == int(0.9 * len(corpus.text))
+    with pytest.raises(ValueError, match="not in the corpus vocabulary"):
+        corpus.encode("Z")
+
+
+def test_tinyshakespeare_when_available():
+    import os
+
+    if not os.environ.get("ICML25_DATA"):
+        pytest.skip("ICML25_DATA not set")
+    c = CharCorpus.tinyshakespeare()
+    assert c.vocab_size == 65 and len(c.text) == 1_115_394
