@@ -70,15 +70,17 @@ def test_download_verifies_and_lands_in_cache(toy, tmp_path, monkeypatch):
     ds, content, _ = toy
     src = tmp_path / "remote.csv"
     src.write_bytes(content)
-    data.REGISTRY["toyset"] = data.Dataset("toyset", "toy", (data.DataFile("toy.csv", ds.files[0].sha256,
-                                                                           src.as_uri()),), "t", "x")
+    data.REGISTRY["toyset"] = data.Dataset(
+        "toyset", "toy", (data.DataFile("toy.csv", ds.files[0].sha256, src.as_uri()),), "t", "x"
+    )
     folder = data.resolve("toyset", download=True)
     assert folder == tmp_path / "cache" / "toy" and (folder / "toy.csv").read_bytes() == content
     # a corrupt download is refused and removed
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"wrong")
-    data.REGISTRY["toyset"] = data.Dataset("toyset", "toy2", (data.DataFile("toy.csv", ds.files[0].sha256,
-                                                                            bad.as_uri()),), "t", "x")
+    data.REGISTRY["toyset"] = data.Dataset(
+        "toyset", "toy2", (data.DataFile("toy.csv", ds.files[0].sha256, bad.as_uri()),), "t", "x"
+    )
     with pytest.raises(data.ChecksumError):
         data.resolve("toyset", download=True)
     assert not (tmp_path / "cache" / "toy2" / "toy.csv").exists()

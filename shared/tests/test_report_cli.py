@@ -10,9 +10,16 @@ def _fake_reproduce(full=False, out_dir=None):
     fig, ax = subplots()
     ax.plot([0, 1], [1, 0])
     path = save_figure(fig, out_dir, "curve")
-    return ReproResult("fake", [Claim("x beats y", 0.5, 0.4, True, rule="measured <= paper"),
-                                Claim("z", 1.0, 2.0, False), Claim("shown", None, 3, None)],
-                       settings={"full": full}, artifacts=[str(path)])
+    return ReproResult(
+        "fake",
+        [
+            Claim("x beats y", 0.5, 0.4, True, rule="measured <= paper"),
+            Claim("z", 1.0, 2.0, False),
+            Claim("shown", None, 3, None),
+        ],
+        settings={"full": full},
+        artifacts=[str(path)],
+    )
 
 
 def _crash(full=False, out_dir=None):

@@ -41,8 +41,13 @@ class Timing:
         return min(self.times)
 
     def to_dict(self) -> dict[str, float]:
-        return {"median_s": self.median, "mean_s": self.mean, "stdev_s": self.stdev, "min_s": self.min,
-                "repeats": len(self.times)}
+        return {
+            "median_s": self.median,
+            "mean_s": self.mean,
+            "stdev_s": self.stdev,
+            "min_s": self.min,
+            "repeats": len(self.times),
+        }
 
 
 @dataclass
@@ -59,8 +64,13 @@ class Comparison:
         return self.b.median / self.a.median
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.name_a, "b": self.name_b, "time_a": self.a.to_dict(), "time_b": self.b.to_dict(),
-                "ratio_b_over_a": self.ratio}
+        return {
+            "a": self.name_a,
+            "b": self.name_b,
+            "time_a": self.a.to_dict(),
+            "time_b": self.b.to_dict(),
+            "ratio_b_over_a": self.ratio,
+        }
 
 
 def _sync(device: Any) -> None:

@@ -69,7 +69,7 @@ def run_reproductions(
                 res = fn(full=full, out_dir=out_dir)
             if not isinstance(res, ReproResult):
                 raise TypeError(f"reproduce() of {name} returned {type(res).__name__}, expected ReproResult")
-        except Exception:  # noqa: BLE001 - a crash of one package must not hide the others
+        except Exception:
             crashed.append(name)
             console.print(f"[red]{name} crashed:[/]\n{traceback.format_exc()}")
             res = ReproResult(name, [Claim("reproduction ran", None, "crashed", False)], mode)

@@ -21,7 +21,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Claim", "ReproResult", "results_dir", "save_figure", "subplots", "claims_table", "verdict_text", "Stopwatch"]
+__all__ = [
+    "Claim",
+    "ReproResult",
+    "results_dir",
+    "save_figure",
+    "subplots",
+    "claims_table",
+    "verdict_text",
+    "Stopwatch",
+]
 
 
 @dataclass
@@ -88,8 +97,7 @@ class ReproResult:
         d = asdict(self)
         for c in d["claims"]:
             c["verdict"] = verdict_text(c["holds"])
-        d["environment"] = {"python": platform.python_version(), "machine": platform.machine(),
-                            "cpus": os.cpu_count()}
+        d["environment"] = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
         return _jsonable(d)
 
     def save_json(self, path: str | os.PathLike[str]) -> Path:
@@ -109,8 +117,14 @@ class ReproResult:
         for c in d["claims"]:
             c.pop("verdict", None)
             claims.append(Claim(**c))
-        return cls(d["package"], claims, d.get("mode", "quick"), d.get("runtime_s", 0.0),
-                   d.get("settings", {}), d.get("artifacts", []))
+        return cls(
+            d["package"],
+            claims,
+            d.get("mode", "quick"),
+            d.get("runtime_s", 0.0),
+            d.get("settings", {}),
+            d.get("artifacts", []),
+        )
 
 
 def _fmt(x: Any) -> str:
@@ -123,7 +137,7 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
-def claims_table(results: list[ReproResult], title: str = "icml25 reproductions"):  # noqa: ANN201
+def claims_table(results: list[ReproResult], title: str = "icml25 reproductions"):
     """A ``rich.table.Table`` with one row per claim: package, claim, paper, measured, rule, verdict."""
     from rich.table import Table
 
@@ -134,9 +148,14 @@ def claims_table(results: list[ReproResult], title: str = "icml25 reproductions"
     for r in results:
         for c in r.claims:
             unit = f" {c.unit}" if c.unit else ""
-            table.add_row(r.package, c.text, _fmt(c.paper) + (unit if c.paper is not None else ""),
-                          _fmt(c.measured) + (unit if c.measured is not None else ""), c.rule,
-                          f"[{styles[c.holds]}]{verdict_text(c.holds)}[/]")
+            table.add_row(
+                r.package,
+                c.text,
+                _fmt(c.paper) + (unit if c.paper is not None else ""),
+                _fmt(c.measured) + (unit if c.measured is not None else ""),
+                c.rule,
+                f"[{styles[c.holds]}]{verdict_text(c.holds)}[/]",
+            )
     return table
 
 

@@ -110,8 +110,7 @@ class CharCorpus:
             raise ValueError(f"split {split!r} has {len(ids)} tokens, needs more than seq_len={seq_len}")
         starts = np.linspace(0, len(ids) - seq_len - 1, total).astype(np.int64)
         return [
-            self._windows(ids, starts[i * batch_size : (i + 1) * batch_size], seq_len, device)
-            for i in range(n_batches)
+            self._windows(ids, starts[i * batch_size : (i + 1) * batch_size], seq_len, device) for i in range(n_batches)
         ]
 
     @staticmethod
