@@ -1,0 +1,67 @@
+"""Per-package sessions in isolated venvs (uv backend), plus lint.
+
+    uv run nox -l                      # list sessions
+    uv run nox -s "tests(timebase)"    # one package alone: proves it installs and works by itself
+    uv run nox -s "bench(swan)"        # that package's benchmarks/bench_*.py
+    uv run nox -s shared lint
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["shared", "tests", "lint"]
+
+ROOT = Path(__file__).parent
+PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
+PYTHON = "3.11"
+
+
+def _env() -> dict[str, str]:
+    env = {"ICML25_PROGRESS": "0"}
+    data = ROOT.parent / "shared" / "data"
+    if "ICML25_DATA" in os.environ:
+        env["ICML25_DATA"] = os.environ["ICML25_DATA"]
+    elif data.is_dir():
+        env["ICML25_DATA"] = str(data)
+    return env
+
+
+@nox.session(python=PYTHON)
+def shared(session: nox.Session) -> None:
+    """icml25-shared's tests, with only it (and torch) installed."""
+    session.install("-e", "shared[torch]", "pytest")
+    session.run("pytest", "shared/tests", *session.posargs, env=_env())
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests in its own venv: that package, its test extra and icml25-shared only."""
+    session.install("-e", "shared", "-e", f"packages/{package}[test]", "pytest")
+    session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_env())
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def bench(session: nox.Session, package: str) -> None:
+    """Run a package's benchmarks (timing against its peer in one run, reported as ratios)."""
+    session.install("-e", "shared", "-e", f"packages/{package}[test]")
+    scripts = sorted((ROOT / "packages" / package / "benchmarks").glob("bench_*.py"))
+    if not scripts:
+        session.skip(f"packages/{package}/benchmarks has no bench_*.py")
+    for script in scripts:
+        session.run("python", str(script), *session.posargs, env=_env())
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole repository."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
