@@ -1,0 +1,178 @@
+"""Hyper-parameters of an FPT LIF neuron, validated in one place.
+
+:class:`FPTConfig` is shared by the pure-torch :func:`fpt_snn.functional.fpt_lif` and the spikingjelly module
+:class:`fpt_snn.FPTLIFNode`, so that a bad value is rejected with the same message wherever it comes in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["FPTConfig", "OFFICIAL_ALPHAS", "MODES", "OUTPUTS", "PATHS", "SURROGATES", "decay_from_tau", "tau_from_decay"]
+
+MODES = ("soft", "hard")
+OUTPUTS = ("bernoulli", "heaviside", "soft")
+PATHS = ("auto", "dense", "chunked")
+SURROGATES = ("flat_sigmoid", "sigmoid")
+
+Mode = Literal["soft", "hard"]
+Output = Literal["bernoulli", "heaviside", "soft"]
+Path = Literal["auto", "dense", "chunked"]
+
+
+def _is_real(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def validate_tau(tau: object) -> float:
+    """Return ``tau`` as a float; it must be a finite number > 1 (spikingjelly's rule, λ = 1 − 1/τ ∈ (0, 1))."""
+    if not _is_real(tau) or not math.isfinite(tau) or tau <= 1.0:
+        raise ValueError(f"tau must be a finite number > 1 (decay = 1 - 1/tau in (0, 1)), got {tau!r}")
+    return float(tau)
+
+
+def validate_decay(decay: object) -> float:
+    """Return ``decay`` as a float; it must lie in (0, 1] (λ = 1 is the IF neuron)."""
+    if not _is_real(decay) or not math.isfinite(decay) or not 0.0 < decay <= 1.0:
+        raise ValueError(f"decay must be a number in (0, 1], got {decay!r}")
+    return float(decay)
+
+
+def decay_from_tau(tau: float) -> float:
+    """λ = 1 − 1/τ, spikingjelly's LIF leak for a membrane time constant ``tau`` > 1."""
+    return 1.0 - 1.0 / validate_tau(tau)
+
+
+def tau_from_decay(decay: float) -> float:
+    """τ = 1/(1 − λ); ``inf`` for λ = 1 (the IF neuron)."""
+    decay = validate_decay(decay)
+    return math.inf if decay == 1.0 else 1.0 / (1.0 - decay)
+
+
+def validate_K(K: object) -> int | str:
+    """``K`` must be a positive int or the string ``"auto"``."""
+    if K == "auto":
+        return "auto"
+    if isinstance(K, bool) or not isinstance(K, int) or K < 1:
+        raise ValueError(f"K must be a positive int or 'auto', got {K!r}")
+    return K
+
+
+OFFICIAL_ALPHAS = (2.0, 6.0, 12.0)
+
+
+def validate_alpha_schedule(alpha_schedule: object, K: int | str) -> tuple[float, ...]:
+    """A non-empty tuple of positive, finite sigmoid slopes; one slope is broadcast to every iteration.
+
+    ``None`` means the official ImageNet schedule (2, 6, 12), cut to K entries when K < 3 (the last slope repeats
+    for K > 3). With an int ``K`` an explicit schedule must have 1 or ``K`` entries. With ``K="auto"`` any length
+    works: the last slope is used for every iteration past the end of the schedule.
+    """
+    if alpha_schedule is None:
+        return OFFICIAL_ALPHAS[: K if isinstance(K, int) else None]
+    if _is_real(alpha_schedule):
+        alpha_schedule = (alpha_schedule,)
+    try:
+        alphas = tuple(alpha_schedule)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"alpha_schedule must be a sequence of positive numbers, got {alpha_schedule!r}") from None
+    if len(alphas) == 0:
+        raise ValueError("alpha_schedule must not be empty, got ()")
+    for a in alphas:
+        if not _is_real(a) or not math.isfinite(a) or a <= 0:
+            raise ValueError(f"alpha_schedule entries must be positive finite numbers, got {alphas!r}")
+    if isinstance(K, int) and len(alphas) not in (1, K):
+        raise ValueError(f"alpha_schedule must have 1 or K={K} entries, got {len(alphas)}: {alphas!r}")
+    return tuple(float(a) for a in alphas)
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+@dataclass
+class FPTConfig:
+    """Every hyper-parameter of the FPT iteration (spec §2.3-§2.5).
+
+    Attributes:
+        tau: membrane time constant τ > 1; the leak is λ = 1 − 1/τ (spikingjelly's ``LIFNode(tau=...)``).
+        decay: the leak λ ∈ (0, 1] given directly (overrides ``tau``; λ = 1 is the IF neuron).
+        decay_input: scale the input by 1/τ (spikingjelly's ``decay_input=True``).
+        v_threshold: firing threshold θ > 0; the reset subtracts θ (soft reset, ``v_reset=None``).
+        K: number of fixed-point iterations, or ``"auto"``: iterate hard spikes until they stop changing
+            (then exactly the LIF solution), at most T times. ``"auto"`` needs ``mode="hard"``.
+        alpha_schedule: sigmoid slopes α_k of the soft iterates, one per iteration (or one for all). ``None``: the
+            official ImageNet schedule (2, 6, 12), cut to K < 3 entries, its last slope repeated for K > 3.
+        mode: ``"soft"`` (sigmoid iterates, the official training rule) or ``"hard"`` (Heaviside iterates with a
+            surrogate gradient; prefix-exact: after k iterations the first k steps equal the sequential LIF).
+        output: what the neuron emits from the last iterate: ``"bernoulli"`` (sample of the soft probability,
+            straight-through gradient; the official training output), ``"heaviside"`` (Θ of the last
+            pre-activation, straight-through gradient of the soft probability) or ``"soft"`` (the probability).
+            ``mode="hard"`` emits Heaviside spikes and so needs ``output="heaviside"``.
+        surrogate_backward: backward of each iterate: ``"flat_sigmoid"`` (official: the derivative of a sigmoid
+            of slope max(1, α/3)) or ``"sigmoid"`` (the exact derivative of σ(α z)).
+        detach_reset: stop the gradient through the reset term A·S.
+        path: how Λ·Y is computed: ``"dense"`` (one T×T GEMM), ``"chunked"`` (blocked linear scan, O(T·B) work)
+            or ``"auto"`` (dense for T ≤ ``chunk_size``, chunked above).
+        chunk_size: the block length B of the chunked scan.
+    """
+
+    tau: float = 2.0
+    decay: float | None = None
+    decay_input: bool = False
+    v_threshold: float = 1.0
+    K: int | str = 3
+    alpha_schedule: tuple[float, ...] | None = None
+    mode: str = "soft"
+    output: str = "bernoulli"
+    surrogate_backward: str = "flat_sigmoid"
+    detach_reset: bool = False
+    path: str = "auto"
+    chunk_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.decay is None:
+            self.tau = validate_tau(self.tau)
+        else:
+            self.decay = validate_decay(self.decay)
+            if self.decay_input and self.decay == 1.0:
+                raise ValueError("decay_input=True scales the input by 1 - decay, which is 0 for decay=1.0")
+        if not isinstance(self.decay_input, bool):
+            raise ValueError(f"decay_input must be a bool, got {self.decay_input!r}")
+        if not _is_real(self.v_threshold) or not math.isfinite(self.v_threshold) or self.v_threshold <= 0:
+            raise ValueError(f"v_threshold must be a positive finite number, got {self.v_threshold!r}")
+        self.v_threshold = float(self.v_threshold)
+        self.K = validate_K(self.K)
+        self.mode = _choice("mode", self.mode, MODES)
+        self.output = _choice("output", self.output, OUTPUTS)
+        self.surrogate_backward = _choice("surrogate_backward", self.surrogate_backward, SURROGATES)
+        self.path = _choice("path", self.path, PATHS)
+        self.alpha_schedule = validate_alpha_schedule(self.alpha_schedule, self.K)
+        if self.K == "auto" and self.mode != "hard":
+            raise ValueError(f"K='auto' iterates hard spikes to their fixed point and needs mode='hard', got {self.mode!r}")
+        if self.mode == "hard" and self.output != "heaviside":
+            raise ValueError(f"mode='hard' emits Heaviside spikes and needs output='heaviside', got {self.output!r}")
+        if not isinstance(self.detach_reset, bool):
+            raise ValueError(f"detach_reset must be a bool, got {self.detach_reset!r}")
+        if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
+            raise ValueError(f"chunk_size must be a positive int, got {self.chunk_size!r}")
+
+    @property
+    def leak(self) -> float:
+        """λ, from ``decay`` when given, otherwise 1 − 1/τ."""
+        return self.decay if self.decay is not None else 1.0 - 1.0 / self.tau
+
+    @property
+    def input_scale(self) -> float:
+        """1/τ = 1 − λ when ``decay_input`` (spikingjelly's input decay), else 1."""
+        if not self.decay_input:
+            return 1.0
+        return 1.0 / self.tau if self.decay is None else 1.0 - self.decay
+
+    def alpha(self, k: int) -> float:
+        """The slope of iteration ``k`` (0-based); the last slope repeats past the schedule's end."""
+        return self.alpha_schedule[min(k, len(self.alpha_schedule) - 1)]
