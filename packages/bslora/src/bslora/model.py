@@ -1,0 +1,439 @@
+"""Inject BSLoRA into a transformers (or any torch) model; adapters, merge, save/load, mixed batches (spec §6)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import BSLoRAConfig
+from .layer import BASE_ADAPTER, BSLoRALinear, InterShare, IntraShare, SharedPair
+
+__all__ = ["BSLoRAModel", "get_bslora_model", "find_targets", "CONFIG_NAME", "WEIGHTS_NAME"]
+
+logger = logging.getLogger(__name__)
+
+CONFIG_NAME = "adapter_config.json"
+WEIGHTS_NAME = "adapter_model.safetensors"
+
+
+def _conv1d_type() -> type | None:
+    try:
+        from transformers.pytorch_utils import Conv1D
+    except ImportError:  # transformers is a dependency, but keep the math usable without it
+        return None
+    return Conv1D
+
+
+def _is_supported(module: nn.Module) -> bool:
+    conv1d = _conv1d_type()
+    return isinstance(module, nn.Linear) or (conv1d is not None and isinstance(module, conv1d))
+
+
+def _matches(name: str, target_modules: tuple[str, ...] | str) -> bool:
+    if isinstance(target_modules, str):
+        return re.fullmatch(target_modules, name) is not None
+    return any(name == t or name.endswith("." + t) for t in target_modules)
+
+
+def _layer_index(name: str, pattern: str) -> int | None:
+    m = re.search(pattern, "." + name + ".")
+    return int(m.group(1)) if m else None
+
+
+def find_targets(model: nn.Module, cfg: BSLoRAConfig) -> list[tuple[str, nn.Module]]:
+    """``(name, module)`` of every target of ``cfg`` in ``model`` (already wrapped :class:`BSLoRALinear` included).
+
+    Raises ``TypeError`` when a matched module is neither ``nn.Linear`` nor ``Conv1D`` and ``ValueError`` when nothing
+    matches (the message lists the linear layers that exist).
+    """
+    found: list[tuple[str, nn.Module]] = []
+    skip: list[str] = []
+    linear_names: list[str] = []
+    for name, module in model.named_modules():
+        if any(name.startswith(p + ".") for p in skip):
+            continue
+        if isinstance(module, BSLoRALinear):
+            skip.append(name)
+            linear_names.append(name)
+            if _matches(name, cfg.target_modules):
+                found.append((name, module))
+            continue
+        if _is_supported(module):
+            linear_names.append(name)
+        if not name or not _matches(name, cfg.target_modules):
+            continue
+        if not _is_supported(module):
+            raise TypeError(
+                f"target module {name!r} is a {type(module).__name__}; BSLoRA supports nn.Linear and transformers "
+                "Conv1D only"
+            )
+        found.append((name, module))
+    if not found:
+        shown = sorted({n.rsplit(".", 1)[-1] for n in linear_names})
+        raise ValueError(
+            f"target_modules={cfg.target_modules!r} matched no module; the model's linear layers are named {shown}"
+        )
+    return found
+
+
+def _module_shape(module: nn.Module) -> tuple[int, int]:
+    if isinstance(module, BSLoRALinear):
+        return module.in_features, module.out_features
+    if isinstance(module, nn.Linear):
+        return module.in_features, module.out_features
+    w = module.weight  # Conv1D: (in, out)
+    return int(w.shape[0]), int(w.shape[1])
+
+
+def _set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, new)
+
+
+class BSLoRAModel(nn.Module):
+    """A base model with one or more BSLoRA adapters (peft's ``LoraModel`` idiom).
+
+    ``base_model`` is the wrapped model (its targets replaced by :class:`BSLoRALinear`); ``bslora_shared`` holds each
+    adapter's shared pairs exactly once: ``bslora_shared[adapter]["intra"][str(layer)]`` and ``["inter"]``. Unknown
+    attributes fall through to ``base_model`` (``config``, ``generate``...).
+    """
+
+    def __init__(self, model: nn.Module, config: BSLoRAConfig, adapter_name: str = "default") -> None:
+        super().__init__()
+        self.base_model = model
+        self.bslora_shared = nn.ModuleDict()
+        self.peft_config: dict[str, BSLoRAConfig] = {}
+        self.active_adapter: str = adapter_name
+        for p in model.parameters():
+            p.requires_grad_(False)
+        self.add_adapter(adapter_name, config)
+        self.set_adapter(adapter_name)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in ("base_model", "bslora_shared"):
+                raise
+            return getattr(self.base_model, name)
+
+    # ------------------------------------------------------------------ adapters
+    def bslora_layers(self) -> Iterator[tuple[str, BSLoRALinear]]:
+        """``(name, layer)`` for every wrapped target, names relative to ``base_model``."""
+        for name, module in self.base_model.named_modules():
+            if isinstance(module, BSLoRALinear):
+                yield name, module
+
+    def add_adapter(self, adapter_name: str, config: BSLoRAConfig) -> None:
+        """Inject a new adapter ``adapter_name`` (not activated; see :meth:`set_adapter`)."""
+        if not isinstance(config, BSLoRAConfig):
+            raise TypeError(f"config must be a BSLoRAConfig, got {type(config).__name__}")
+        if not isinstance(adapter_name, str) or not adapter_name or adapter_name == BASE_ADAPTER or "." in adapter_name:
+            raise ValueError(f"adapter_name must be a non-empty str without '.' other than {BASE_ADAPTER!r}, got {adapter_name!r}")
+        if adapter_name in self.peft_config:
+            raise ValueError(f"adapter {adapter_name!r} already exists; loaded adapters: {list(self.peft_config)}")
+        targets = find_targets(self.base_model, config)
+        shapes = {name: _module_shape(m) for name, m in targets}
+        layer_of = {name: _layer_index(name, config.layers_pattern) for name, _ in targets}
+        if config.r_intra > 0:
+            missing = [n for n, i in layer_of.items() if i is None]
+            if missing:
+                raise ValueError(
+                    f"r_intra={config.r_intra} needs a layer index, but {missing[:3]} do not match "
+                    f"layers_pattern={config.layers_pattern!r}"
+                )
+        mode = config.share_mode
+        if mode == "kron":
+            S = config.kron_share_size
+            for name, (fin, fout) in shapes.items():
+                if (config.r_intra or config.r_inter) and (fin % S or fout % S):
+                    raise ValueError(
+                        f"share_mode='kron' needs in and out features divisible by kron_share_size={S}; module "
+                        f"{name!r} has shape (out={fout}, in={fin})"
+                    )
+            n_in = n_out = S
+        elif mode == "gate":
+            n_in = n_out = config.gate_share_size
+        else:
+            n_in = max(s[0] for s in shapes.values())
+            n_out = max(s[1] for s in shapes.values())
+        ref = targets[0][1].weight
+        kw = {"device": ref.device, "dtype": ref.dtype if ref.dtype.is_floating_point else torch.float32}
+        store = nn.ModuleDict()
+        intra_pairs: dict[int, SharedPair] = {}
+        if config.r_intra > 0:
+            intra = nn.ModuleDict()
+            for idx in sorted({i for i in layer_of.values() if i is not None}):
+                pair = IntraShare(config.r_intra, n_in, n_out, **kw)
+                pair.reset_parameters(config)  # initialised once, however many modules share it
+                intra[str(idx)] = pair
+                intra_pairs[idx] = pair
+            store["intra"] = intra
+        inter_pair: SharedPair | None = None
+        if config.r_inter > 0:
+            inter_pair = InterShare(config.r_inter, n_in, n_out, **kw)
+            inter_pair.reset_parameters(config)
+            store["inter"] = inter_pair
+        self.bslora_shared[adapter_name] = store
+        for name, module in targets:
+            if not isinstance(module, BSLoRALinear):
+                if not isinstance(module, nn.Linear) and not config.fan_in_fan_out:
+                    logger.warning("%s is a Conv1D; treating it as fan_in_fan_out=True", name)
+                wrapped = BSLoRALinear(module, name=name, layer_idx=layer_of[name])
+                _set_submodule(self.base_model, name, wrapped)
+                module = wrapped
+            idx = layer_of[name]
+            module.update_layer(adapter_name, config, intra_pairs.get(idx) if idx is not None else None, inter_pair)
+        self.peft_config[adapter_name] = config
+        self._mark_trainable()
+
+    def set_adapter(self, adapter_name: str) -> None:
+        """Make ``adapter_name`` the active (and only trainable) adapter."""
+        self._check_names([adapter_name])
+        self.active_adapter = adapter_name
+        for _, layer in self.bslora_layers():
+            layer.active_adapter = adapter_name if adapter_name in layer.configs else None
+        self._mark_trainable()
+
+    def delete_adapter(self, adapter_name: str) -> None:
+        """Remove ``adapter_name`` everywhere (it must not be merged)."""
+        self._check_names([adapter_name])
+        for _, layer in self.bslora_layers():
+            layer.delete_adapter(adapter_name)
+        del self.bslora_shared[adapter_name]
+        del self.peft_config[adapter_name]
+        if self.active_adapter == adapter_name:
+            remaining = list(self.peft_config)
+            if remaining:
+                self.set_adapter(remaining[0])
+
+    def _mark_trainable(self) -> None:
+        active = self.active_adapter
+        for _, layer in self.bslora_layers():
+            for store in (layer.lora_A, layer.lora_B, layer.intra_adapt, layer.inter_adapt):
+                for name, mod in store.items():
+                    mod.requires_grad_(name == active)
+        for name, store in self.bslora_shared.items():
+            store.requires_grad_(name == active)
+
+    def _check_names(self, names: list[str]) -> None:
+        unknown = sorted({n for n in names if n not in self.peft_config and n != BASE_ADAPTER})
+        if unknown:
+            raise ValueError(f"unknown adapter name(s) {unknown}; loaded adapters: {list(self.peft_config)}")
+
+    @property
+    def active_adapters(self) -> list[str]:
+        return [self.active_adapter]
+
+    @contextlib.contextmanager
+    def disable_adapter(self) -> Iterator[None]:
+        """Context manager: run the base model alone (adapters skipped, not removed)."""
+        layers = [layer for _, layer in self.bslora_layers()]
+        old = [layer.disable_adapters for layer in layers]
+        try:
+            for layer in layers:
+                layer.disable_adapters = True
+            yield
+        finally:
+            for layer, o in zip(layers, old):
+                layer.disable_adapters = o
+
+    # ------------------------------------------------------------------ merge
+    def merge_adapter(self, adapter_names: list[str] | None = None) -> None:
+        """Fold the adapter(s) (default: the active one) into the base weights."""
+        names = adapter_names or [self.active_adapter]
+        self._check_names(names)
+        for _, layer in self.bslora_layers():
+            for n in names:
+                if n in layer.configs:
+                    layer.merge(n)
+
+    def unmerge_adapter(self) -> None:
+        """Subtract every merged update, restoring ``W0``."""
+        for _, layer in self.bslora_layers():
+            layer.unmerge()
+
+    def merge_and_unload(self, adapter_names: list[str] | None = None) -> nn.Module:
+        """Merge, then replace every :class:`BSLoRALinear` by its base layer; returns the plain base model."""
+        self.merge_adapter(adapter_names)
+        return self.unload()
+
+    def unload(self) -> nn.Module:
+        """Replace every :class:`BSLoRALinear` by its base layer (merged weights stay) and return the base model."""
+        for name, layer in list(self.bslora_layers()):
+            _set_submodule(self.base_model, name, layer.base_layer)
+        return self.base_model
+
+    # ------------------------------------------------------------------ counts
+    def get_nb_trainable_parameters(self) -> tuple[int, int]:
+        """``(trainable, total)`` parameter counts, each shared tensor counted once."""
+        seen: set[int] = set()
+        trainable = total = 0
+        for p in self.parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            total += p.numel()
+            if p.requires_grad:
+                trainable += p.numel()
+        return trainable, total
+
+    def print_trainable_parameters(self) -> None:
+        """Print ``trainable params: ... || all params: ... || trainable%: ...`` (peft's format)."""
+        t, a = self.get_nb_trainable_parameters()
+        print(f"trainable params: {t:,d} || all params: {a:,d} || trainable%: {100 * t / a:.4f}")
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, *args: Any, adapter_names: list[str] | None = None, **kwargs: Any) -> Any:
+        """The base model's forward. ``adapter_names`` (one per batch row, ``"__base__"`` = no adapter) runs a
+        mixed batch: every row with its own adapter in one pass."""
+        layers = [layer for _, layer in self.bslora_layers()]
+        if adapter_names is not None:
+            adapter_names = list(adapter_names)
+            self._check_names(adapter_names)
+            batch = self._batch_size(args, kwargs)
+            if batch is not None and batch != len(adapter_names):
+                raise ValueError(f"adapter_names has {len(adapter_names)} entries, expected the batch size {batch}")
+            if any(layer.merged for layer in layers):
+                raise ValueError("forward with adapter_names is not possible while an adapter is merged; unmerge first")
+            for layer in layers:
+                layer._mixed_rows = adapter_names
+        try:
+            return self.base_model(*args, **kwargs)
+        finally:
+            for layer in layers:
+                layer._mixed_rows = None
+            self.clear_caches()
+
+    @staticmethod
+    def _batch_size(args: tuple, kwargs: dict) -> int | None:
+        for key in ("input_ids", "inputs_embeds"):
+            if isinstance(kwargs.get(key), torch.Tensor):
+                return int(kwargs[key].shape[0])
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                return int(a.shape[0])
+        return None
+
+    def clear_caches(self) -> None:
+        """Drop the kept shared projections (done after every forward)."""
+        for m in self.bslora_shared.modules():
+            if isinstance(m, SharedPair):
+                m.clear_cache()
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        """``base_model.generate`` with the active adapter."""
+        try:
+            return self.base_model.generate(*args, **kwargs)
+        finally:
+            self.clear_caches()
+
+    # ------------------------------------------------------------------ save / load
+    def adapter_state_dict(self, adapter_name: str | None = None) -> dict[str, torch.Tensor]:
+        """Every tensor of one adapter, each shared tensor once. Keys: ``<module>.lora_A.weight``,
+        ``<module>.lora_B.weight``, ``<module>.{intra,inter}.<a|b|u_in|...>``, ``bslora_shared.intra.<l>.<A|B>``,
+        ``bslora_shared.inter.<A|B>``."""
+        name = adapter_name or self.active_adapter
+        self._check_names([name])
+        sd: dict[str, torch.Tensor] = {}
+        for mod_name, layer in self.bslora_layers():
+            if name not in layer.configs:
+                continue
+            if name in layer.lora_A:
+                sd[f"{mod_name}.lora_A.weight"] = layer.lora_A[name].weight
+                sd[f"{mod_name}.lora_B.weight"] = layer.lora_B[name].weight
+            for kind, store in (("intra", layer.intra_adapt), ("inter", layer.inter_adapt)):
+                if name in store:
+                    for pn, p in store[name].named_parameters():
+                        sd[f"{mod_name}.{kind}.{pn}"] = p
+        for key, p in self.bslora_shared[name].named_parameters():
+            sd[f"bslora_shared.{key}"] = p
+        return {k: v.detach() for k, v in sd.items()}
+
+    def load_adapter_state_dict(self, state_dict: dict[str, torch.Tensor], adapter_name: str | None = None) -> None:
+        """Copy ``state_dict`` (as from :meth:`adapter_state_dict`) into the adapter; strict on keys and shapes."""
+        name = adapter_name or self.active_adapter
+        own = self.adapter_state_dict(name)
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        if missing or unexpected:
+            raise ValueError(
+                f"adapter {name!r}: state dict has missing keys {missing[:5]} ({len(missing)} in all) and unexpected "
+                f"keys {unexpected[:5]} ({len(unexpected)} in all)"
+            )
+        for k, dst in own.items():
+            src = state_dict[k]
+            if tuple(src.shape) != tuple(dst.shape):
+                raise ValueError(f"tensor {k!r}: checkpoint shape {tuple(src.shape)} != model shape {tuple(dst.shape)}")
+        with torch.no_grad():
+            for k, dst in own.items():
+                dst.copy_(state_dict[k].to(dst.dtype))
+
+    def save_pretrained(self, save_directory: str | Path, adapter_name: str | None = None) -> Path:
+        """Write ``adapter_config.json`` and ``adapter_model.safetensors`` (each shared tensor stored once)."""
+        from safetensors.torch import save_file
+
+        name = adapter_name or self.active_adapter
+        d = Path(save_directory)
+        d.mkdir(parents=True, exist_ok=True)
+        sd = {k: v.contiguous().cpu() for k, v in self.adapter_state_dict(name).items()}
+        save_file(sd, str(d / WEIGHTS_NAME), metadata={"format": "pt", "adapter_name": name})
+        (d / CONFIG_NAME).write_text(json.dumps(self.peft_config[name].to_dict(), indent=2) + "\n", encoding="utf-8")
+        return d
+
+    def load_adapter(self, save_directory: str | Path, adapter_name: str = "default", *, is_trainable: bool = False) -> None:
+        """Add the adapter saved in ``save_directory`` as ``adapter_name`` (frozen unless ``is_trainable``)."""
+        from safetensors.torch import load_file
+
+        d = Path(save_directory)
+        for f in (CONFIG_NAME, WEIGHTS_NAME):
+            if not (d / f).is_file():
+                raise FileNotFoundError(f"{d / f} does not exist; expected a folder written by save_pretrained")
+        cfg = BSLoRAConfig.from_dict(json.loads((d / CONFIG_NAME).read_text(encoding="utf-8")))
+        self.add_adapter(adapter_name, cfg)
+        try:
+            self.load_adapter_state_dict(load_file(str(d / WEIGHTS_NAME)), adapter_name)
+        except ValueError:
+            self.delete_adapter(adapter_name)
+            raise
+        self._mark_trainable()
+        if not is_trainable:
+            self._freeze(adapter_name)
+
+    def _freeze(self, adapter_name: str) -> None:
+        for _, layer in self.bslora_layers():
+            for store in (layer.lora_A, layer.lora_B, layer.intra_adapt, layer.inter_adapt):
+                if adapter_name in store:
+                    store[adapter_name].requires_grad_(False)
+        self.bslora_shared[adapter_name].requires_grad_(False)
+
+    @classmethod
+    def from_pretrained(
+        cls, model: nn.Module, save_directory: str | Path, adapter_name: str = "default", *, is_trainable: bool = False
+    ) -> BSLoRAModel:
+        """Wrap ``model`` with the adapter saved in ``save_directory``."""
+        d = Path(save_directory)
+        if not (d / CONFIG_NAME).is_file():
+            raise FileNotFoundError(f"{d / CONFIG_NAME} does not exist; expected a folder written by save_pretrained")
+        cfg = BSLoRAConfig.from_dict(json.loads((d / CONFIG_NAME).read_text(encoding="utf-8")))
+        from safetensors.torch import load_file
+
+        out = cls(model, cfg, adapter_name)
+        out.load_adapter_state_dict(load_file(str(d / WEIGHTS_NAME)), adapter_name)
+        if not is_trainable:
+            out._freeze(adapter_name)
+        return out
+
+
+def get_bslora_model(model: nn.Module, config: BSLoRAConfig, adapter_name: str = "default") -> BSLoRAModel:
+    """Wrap ``model`` with a BSLoRA adapter (peft's ``get_peft_model`` idiom). The base weights are frozen."""
+    return BSLoRAModel(model, config, adapter_name)
