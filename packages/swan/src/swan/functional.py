@@ -1,0 +1,202 @@
+"""The paper's two stateless operators, as pure functions batched over leading dimensions.
+
+- :func:`grad_norm` -- GradNorm, paper Algorithm 3: standardise every row of ``G`` (mean 0, population std 1).
+- :func:`grad_whitening` -- GradWhitening, paper Algorithm 2: ``(G Gᵀ)^{-1/2} G`` (= ``U Vᵀ`` of the thin SVD),
+  by the coupled Newton-Schulz iteration for the inverse square root, its diagonal-substitution variant (NSDS,
+  experimental) or an exact SVD (reference).
+- :func:`swan_direction` -- the full per-matrix SWAN direction (GradNorm -> GradWhitening -> rescale).
+
+All functions take ``(..., m, n)`` tensors and never touch optimizer state.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "WHITENING_METHODS",
+    "WHITENING_PRESETS",
+    "grad_norm",
+    "grad_whitening",
+    "rescale_to_unit_rms",
+    "swan_direction",
+    "compute_dtype",
+]
+
+WHITENING_METHODS = ("newton_schulz", "nsds", "svd")
+#: ``(ns_steps, ns_beta)`` used when they are left as ``None``: the paper's reported settings (unverified,
+#: attributed to the paper by re-implementations; spec §2.2). ``svd`` ignores them.
+WHITENING_PRESETS: dict[str, tuple[int, float]] = {"newton_schulz": (10, 0.8), "nsds": (2, 0.4), "svd": (0, 1.0)}
+
+
+def _check_matrix(name: str, G: Tensor) -> None:
+    if not isinstance(G, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(G).__name__}")
+    if G.dim() < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions (..., m, n), got shape {tuple(G.shape)}")
+    if not G.is_floating_point():
+        raise ValueError(f"{name} must be a real floating-point tensor, got dtype {G.dtype}")
+
+
+def compute_dtype(dtype: torch.dtype, whiten_dtype: torch.dtype = torch.float32) -> torch.dtype:
+    """The wider of a tensor's dtype and ``whiten_dtype``: bf16/fp16 whiten in fp32, fp64 stays fp64."""
+    return torch.promote_types(dtype, whiten_dtype)
+
+
+def grad_norm(G: Tensor, dim: int = -1, eps: float = 1e-8, center: bool = True) -> Tensor:
+    """GradNorm (paper Algorithm 3): standardise ``G`` along ``dim``.
+
+    With the default ``dim=-1`` every row of a ``(m, n)`` gradient (one output unit, across its ``n`` inputs) gets
+    mean 0 and population standard deviation 1, so ``||Gn||_F = sqrt(m n)`` (for ``eps = 0``)::
+
+        Gn = (G - mean(G, dim)) / sqrt(mean((G - mean(G, dim))^2, dim) + eps)
+
+    Args:
+        G: gradient, shape ``(..., m, n)`` (or any shape with at least one dimension along ``dim``).
+        dim: the axis to standardise along; ``-1`` is the paper's (rows), ``-2`` the column-wise deviation.
+        eps: added inside the square root; a constant row maps to zeros, never NaN, when ``eps > 0``.
+        center: subtract the mean first (the paper); ``False`` gives the RMS-only deviation.
+
+    Returns:
+        A new tensor of ``G``'s shape and dtype.
+    """
+    if not isinstance(G, Tensor):
+        raise TypeError(f"G must be a torch.Tensor, got {type(G).__name__}")
+    if G.dim() < 1:
+        raise ValueError(f"G must have at least 1 dimension, got shape {tuple(G.shape)}")
+    if not G.is_floating_point():
+        raise ValueError(f"G must be a real floating-point tensor, got dtype {G.dtype}")
+    if not (isinstance(eps, (int, float)) and eps >= 0 and math.isfinite(eps)):
+        raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
+    if not -G.dim() <= dim < G.dim():
+        raise ValueError(f"dim must index one of the {G.dim()} dimensions of G, got {dim}")
+    Gc = G - G.mean(dim=dim, keepdim=True) if center else G
+    var = Gc.square().mean(dim=dim, keepdim=True)
+    return Gc * torch.rsqrt(var + eps) if eps > 0 else Gc / var.sqrt()
+
+
+def _newton_schulz(X: Tensor, ns_steps: int, ns_beta: float) -> Tensor:
+    """Coupled Newton-Schulz for ``(X Xᵀ)^{-1/2} X`` on ``(b, m, n)`` with ``m <= n`` and ``||X||_F <= 1``.
+
+    Y0 = X Xᵀ, Z0 = I;  T = 3 I - Z Y;  Y <- β Y T;  Z <- β T Z;  result Z X.  β is folded into T (β Y T = Y (β T))
+    and the last update of Y, which nothing reads, is skipped.
+    """
+    Y = torch.bmm(X, X.transpose(-2, -1))
+    eye3b = torch.eye(X.shape[-2], dtype=X.dtype, device=X.device).mul_(3.0 * ns_beta)  # broadcasts over batch
+    # k = 0 with Z0 = I: T = 3β I - β Y and Z1 = T (no matmul needed)
+    T = torch.add(eye3b, Y, alpha=-ns_beta)
+    Z = T
+    for k in range(1, ns_steps):
+        Y = torch.bmm(Y, T)
+        T = torch.baddbmm(eye3b, Z, Y, beta=1.0, alpha=-ns_beta)
+        Z = torch.bmm(T, Z)
+    return torch.bmm(Z, X)
+
+
+def _nsds(X: Tensor, ns_steps: int, ns_beta: float) -> Tensor:
+    """Newton-Schulz with diagonal substitution (experimental): every ``Z Y`` replaced by its diagonal, so ``Y``
+    and ``Z`` stay diagonal (vectors) and the only matrix work is ``diag(X Xᵀ)`` and ``diag(Z) X``."""
+    y = X.square().sum(dim=-1)  # diag(X Xᵀ), (b, m)
+    z = torch.ones_like(y)
+    for _ in range(ns_steps):
+        t = ns_beta * (3.0 - z * y)
+        y = y * t
+        z = t * z
+    return X * z.unsqueeze(-1)
+
+
+def grad_whitening(
+    G: Tensor,
+    ns_steps: int | None = None,
+    ns_beta: float | None = None,
+    method: str = "newton_schulz",
+    *,
+    whiten_dtype: torch.dtype = torch.float32,
+    eps: float = 1e-8,
+) -> Tensor:
+    """GradWhitening (paper Algorithm 2): ``(G Gᵀ)^{-1/2} G``, the orthogonal polar factor ``U Vᵀ`` of ``G``.
+
+    Works on the smaller side (for ``m > n`` it whitens ``Gᵀ`` and transposes back, which is exact since
+    ``(G Gᵀ)^{-1/2} G = G (Gᵀ G)^{-1/2}``) and computes in the wider of ``G.dtype`` and ``whiten_dtype``.
+    ``G`` is first divided by its Frobenius norm, so the result does not depend on ``G``'s scale.
+
+    Args:
+        G: ``(..., m, n)`` real tensor; leading dimensions are a batch.
+        ns_steps: Newton-Schulz iterations ``K`` (``None``: the method's preset, 10 or 2 for NSDS).
+        ns_beta: the iteration's scale ``β`` in ``(0, 1]`` (``None``: the preset, 0.8 or 0.4 for NSDS);
+            ``0.5`` is the classical iteration and converges to ``U Vᵀ``, ``0.8`` trades exactness for speed.
+        method: ``"newton_schulz"`` (paper), ``"nsds"`` (diagonal substitution, experimental: after row-wise
+            GradNorm it reduces to a multiple of its input) or ``"svd"`` (exact ``U Vᵀ``, slow reference).
+        whiten_dtype: lower bound of the compute dtype.
+        eps: guards the Frobenius pre-scaling of an all-zero ``G``.
+
+    Returns:
+        The whitened tensor, same shape and dtype as ``G``.
+    """
+    _check_matrix("G", G)
+    if method not in WHITENING_METHODS:
+        raise ValueError(f"method must be one of {WHITENING_METHODS}, got {method!r}")
+    preset_steps, preset_beta = WHITENING_PRESETS[method]
+    ns_steps = preset_steps if ns_steps is None else ns_steps
+    ns_beta = preset_beta if ns_beta is None else ns_beta
+    if method != "svd":
+        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
+            raise ValueError(f"ns_steps must be an int >= 1, got {ns_steps!r}")
+        if not (isinstance(ns_beta, (int, float)) and 0.0 < ns_beta <= 1.0):
+            raise ValueError(f"ns_beta must be in (0, 1], got {ns_beta!r}")
+    shape, in_dtype = G.shape, G.dtype
+    m, n = shape[-2], shape[-1]
+    X = G.reshape(-1, m, n).to(compute_dtype(in_dtype, whiten_dtype))
+    transposed = m > n
+    if transposed:
+        X = X.transpose(-2, -1)
+    if method == "svd":
+        U, _, Vh = torch.linalg.svd(X, full_matrices=False)
+        D = U @ Vh
+    else:
+        # mandatory pre-scaling: the spectrum of X Xᵀ must lie in (0, 1] for the iteration to converge
+        norm = torch.linalg.matrix_norm(X, ord="fro", keepdim=True).clamp_min(eps)
+        X = X / norm
+        D = _newton_schulz(X, ns_steps, ns_beta) if method == "newton_schulz" else _nsds(X, ns_steps, ns_beta)
+    if transposed:
+        D = D.transpose(-2, -1)
+    return D.reshape(shape).to(in_dtype)
+
+
+def rescale_to_unit_rms(D: Tensor, eps: float = 1e-30) -> Tensor:
+    """``D · sqrt(m n) / ||D||_F`` per matrix: element RMS 1 (an Adam-like per-entry step size); zero stays zero."""
+    _check_matrix("D", D)
+    mn = D.shape[-1] * D.shape[-2]
+    norm = torch.linalg.matrix_norm(D, ord="fro", keepdim=True)
+    return D * (math.sqrt(mn) / norm.clamp_min(eps))
+
+
+def swan_direction(
+    G: Tensor,
+    *,
+    normalize: bool = True,
+    whiten: bool = True,
+    rescale: bool = True,
+    ns_steps: int | None = None,
+    ns_beta: float | None = None,
+    whitening: str = "newton_schulz",
+    norm_dim: int = -1,
+    norm_center: bool = True,
+    eps: float = 1e-8,
+    whiten_dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """The SWAN update direction of paper Algorithm 1 for ``(..., m, n)`` gradients, in the compute dtype (the
+    wider of ``G.dtype`` and ``whiten_dtype``): GradNorm, then GradWhitening, then the rescale to element RMS 1.
+    Each stage can be switched off (the ablations of the paper's §5.2)."""
+    _check_matrix("G", G)
+    D = G.to(compute_dtype(G.dtype, whiten_dtype))
+    if normalize:
+        D = grad_norm(D, dim=norm_dim, eps=eps, center=norm_center)
+    if whiten:
+        D = grad_whitening(D, ns_steps, ns_beta, whitening, whiten_dtype=whiten_dtype, eps=eps)
+    if rescale:
+        D = rescale_to_unit_rms(D)
+    return D

@@ -1,0 +1,374 @@
+"""SWAN as a ``torch.optim.Optimizer``: stateless SWAN on hidden matrices, AdamW on everything else, in one object.
+
+Paper Algorithm 1, per step and per matrix parameter ``W`` (conv kernels viewed as ``(out, in·kh·kw)``)::
+
+    Gn = GradNorm(∇W)                      # functional.grad_norm
+    Δ  = GradWhitening(Gn; K, β)           # functional.grad_whitening, fp32 or wider
+    Δ  = Δ · sqrt(m n) / ||Δ||_F           # functional.rescale_to_unit_rms
+    W  = W (1 - η λ) - η Δ
+
+Groups with ``algorithm="adamw"`` (token embeddings, LM head, norms, biases: the GaLore-benchmark convention the
+paper follows) run torch's own AdamW kernel on the same state layout as ``torch.optim.AdamW``.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.optim.adamw import adamw as _adamw_functional
+
+from swan.config import SWANConfig, validate_hparams
+from swan.functional import compute_dtype, swan_direction
+
+__all__ = ["SWAN", "param_groups"]
+
+logger = logging.getLogger(__name__)
+
+try:  # the dtype torch.optim.AdamW uses for its ``step`` counters (float32, or float64 under a float64 default)
+    from torch.optim.optimizer import _get_scalar_dtype
+except ImportError:  # pragma: no cover - older/newer torch
+
+    def _get_scalar_dtype() -> torch.dtype:
+        return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+def _as_matrix(t: Tensor) -> Tensor:
+    """``(out, ...)`` viewed as ``(out, prod(...))``: conv kernels become ``(out, in·kh·kw)``."""
+    return t.reshape(t.shape[0], -1)
+
+
+class SWAN(torch.optim.Optimizer):
+    """SWAN: SGD with GradNorm and GradWhitening (Ma et al., ICML 2025), no optimizer state on matrices.
+
+    Every parameter group has an ``algorithm``: ``"swan"`` (default; parameters with >= 2 dimensions only, like
+    ``torch.optim.Muon``) or ``"adamw"`` (anything; torch's AdamW update with ``adamw_betas``/``adamw_eps``,
+    ``lr`` and ``weight_decay`` of the group). :func:`param_groups` builds the paper's split for a model::
+
+        opt = SWAN(param_groups(model, lr=3e-3), ns_steps=10, ns_beta=0.8)
+
+    Args:
+        params: parameters or parameter groups (``dict`` with ``"params"`` and any option below as an override).
+        lr: learning rate; after the rescale each matrix entry moves by about ``lr``.
+        ns_steps: Newton-Schulz iterations (``None``: preset of ``whitening``, 10 for the paper's iteration).
+        ns_beta: Newton-Schulz scale in (0, 1] (``None``: preset, 0.8; ``0.5`` = exact polar factor).
+        whitening: ``"newton_schulz"``, ``"nsds"`` (experimental) or ``"svd"`` (exact reference).
+        normalize, whiten, rescale: the three stages of the update (ablation switches).
+        norm_dim: GradNorm axis, -1 (paper: rows across inputs) or -2.
+        eps: GradNorm's epsilon (inside the square root).
+        weight_decay: decoupled weight decay ``W <- W (1 - lr wd)``.
+        momentum: extension (not in the paper): SGD buffer before GradNorm; ``> 0`` allocates one per matrix.
+        whiten_dtype: lowest dtype the whitening runs in (bf16 parameters are whitened in fp32).
+        nonfinite: ``"raise"`` (``FloatingPointError``) or ``"skip"`` (warn, leave that matrix unchanged) for a
+            NaN/Inf gradient of a SWAN matrix. AdamW groups behave like ``torch.optim.AdamW``.
+        foreach: batch same-shaped matrices through one ``bmm`` chain; ``None`` = on for CUDA tensors only.
+        distributed_whitening: split the whitening round-robin over ``torch.distributed`` ranks and broadcast.
+        norm_center: centre in GradNorm (paper) or not (RMS-only deviation).
+        adamw_lr: ``lr`` of AdamW groups that set none (``None``: ``lr``).
+        adamw_betas, adamw_eps: AdamW moments' coefficients and epsilon.
+        adamw_weight_decay: ``weight_decay`` of AdamW groups that set none.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor] | Iterable[dict[str, Any]],
+        lr: float = 1e-3,
+        ns_steps: int | None = None,
+        ns_beta: float | None = None,
+        whitening: str = "newton_schulz",
+        normalize: bool = True,
+        whiten: bool = True,
+        rescale: bool = True,
+        norm_dim: int = -1,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+        momentum: float = 0.0,
+        whiten_dtype: torch.dtype = torch.float32,
+        nonfinite: str = "raise",
+        foreach: bool | None = None,
+        distributed_whitening: bool = False,
+        *,
+        norm_center: bool = True,
+        adamw_lr: float | None = None,
+        adamw_betas: tuple[float, float] = (0.9, 0.999),
+        adamw_eps: float = 1e-8,
+        adamw_weight_decay: float = 0.0,
+    ) -> None:
+        defaults = {
+            "lr": lr,
+            "algorithm": "swan",
+            "ns_steps": ns_steps,
+            "ns_beta": ns_beta,
+            "whitening": whitening,
+            "normalize": normalize,
+            "whiten": whiten,
+            "rescale": rescale,
+            "norm_dim": norm_dim,
+            "norm_center": norm_center,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "momentum": momentum,
+            "whiten_dtype": whiten_dtype,
+            "nonfinite": nonfinite,
+            "foreach": foreach,
+            "distributed_whitening": distributed_whitening,
+            "adamw_lr": adamw_lr,
+            "adamw_betas": tuple(adamw_betas) if isinstance(adamw_betas, (list, tuple)) else adamw_betas,
+            "adamw_eps": adamw_eps,
+            "adamw_weight_decay": adamw_weight_decay,
+        }
+        validate_hparams(defaults)
+        super().__init__(params, defaults)
+
+    @classmethod
+    def from_config(cls, params: Iterable[Tensor] | Iterable[dict[str, Any]], config: SWANConfig) -> SWAN:
+        """Build the optimizer from a :class:`~swan.SWANConfig`."""
+        return cls(params, **config.to_dict())
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group; AdamW groups without ``lr``/``weight_decay`` take ``adamw_lr``/``adamw_weight_decay``.
+        Validates the group's options and, for SWAN groups, that every parameter is a real matrix (>= 2-D)."""
+        group = dict(param_group)
+        if group.get("algorithm", self.defaults["algorithm"]) == "adamw":
+            if "lr" not in group and self.defaults["adamw_lr"] is not None:
+                group["lr"] = self.defaults["adamw_lr"]
+            group.setdefault("weight_decay", self.defaults["adamw_weight_decay"])
+        if "adamw_betas" in group and isinstance(group["adamw_betas"], list):
+            group["adamw_betas"] = tuple(group["adamw_betas"])
+        super().add_param_group(group)
+        group = self.param_groups[-1]
+        validate_hparams(group)
+        for p in group["params"]:
+            if group["algorithm"] != "swan":
+                continue
+            if torch.is_complex(p):
+                raise ValueError(
+                    f"SWAN supports real parameters only, got a complex parameter of shape {tuple(p.shape)} "
+                    "in a 'swan' group; put it in a group with algorithm='adamw'"
+                )
+            if p.dim() < 2:
+                raise ValueError(
+                    f"SWAN only supports parameters with at least 2 dimensions in a 'swan' group, got a parameter "
+                    f"of shape {tuple(p.shape)}; put it in a group with algorithm='adamw' (see swan.param_groups)"
+                )
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """One optimisation step (``closure`` re-evaluates the loss, as in every ``torch.optim`` optimizer)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        n_swan = 0  # global matrix counter: round-robin owner of each matrix under distributed_whitening
+        for group in self.param_groups:
+            if group["algorithm"] == "adamw":
+                self._adamw_group(group)
+            else:
+                n_swan = self._swan_group(group, n_swan)
+        return loss
+
+    # ------------------------------------------------------------------ AdamW side
+    def _adamw_group(self, group: dict[str, Any]) -> None:
+        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+        has_complex = False
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError("SWAN's AdamW groups do not support sparse gradients")
+            has_complex |= torch.is_complex(p)
+            state = self.state[p]
+            if len(state) == 0:  # the layout of torch.optim.AdamW, so its state_dict is interchangeable
+                state["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype())
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            params.append(p)
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_avg_sqs.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        if not params:
+            return
+        beta1, beta2 = group["adamw_betas"]
+        _adamw_functional(
+            params,
+            grads,
+            exp_avgs,
+            exp_avg_sqs,
+            [],
+            steps,
+            foreach=group["foreach"],
+            has_complex=has_complex,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            weight_decay=group["weight_decay"],
+            eps=group["adamw_eps"],
+            maximize=False,
+        )
+
+    # ------------------------------------------------------------------ SWAN side
+    def _swan_group(self, group: dict[str, Any], counter: int) -> int:
+        params: list[Tensor] = []
+        grads: list[Tensor] = []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError(f"SWAN does not support sparse gradients (parameter of shape {tuple(p.shape)})")
+            params.append(p)
+            grads.append(p.grad)
+        if not params:
+            return counter
+        grads = self._check_finite(group, params, grads)
+        if group["momentum"] > 0:
+            grads = self._apply_momentum(group, params, grads)
+
+        world, rank = 1, 0
+        if group["distributed_whitening"] and torch.distributed.is_available() and torch.distributed.is_initialized():
+            world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
+        owned = [i for i in range(len(params)) if grads[i] is not None and (counter + i) % world == rank]
+        directions: list[Tensor | None] = [None] * len(params)
+        for i, d in zip(owned, self._directions(group, [_as_matrix(grads[i]) for i in owned]), strict=True):
+            directions[i] = d
+        if world > 1:
+            works = []
+            for i, p in enumerate(params):
+                if grads[i] is None:  # skipped (non-finite) on every rank alike: the gradient is the same
+                    continue
+                if directions[i] is None:
+                    cdtype = compute_dtype(p.dtype, group["whiten_dtype"])
+                    directions[i] = torch.empty(_as_matrix(p).shape, dtype=cdtype, device=p.device)
+                works.append(torch.distributed.broadcast(directions[i], src=(counter + i) % world, async_op=True))
+            for w in works:
+                w.wait()
+
+        lr, wd = group["lr"], group["weight_decay"]
+        for p, d in zip(params, directions, strict=True):
+            if d is None:
+                continue
+            if wd != 0:
+                p.mul_(1.0 - lr * wd)
+            p.add_(d.view(p.shape).to(p.dtype), alpha=-lr)
+        return counter + len(params)
+
+    def _check_finite(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]) -> list[Tensor | None]:
+        # one host sync for the whole group; the per-matrix search only runs when something is wrong
+        if bool(torch.stack([g.isfinite().all() for g in grads]).all()):
+            return list(grads)
+        out: list[Tensor | None] = []
+        for p, g in zip(params, grads, strict=True):
+            if bool(g.isfinite().all()):
+                out.append(g)
+                continue
+            msg = f"non-finite gradient (NaN or Inf) for a SWAN parameter of shape {tuple(p.shape)}"
+            if group["nonfinite"] == "raise":
+                raise FloatingPointError(f"{msg}; pass nonfinite='skip' to skip such matrices")
+            warnings.warn(f"{msg}: skipping this matrix for this step", RuntimeWarning, stacklevel=4)
+            logger.warning("%s: skipped", msg)
+            out.append(None)
+        return out
+
+    def _apply_momentum(
+        self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor | None]
+    ) -> list[Tensor | None]:
+        out: list[Tensor | None] = []
+        for p, g in zip(params, grads, strict=True):
+            if g is None:
+                out.append(None)
+                continue
+            state = self.state[p]
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = g.detach().clone()
+            else:
+                buf.mul_(group["momentum"]).add_(g)
+            out.append(buf)
+        return out
+
+    def _directions(self, group: dict[str, Any], mats: list[Tensor]) -> list[Tensor]:
+        kw = {
+            "normalize": group["normalize"],
+            "whiten": group["whiten"],
+            "rescale": group["rescale"],
+            "ns_steps": group["ns_steps"],
+            "ns_beta": group["ns_beta"],
+            "whitening": group["whitening"],
+            "norm_dim": group["norm_dim"],
+            "norm_center": group["norm_center"],
+            "eps": group["eps"],
+            "whiten_dtype": group["whiten_dtype"],
+        }
+        foreach = group["foreach"]
+        if foreach is None:
+            foreach = all(m.device.type == "cuda" for m in mats) and len(mats) > 1
+        if not foreach:  # one matrix at a time: the transient peak is one matrix's buffers
+            return [swan_direction(m, **kw) for m in mats]
+        # same-shaped matrices (e.g. all q/k/v/o of a model) share one (b, m, n) bmm chain
+        buckets: dict[tuple[Any, ...], list[int]] = {}
+        for i, m in enumerate(mats):
+            buckets.setdefault((tuple(m.shape), m.dtype, m.device), []).append(i)
+        out: list[Tensor | None] = [None] * len(mats)
+        for idx in buckets.values():
+            stacked = swan_direction(torch.stack([mats[i] for i in idx]), **kw)
+            for i, d in zip(idx, stacked.unbind(0), strict=True):
+                out[i] = d
+        return out  # type: ignore[return-value]
+
+
+def param_groups(
+    model: nn.Module,
+    lr: float = 1e-3,
+    adamw_lr: float | None = None,
+    weight_decay: float = 0.0,
+    adamw_weight_decay: float = 0.0,
+    *,
+    exclude: Iterable[str] = (),
+) -> list[dict[str, Any]]:
+    """The paper's split of ``model``'s trainable parameters into a SWAN group and an AdamW group.
+
+    SWAN gets every parameter with >= 2 dimensions (attention/MLP matrices, conv kernels) except token embeddings
+    (``nn.Embedding``/``nn.EmbeddingBag``), the output head (``model.get_output_embeddings()`` for transformers
+    models) and names containing any string of ``exclude``. AdamW gets the rest: embeddings, head, norms, biases.
+    Shared (tied) parameters appear once. Empty groups are left out.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    exclude = tuple(exclude)
+    adamw_ids: set[int] = set()
+    for module in model.modules():
+        if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
+            adamw_ids.update(id(p) for p in module.parameters(recurse=False))
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if isinstance(head, nn.Module):
+        adamw_ids.update(id(p) for p in head.parameters())
+    swan, other = [], []
+    for name, p in model.named_parameters():  # named_parameters() already yields a shared tensor once
+        if not p.requires_grad:
+            continue
+        is_matrix = p.dim() >= 2 and not torch.is_complex(p)
+        if is_matrix and id(p) not in adamw_ids and not any(s in name for s in exclude):
+            swan.append(p)
+        else:
+            other.append(p)
+    groups = []
+    if swan:
+        groups.append({"params": swan, "algorithm": "swan", "lr": lr, "weight_decay": weight_decay})
+    if other:
+        groups.append(
+            {
+                "params": other,
+                "algorithm": "adamw",
+                "lr": lr if adamw_lr is None else adamw_lr,
+                "weight_decay": adamw_weight_decay,
+            }
+        )
+    if not groups:
+        raise ValueError("model has no trainable parameters")
+    return groups
