@@ -1,0 +1,196 @@
+"""Hyper-parameters of SoftShape (spec section 2) as a validated dataclass, plus the shape-length rules."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "SoftShapeConfig",
+    "UCR_SHAPE_SIZES",
+    "ucr_shape_size",
+    "auto_shape_size",
+    "resolve_shape_size",
+    "resolve_stride",
+    "keep_ratios",
+]
+
+# Per-dataset shape lengths of the official code for the UCR sets we could confirm (an int is m itself, a float
+# is a ratio r with m = int(T * r)). The official table covers all 128 UCR names; only these entries are stated in
+# our spec, so every other name falls back to ``auto_shape_size`` (documented in the README as our rule).
+UCR_SHAPE_SIZES: dict[str, int | float] = {
+    "GunPoint": 32,
+    "ItalyPowerDemand": 4,
+    "ArrowHead": 16,
+    "OSULeaf": 0.1,
+    "ACSF1": 64,
+}
+
+SPARSIFY_MODES = ("soft", "hard", "none")
+EVAL_SPARSE_MODES = ("match_train", "always", "never")
+
+
+def ucr_shape_size(name: str, default: int | float | str | None = "auto") -> int | float | str:
+    """The shape length of the official code for UCR data set ``name`` (int, or float ratio of the length).
+
+    Names outside the table return ``default`` (``"auto"``: our rule, see :func:`auto_shape_size`); pass
+    ``default=None`` to get a ``KeyError`` instead.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"name must be a UCR data set name (str), got {name!r}")
+    if name in UCR_SHAPE_SIZES:
+        return UCR_SHAPE_SIZES[name]
+    if default is None:
+        raise KeyError(f"no shape length for UCR data set {name!r}; known: {sorted(UCR_SHAPE_SIZES)}")
+    return default
+
+
+def auto_shape_size(n_timepoints: int) -> int:
+    """Our rule for data sets outside the UCR table: m = clip(round(0.1 T), 4, 64).
+
+    For very short inputs (T < 8, e.g. tabular data) m is capped at ceil(T / 2) so that at least two shapes exist.
+    """
+    if n_timepoints < 8:
+        return max(1, math.ceil(n_timepoints / 2))
+    return int(np.clip(round(0.1 * n_timepoints), 4, 64))
+
+
+def resolve_shape_size(shape_size: int | float | str, n_timepoints: int) -> int:
+    """Shape length m for series of length ``n_timepoints``: ``"auto"``, an int, or a float ratio in (0, 1]."""
+    if isinstance(shape_size, str):
+        if shape_size == "auto":
+            m = auto_shape_size(n_timepoints)
+        elif shape_size in UCR_SHAPE_SIZES:
+            return resolve_shape_size(UCR_SHAPE_SIZES[shape_size], n_timepoints)
+        else:
+            raise ValueError(
+                f"shape_size must be 'auto', a UCR name in the table, a positive int or a ratio in (0, 1], "
+                f"got {shape_size!r}"
+            )
+    elif isinstance(shape_size, (bool, np.bool_)):
+        raise ValueError(f"shape_size must be 'auto', a positive int or a ratio in (0, 1], got {shape_size!r}")
+    elif isinstance(shape_size, (int, np.integer)):
+        if shape_size < 1:
+            raise ValueError(f"shape_size must be a positive int, got {shape_size}")
+        m = int(shape_size)
+    elif isinstance(shape_size, (float, np.floating)):
+        if not 0.0 < shape_size <= 1.0:
+            raise ValueError(f"shape_size as a ratio must lie in (0, 1], got {shape_size}")
+        m = max(1, int(n_timepoints * shape_size))
+    else:
+        raise ValueError(f"shape_size must be 'auto', a positive int or a ratio in (0, 1], got {shape_size!r}")
+    if m > n_timepoints:
+        raise ValueError(
+            f"shape_size={m} is longer than the series (n_timepoints={n_timepoints}); expected shape_size <= T"
+        )
+    return m
+
+
+def resolve_stride(shape_size: int, stride: int) -> int:
+    """The official rule: if m <= q then q = min(2, m)."""
+    return min(2, shape_size) if shape_size <= stride else stride
+
+
+def keep_ratios(depth: int, sparse_rate: float) -> list[float]:
+    """Keep ratio per layer: r_l = 1 - linspace(0, sparse_rate, depth)[l] (layer 1 never sparsifies)."""
+    return [float(1.0 - s) for s in np.linspace(0.0, sparse_rate, depth)]
+
+
+@dataclass
+class SoftShapeConfig:
+    """Every hyper-parameter of :class:`~softshape.model.SoftShapeNet` (spec section 2).
+
+    Attributes:
+        n_timepoints: series length T after padding.
+        n_classes: number of classes K (>= 2).
+        n_channels: input channels C (1 for UCR).
+        shape_size: shape length m (resolved int; see :func:`resolve_shape_size`).
+        stride: stride q of the shape embedding (the m <= q rule is applied in ``__post_init__``).
+        emb_dim: token width D (multiple of 4: the Inception expert concatenates 4 branches of D / 4).
+        depth: number of SoftShape layers L.
+        sparse_rate: final sparse rate rho in [0, 1); layer l keeps r_l = 1 - linspace(0, rho, L)[l].
+        n_experts: experts E of the shared MoE (the paper: E = K).
+        top_k: experts per token (the paper: 1).
+        dropout: dropout after the embedding, inside experts and before the head.
+        sparsify: ``"soft"`` (keep top shapes, fuse the rest into one token), ``"hard"`` (drop the rest) or
+            ``"none"`` (never sparsify).
+        use_moe: apply the shared MoE in sparse layers (ablation switch).
+        use_inception: apply the per-layer Inception expert (ablation switch).
+        moe_in_dense: also apply the MoE in dense layers (the official code does not).
+        scorer_hidden: hidden width of the contribution scorer (8 in the paper).
+        inception_kernels: kernel sizes of the Inception branches (39, 19, 9).
+    """
+
+    n_timepoints: int
+    n_classes: int
+    n_channels: int = 1
+    shape_size: int = 8
+    stride: int = 4
+    emb_dim: int = 128
+    depth: int = 2
+    sparse_rate: float = 0.5
+    n_experts: int | None = None
+    top_k: int = 1
+    dropout: float = 0.15
+    sparsify: str = "soft"
+    use_moe: bool = True
+    use_inception: bool = True
+    moe_in_dense: bool = False
+    scorer_hidden: int = 8
+    inception_kernels: tuple[int, ...] = field(default=(39, 19, 9))
+
+    def __post_init__(self) -> None:
+        for name in ("n_timepoints", "n_channels", "shape_size", "stride", "emb_dim", "depth", "top_k"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            setattr(self, name, int(v))
+        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, (int, np.integer)) or self.n_classes < 2:
+            raise ValueError(f"n_classes must be an int >= 2, got {self.n_classes!r}")
+        if self.n_experts is None:
+            self.n_experts = int(self.n_classes)
+        if isinstance(self.n_experts, bool) or not isinstance(self.n_experts, (int, np.integer)) or self.n_experts < 1:
+            raise ValueError(f"n_experts must be a positive int (or None for n_classes), got {self.n_experts!r}")
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k must be <= n_experts={self.n_experts}, got {self.top_k}")
+        if self.emb_dim % 4 != 0:
+            raise ValueError(
+                f"emb_dim must be divisible by 4 (Inception: 4 branches of emb_dim // 4), got {self.emb_dim}"
+            )
+        if not (isinstance(self.sparse_rate, (int, float)) and 0.0 <= float(self.sparse_rate) < 1.0):
+            raise ValueError(f"sparse_rate must lie in [0, 1), got {self.sparse_rate!r}")
+        if not (isinstance(self.dropout, (int, float)) and 0.0 <= float(self.dropout) < 1.0):
+            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout!r}")
+        if self.sparsify not in SPARSIFY_MODES:
+            raise ValueError(f"sparsify must be one of {SPARSIFY_MODES}, got {self.sparsify!r}")
+        if self.shape_size > self.n_timepoints:
+            raise ValueError(
+                f"shape_size={self.shape_size} is longer than the series (n_timepoints={self.n_timepoints})"
+            )
+        if any(int(k) < 1 or int(k) % 2 == 0 for k in self.inception_kernels):
+            raise ValueError(f"inception_kernels must be odd positive ints, got {self.inception_kernels!r}")
+        self.inception_kernels = tuple(int(k) for k in self.inception_kernels)
+        self.sparse_rate = float(self.sparse_rate)
+        self.dropout = float(self.dropout)
+        self.stride = resolve_stride(self.shape_size, self.stride)
+
+    @property
+    def n_shapes(self) -> int:
+        """Number of shape tokens M = floor((T - m) / q) + 1."""
+        return (self.n_timepoints - self.shape_size) // self.stride + 1
+
+    @property
+    def keep_ratios(self) -> list[float]:
+        """Keep ratio of each layer (all 1 when ``sparsify="none"``)."""
+        if self.sparsify == "none":
+            return [1.0] * self.depth
+        return keep_ratios(self.depth, self.sparse_rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``SoftShapeConfig(**d)`` rebuilds it)."""
+        d = asdict(self)
+        d["inception_kernels"] = list(self.inception_kernels)
+        return d

@@ -1,0 +1,472 @@
+"""``SoftShapeClassifier``: SoftShape as a scikit-learn classifier (fit/predict/predict_proba/score, clone-able,
+``check_estimator``-compatible), with per-shape scores and explanations."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.model_selection import StratifiedShuffleSplit
+from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d, validate_data
+
+from icml25_shared.device import get_device
+from icml25_shared.progress import track
+from softshape.config import EVAL_SPARSE_MODES, SPARSIFY_MODES, SoftShapeConfig, resolve_shape_size
+from softshape.model import SoftShapeNet
+
+__all__ = ["SoftShapeClassifier", "to_3d"]
+
+logger = logging.getLogger(__name__)
+
+
+def _is_ragged(X: Any) -> bool:
+    return isinstance(X, (list, tuple)) and len(X) > 0 and all(np.ndim(x) == 2 for x in X)
+
+
+def to_3d(X: Any, *, allow_nan: bool, length: int | None = None) -> tuple[np.ndarray, bool]:
+    """X as float32 (n, C, T): 3-D arrays pass, 2-D (n, T) becomes (n, 1, T), a list of 2-D (C, T_i) arrays
+    (unequal length) is zero-padded at the end to ``length`` (default: the longest) and longer ones truncated.
+
+    Returns ``(X3, was_2d)``. NaN is allowed only when ``allow_nan``; inf never.
+    """
+    was_2d = False
+    if _is_ragged(X):
+        arrs = [check_array(x, dtype=np.float32, ensure_all_finite="allow-nan", input_name="X") for x in X]
+        channels = {a.shape[0] for a in arrs}
+        if len(channels) != 1:
+            raise ValueError(f"X: every series of a list must have the same channel count, got {sorted(channels)}")
+        target = length or max(a.shape[1] for a in arrs)
+        if any(a.shape[1] > target for a in arrs):
+            logger.warning(
+                "X: %d series longer than %d time points were truncated", sum(a.shape[1] > target for a in arrs), target
+            )
+        out = np.zeros((len(arrs), arrs[0].shape[0], target), dtype=np.float32)
+        for i, a in enumerate(arrs):
+            t = min(target, a.shape[1])
+            out[i, :, :t] = a[:, :t]
+        X3 = out
+    else:
+        ndim = np.ndim(X) if not hasattr(X, "ndim") else X.ndim
+        if ndim not in (2, 3):
+            shape = getattr(X, "shape", None)
+            raise ValueError(
+                f"X must be (n_cases, n_timepoints), (n_cases, n_channels, n_timepoints) or a list of 2-D arrays, "
+                f"got an array with {ndim} dimensions (shape {shape})"
+            )
+        X3 = check_array(X, dtype=np.float32, allow_nd=True, ensure_all_finite="allow-nan", input_name="X")
+        if X3.ndim == 2:
+            X3 = X3[:, None, :]
+            was_2d = True
+    if np.isinf(X3).any():
+        raise ValueError("X contains inf; expected finite values (NaN only with fill_nan=True)")
+    if not allow_nan and np.isnan(X3).any():
+        raise ValueError(
+            "X contains NaN and fill_nan=False; expected finite values (pass fill_nan=True to fill NaN with the "
+            "training column means)"
+        )
+    return np.ascontiguousarray(X3), was_2d
+
+
+def _positive_int(name: str, v: Any, minimum: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {v!r}")
+    return int(v)
+
+
+class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
+    """SoftShape (Liu et al., ICML 2025): soft sparse shapes for time-series classification.
+
+    The series is cut into overlapping shapes (``Conv1d`` of width ``shape_size``, stride ``stride``); every layer
+    scores the shapes, keeps the top ``1 - sparse_rate_l`` weighted by their scores and fuses the others into one
+    token, learns intra-shape patterns with a top-1 mixture of ``n_experts`` experts and inter-shape patterns with
+    an Inception expert; a score-weighted MIL head classifies. Trained with Adam on CE + ``aux_weight`` x MoE
+    balance loss, selecting the epoch of minimum validation loss (after warm-up).
+
+    Parameters:
+        shape_size: ``"auto"`` (m = clip(round(0.1 T), 4, 64)), an int m, a float ratio of T in (0, 1], or a UCR name
+            in the table (see :func:`softshape.ucr_shape_size`).
+        stride: stride q (if m <= q the official rule sets q = min(2, m)).
+        emb_dim: token width D (multiple of 4).
+        depth: number of layers L.
+        sparse_rate: final sparse rate rho in [0, 1) (layer l keeps 1 - linspace(0, rho, L)[l]).
+        n_experts: ``"n_classes"`` (the paper) or an int.
+        top_k: experts per token.
+        warmup_epochs: epochs trained densely before sparsification starts.
+        aux_weight: weight of the MoE balance loss.
+        epochs: maximum epochs.
+        batch_size: mini-batch size (capped at the training-set size).
+        lr, weight_decay: Adam settings.
+        dropout: dropout rate.
+        early_stopping: stop after this many post-warm-up epochs of flat (|delta| <= 1e-4) or rising validation loss;
+            ``None`` or 0 disables it.
+        validation_fraction: stratified share of the training data held out for model selection (0: none, the last
+            epoch is kept).
+        eval_sparse: ``"match_train"`` (sparse at inference iff the selected epoch trained sparsely), ``"always"``
+            (the official code) or ``"never"``.
+        fill_nan: fill NaN with the training column means (all-NaN columns: 1e-6); otherwise NaN raises.
+        sparsify: ``"soft"`` (the paper), ``"hard"`` (drop non-kept shapes) or ``"none"`` (ablations).
+        use_moe, use_inception: ablation switches.
+        device: ``"cpu"``, ``"cuda"``, ``"auto"`` ...
+        random_state: seed (int), ``RandomState`` or ``None``.
+        verbose: progress bar over epochs.
+
+    Attributes:
+        classes_, n_channels_, n_timepoints_, config_, network_, history_ (per-epoch losses), best_epoch_,
+        sparse_inference_, nan_fill_ (with ``fill_nan``), n_features_in_ (2-D input only).
+    """
+
+    def __init__(
+        self,
+        shape_size: int | float | str = "auto",
+        stride: int = 4,
+        emb_dim: int = 128,
+        depth: int = 2,
+        sparse_rate: float = 0.5,
+        n_experts: int | str = "n_classes",
+        top_k: int = 1,
+        warmup_epochs: int = 150,
+        aux_weight: float = 1e-3,
+        epochs: int = 500,
+        batch_size: int = 512,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        dropout: float = 0.15,
+        early_stopping: int | None = 80,
+        validation_fraction: float = 0.25,
+        eval_sparse: str = "match_train",
+        fill_nan: bool = False,
+        sparsify: str = "soft",
+        use_moe: bool = True,
+        use_inception: bool = True,
+        device: str = "cpu",
+        random_state: int | np.random.RandomState | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.shape_size = shape_size
+        self.stride = stride
+        self.emb_dim = emb_dim
+        self.depth = depth
+        self.sparse_rate = sparse_rate
+        self.n_experts = n_experts
+        self.top_k = top_k
+        self.warmup_epochs = warmup_epochs
+        self.aux_weight = aux_weight
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.dropout = dropout
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.eval_sparse = eval_sparse
+        self.fill_nan = fill_nan
+        self.sparsify = sparsify
+        self.use_moe = use_moe
+        self.use_inception = use_inception
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # ------------------------------------------------------------------ checks
+    def _check_params(self) -> None:
+        _positive_int("epochs", self.epochs)
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("warmup_epochs", self.warmup_epochs, minimum=0)
+        if self.early_stopping is not None:
+            _positive_int("early_stopping", self.early_stopping, minimum=0)
+        for name in ("lr", "weight_decay", "aux_weight"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        vf = self.validation_fraction
+        if isinstance(vf, bool) or not isinstance(vf, (int, float)) or not 0.0 <= vf < 1.0:
+            raise ValueError(f"validation_fraction must lie in [0, 1), got {vf!r}")
+        if self.eval_sparse not in EVAL_SPARSE_MODES:
+            raise ValueError(f"eval_sparse must be one of {EVAL_SPARSE_MODES}, got {self.eval_sparse!r}")
+        if self.sparsify not in SPARSIFY_MODES:
+            raise ValueError(f"sparsify must be one of {SPARSIFY_MODES}, got {self.sparsify!r}")
+        if not (
+            self.n_experts == "n_classes"
+            or (isinstance(self.n_experts, (int, np.integer)) and not isinstance(self.n_experts, bool))
+        ):
+            raise ValueError(f"n_experts must be 'n_classes' or a positive int, got {self.n_experts!r}")
+
+    def _validate_X(self, X: Any, *, fitting: bool, y: Any = None) -> tuple[np.ndarray, Any]:
+        """(n, C, T) float32 (and y when fitting)."""
+        if not _is_ragged(X) and np.ndim(X) == 2:
+            kw: dict[str, Any] = {"dtype": np.float32, "ensure_all_finite": "allow-nan"}
+            if fitting:
+                X, y = validate_data(self, X, y, reset=True, **kw)
+            else:
+                X = validate_data(self, X, reset=False, **kw)
+        elif fitting:
+            if y is None:
+                raise ValueError("SoftShapeClassifier requires y to be passed, but the target y is None")
+            if hasattr(self, "n_features_in_"):
+                del self.n_features_in_
+        length = None if fitting else self.n_timepoints_
+        X3, _ = to_3d(X, allow_nan=self.fill_nan, length=length if _is_ragged(X) else None)
+        if X3.shape[0] == 0:
+            raise ValueError("X has 0 cases; expected at least 1")
+        if not fitting:
+            if X3.shape[1] != self.n_channels_:
+                raise ValueError(f"X has {X3.shape[1]} channels, but the classifier was fitted with {self.n_channels_}")
+            if X3.shape[2] != self.n_timepoints_:
+                raise ValueError(
+                    f"X has {X3.shape[2]} time points, but the classifier was fitted with {self.n_timepoints_} "
+                    "(pass unequal-length data as a list of 2-D arrays to pad/truncate)"
+                )
+        if self.fill_nan and np.isnan(X3).any():
+            fill = self.nan_fill_ if not fitting else None
+            if fill is not None:
+                X3 = np.where(np.isnan(X3), fill[None], X3).astype(np.float32)
+        return X3, y
+
+    # --------------------------------------------------------------- training
+    def fit(self, X: Any, y: Any) -> SoftShapeClassifier:
+        """Train on X (n, C, T), (n, T) or a list of (C, T_i) arrays and labels y (n,)."""
+        self._check_params()
+        X3, y = self._validate_X(X, fitting=True, y=y)
+        y = column_or_1d(y, warn=True)
+        if len(y) != X3.shape[0]:
+            raise ValueError(f"X and y must have the same length, got len(X)={X3.shape[0]} and len(y)={len(y)}")
+        check_classification_targets(y)
+        self.classes_, y_enc = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise ValueError(f"y has only one class ({self.classes_[0]!r}); SoftShape needs at least 2 classes")
+        self.n_channels_, self.n_timepoints_ = int(X3.shape[1]), int(X3.shape[2])
+        if self.fill_nan:
+            with np.errstate(all="ignore"):
+                counts = (~np.isnan(X3)).sum(axis=0)
+                sums = np.nansum(X3, axis=0)
+            self.nan_fill_ = np.where(counts > 0, sums / np.maximum(counts, 1), 1e-6).astype(np.float32)
+            X3 = np.where(np.isnan(X3), self.nan_fill_[None], X3).astype(np.float32)
+        m = resolve_shape_size(self.shape_size, self.n_timepoints_)
+        n_classes = len(self.classes_)
+        n_experts = n_classes if self.n_experts == "n_classes" else int(self.n_experts)
+        self.config_ = SoftShapeConfig(
+            n_timepoints=self.n_timepoints_,
+            n_classes=n_classes,
+            n_channels=self.n_channels_,
+            shape_size=m,
+            stride=self.stride,
+            emb_dim=self.emb_dim,
+            depth=self.depth,
+            sparse_rate=self.sparse_rate,
+            n_experts=n_experts,
+            top_k=self.top_k,
+            dropout=self.dropout,
+            sparsify=self.sparsify,
+            use_moe=self.use_moe,
+            use_inception=self.use_inception,
+        )
+        seed = int(check_random_state(self.random_state).randint(0, 2**31 - 1))
+        device = get_device(None if self.device == "auto" else self.device)
+        self._device = device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(seed)
+            self._train(X3, y_enc.astype(np.int64), seed, device)
+        return self
+
+    def _split(self, y: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        n = len(y)
+        n_val = int(round(self.validation_fraction * n))
+        if n_val == 0 or n - n_val < 1:
+            return np.arange(n), np.arange(0)
+        try:
+            sss = StratifiedShuffleSplit(n_splits=1, test_size=n_val, random_state=seed)
+            tr, va = next(sss.split(np.zeros(n), y))
+        except ValueError:  # a class with one member: fall back to a plain random split
+            perm = np.random.default_rng(seed).permutation(n)
+            tr, va = perm[n_val:], perm[:n_val]
+        return np.sort(tr), np.sort(va)
+
+    def _train(self, X: np.ndarray, y: np.ndarray, seed: int, device: torch.device) -> None:
+        net = SoftShapeNet(self.config_).to(device)
+        opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        tr, va = self._split(y, seed)
+        Xtr, ytr = torch.from_numpy(X[tr]).to(device), torch.from_numpy(y[tr]).to(device)
+        Xva, yva = torch.from_numpy(X[va]).to(device), torch.from_numpy(y[va]).to(device)
+        gen = torch.Generator().manual_seed(seed)
+        bs = min(self.batch_size, len(tr))
+        warm = self.warmup_epochs
+        select_from = warm if self.epochs > warm else 0
+        best_loss, best_state, best_epoch, best_sparse = math.inf, None, -1, False
+        history: list[dict[str, float]] = []
+        flat = rising = 0
+        prev_val = None
+        bar = track(range(self.epochs), "SoftShape fit", disable=not self.verbose)
+        for epoch in bar:
+            sparse = epoch >= warm
+            net.train()
+            perm = torch.randperm(len(tr), generator=gen).to(device)
+            tot, n_seen = 0.0, 0
+            for start in range(0, len(tr), bs):
+                idx = perm[start : start + bs]
+                out = net(Xtr[idx], sparse=sparse)
+                loss = F.cross_entropy(out.logits, ytr[idx]) + self.aux_weight * out.aux_loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                tot += float(loss.detach()) * len(idx)
+                n_seen += len(idx)
+            rec = {"epoch": epoch, "train_loss": tot / n_seen, "sparse": float(sparse)}
+            if len(va):
+                val = self._loss(net, Xva, yva, self._eval_mode(sparse))
+                rec["val_loss"] = val
+                if epoch >= select_from and val < best_loss:
+                    best_loss, best_epoch, best_sparse = val, epoch, sparse
+                    best_state = copy.deepcopy(net.state_dict())
+                if epoch >= warm and prev_val is not None and self.early_stopping:
+                    flat = flat + 1 if abs(val - prev_val) <= 1e-4 else 0
+                    rising = rising + 1 if val > prev_val else 0
+                prev_val = val
+            history.append(rec)
+            if self.verbose:
+                bar.set_postfix(loss=f"{rec['train_loss']:.4f}", val=f"{rec.get('val_loss', float('nan')):.4f}")
+            if self.early_stopping and (flat >= self.early_stopping or rising >= self.early_stopping):
+                break
+        if best_state is None:  # no validation data: keep the last epoch
+            best_epoch, best_sparse = history[-1]["epoch"], bool(history[-1]["sparse"])
+        else:
+            net.load_state_dict(best_state)
+        net.eval()
+        self.network_ = net
+        self.history_ = history
+        self.best_epoch_ = int(best_epoch)
+        self.sparse_inference_ = self._eval_mode(best_sparse)
+
+    def _eval_mode(self, trained_sparse: bool) -> bool:
+        if self.eval_sparse == "always":
+            return True
+        if self.eval_sparse == "never":
+            return False
+        return trained_sparse
+
+    @torch.no_grad()
+    def _loss(self, net: SoftShapeNet, X: torch.Tensor, y: torch.Tensor, sparse: bool) -> float:
+        net.eval()
+        total = 0.0
+        for start in range(0, len(X), 512):
+            out = net(X[start : start + 512], sparse=sparse)
+            total += float(F.cross_entropy(out.logits, y[start : start + 512], reduction="sum"))
+        net.train()
+        return total / len(X)
+
+    # -------------------------------------------------------------- inference
+    def _check_fitted(self) -> None:
+        check_is_fitted(self, "network_")
+
+    @torch.no_grad()
+    def _run(self, X: Any, *, return_scores: bool = False) -> tuple[np.ndarray, ...]:
+        self._check_fitted()
+        X3, _ = self._validate_X(X, fitting=False)
+        net = self.network_.eval()
+        dev = next(net.parameters()).device
+        logits, scores, kept = [], [], []
+        for start in range(0, len(X3), 512):
+            xb = torch.from_numpy(X3[start : start + 512]).to(dev)
+            out = net(xb, sparse=self.sparse_inference_, return_scores=return_scores)
+            logits.append(out.logits.float().cpu().numpy())
+            if return_scores:
+                scores.append(out.scores.float().cpu().numpy())
+                kept.append(out.kept.cpu().numpy())
+        if return_scores:
+            return np.concatenate(logits), np.concatenate(scores), np.concatenate(kept)
+        return (np.concatenate(logits),)
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        """Class logits (n, K) in the order of ``classes_``."""
+        return self._run(X)[0]
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities (n, K) in the order of ``classes_``."""
+        logits = self._run(X)[0].astype(np.float64)
+        logits -= logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """Predicted labels (n,)."""
+        return self.classes_[self._run(X)[0].argmax(axis=1)]
+
+    def shape_scores(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Per-shape contribution scores and kept mask at the original shape positions.
+
+        Returns ``(scores, kept)``, both (n, M): ``scores[i, j]`` is the score of shape j (time steps
+        ``[j q, j q + m)``) from the last layer at which it was still an individual token; ``kept`` marks the shapes
+        that survive every sparsification of the inference mode.
+        """
+        _, scores, kept = self._run(X, return_scores=True)
+        return scores, kept
+
+    def explain(self, X: Any, top: int = 5) -> np.ndarray:
+        """The ``top`` highest-scored shapes of each series as ``(start, end)`` time indices (end exclusive):
+        an int array (n, top, 2), highest score first."""
+        self._check_fitted()
+        m_shapes = self.config_.n_shapes
+        if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or not 1 <= top <= m_shapes:
+            raise ValueError(f"top must be an int in [1, {m_shapes}] (the number of shapes), got {top!r}")
+        scores, _ = self.shape_scores(X)
+        order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")[:, :top]
+        start = order * self.config_.stride
+        return np.stack([start, start + self.config_.shape_size], axis=-1).astype(np.int64)
+
+    # -------------------------------------------------------------- save/load
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the fitted model (parameters, config, classes, weights) to ``path`` with ``torch.save``."""
+        self._check_fitted()
+        params = {k: v for k, v in self.get_params().items() if k != "random_state" or not hasattr(v, "rand")}
+        meta = {
+            "params": params,
+            "config": self.config_.to_dict(),
+            "classes": self.classes_.tolist(),
+            "n_channels": self.n_channels_,
+            "n_timepoints": self.n_timepoints_,
+            "best_epoch": self.best_epoch_,
+            "sparse_inference": self.sparse_inference_,
+            "n_features_in": getattr(self, "n_features_in_", None),
+        }
+        blob: dict[str, Any] = {"meta": json.dumps(meta), "state_dict": self.network_.state_dict()}
+        if hasattr(self, "nan_fill_"):
+            blob["nan_fill"] = torch.from_numpy(self.nan_fill_)
+        torch.save(blob, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], device: str = "cpu") -> SoftShapeClassifier:
+        """Read a model written by :meth:`save` (``weights_only`` loading, no pickle)."""
+        blob = torch.load(path, map_location=device, weights_only=True)
+        meta = json.loads(blob["meta"])
+        clf = cls(**meta["params"])
+        cfg = meta["config"]
+        cfg["inception_kernels"] = tuple(cfg["inception_kernels"])
+        clf.config_ = SoftShapeConfig(**cfg)
+        clf.network_ = SoftShapeNet(clf.config_).to(device)
+        clf.network_.load_state_dict(blob["state_dict"])
+        clf.network_.eval()
+        clf.classes_ = np.asarray(meta["classes"])
+        clf.n_channels_, clf.n_timepoints_ = meta["n_channels"], meta["n_timepoints"]
+        clf.best_epoch_, clf.sparse_inference_ = meta["best_epoch"], meta["sparse_inference"]
+        if meta["n_features_in"] is not None:
+            clf.n_features_in_ = meta["n_features_in"]
+        if "nan_fill" in blob:
+            clf.nan_fill_ = blob["nan_fill"].numpy()
+        return clf
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = bool(self.fill_nan)
+        tags.non_deterministic = False
+        return tags

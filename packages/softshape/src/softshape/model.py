@@ -1,0 +1,113 @@
+"""SoftShapeNet: the network of spec sections 2.1-2.8 as a plain ``nn.Module`` for custom training loops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from softshape.config import SoftShapeConfig
+from softshape.layers import ContributionScorer, InceptionExpert, RMSNorm, SharedMoE, soft_sparsify, trunc_normal_init
+
+__all__ = ["SoftShapeNet", "SoftShapeOutput"]
+
+
+@dataclass
+class SoftShapeOutput:
+    """What :meth:`SoftShapeNet.forward` returns.
+
+    Attributes:
+        logits: class logits [B, K].
+        aux_loss: sum over sparse layers of the MoE balance loss (scalar; 0 without sparse layers).
+        scores: [B, M] score of each original shape from the last layer at which it was still an individual token
+            (only with ``return_scores=True``).
+        kept: [B, M] bool, shapes that survive every sparsification (only with ``return_scores=True``).
+    """
+
+    logits: torch.Tensor
+    aux_loss: torch.Tensor
+    scores: torch.Tensor | None = None
+    kept: torch.Tensor | None = None
+
+
+class SoftShapeNet(nn.Module):
+    """SoftShape: shape embedding, shared contribution scorer, soft sparsification, shared MoE (intra-shape),
+    per-layer Inception expert (inter-shape) and score-weighted MIL head.
+
+    ``forward(x, sparse=True)``: x [B, C, T]; ``sparse=False`` runs every layer densely (the warm-up mode).
+    """
+
+    def __init__(self, config: SoftShapeConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        d = c.emb_dim
+        self.embed = nn.Conv1d(c.n_channels, d, kernel_size=c.shape_size, stride=c.stride)
+        self.pos = nn.Parameter(torch.zeros(1, c.n_shapes, d))
+        self.dropout = nn.Dropout(c.dropout)
+        self.scorer = ContributionScorer(d, c.scorer_hidden)
+        self.moe = SharedMoE(d, c.n_experts, c.top_k, c.dropout)
+        self.rms1 = nn.ModuleList(RMSNorm(d) for _ in range(c.depth))
+        self.rms2 = nn.ModuleList(RMSNorm(d) for _ in range(c.depth))
+        self.inception = nn.ModuleList(InceptionExpert(d, c.inception_kernels) for _ in range(c.depth))
+        self.head = nn.Linear(d, c.n_classes)
+        trunc_normal_init(self.scorer)
+        trunc_normal_init(self.head)
+
+    def embed_shapes(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, C, T] -> shape tokens [B, M, D] (conv embedding + positional embedding + dropout)."""
+        return self.dropout(self.embed(x).transpose(1, 2) + self.pos)
+
+    def forward(self, x: torch.Tensor, *, sparse: bool = True, return_scores: bool = False) -> SoftShapeOutput:
+        c = self.config
+        if x.ndim != 3 or x.shape[1] != c.n_channels or x.shape[2] != c.n_timepoints:
+            raise ValueError(f"x must be [B, {c.n_channels}, {c.n_timepoints}], got shape {tuple(x.shape)}")
+        z = self.embed_shapes(x)
+        b, m, _ = z.shape
+        # original shape index of every current token (-1: the fused token)
+        positions = torch.arange(m, device=x.device).expand(b, m)
+        shape_scores = torch.full((b, m), float("nan"), device=x.device, dtype=z.dtype) if return_scores else None
+        aux = z.new_zeros(())
+        ratios = c.keep_ratios if sparse else [1.0] * c.depth
+        a_end = None
+        for layer, r in enumerate(ratios):
+            z = self.rms1[layer](z)
+            a = self.scorer(z)  # [B, N, 1]
+            if shape_scores is not None:
+                real = positions >= 0
+                shape_scores[real.nonzero(as_tuple=True)[0], positions[real]] = a.squeeze(-1)[real].detach()
+            if r < 1.0:
+                z_prime, kept_idx = soft_sparsify(z, a, r, fuse=c.sparsify == "soft")
+                positions = positions.gather(1, kept_idx)
+                if c.sparsify == "soft":
+                    positions = torch.cat([positions, positions.new_full((b, 1), -1)], dim=1)
+                update, layer_aux = self._experts(layer, z_prime, use_moe=c.use_moe)
+            else:  # dense layer: no MoE in the official code
+                z_prime = a * z
+                update, layer_aux = self._experts(layer, z_prime, use_moe=c.use_moe and c.moe_in_dense)
+            z = z_prime + update
+            aux = aux + layer_aux
+            if layer == c.depth - 1:
+                z = self.dropout(z)
+                a_end = self.scorer(z)
+            z = F.gelu(z)
+        logits = (self.head(z) * a_end).mean(dim=1)  # score-weighted MIL pooling
+        kept = None
+        if return_scores:
+            kept = torch.zeros((b, m), dtype=torch.bool, device=x.device)
+            real = positions >= 0
+            kept[real.nonzero(as_tuple=True)[0], positions[real]] = True
+        return SoftShapeOutput(logits, aux, shape_scores, kept)
+
+    def _experts(self, layer: int, z_prime: torch.Tensor, *, use_moe: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """MoE (intra-shape) + Inception (inter-shape) on H = RMSNorm(Z'); returns (update, aux loss)."""
+        h = self.rms2[layer](z_prime)
+        out = torch.zeros_like(z_prime)
+        aux = z_prime.new_zeros(())
+        if use_moe:
+            moe_out, aux = self.moe(h)
+            out = out + moe_out
+        if self.config.use_inception:
+            out = out + self.inception[layer](h)
+        return out, aux
