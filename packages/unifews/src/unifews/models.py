@@ -1,0 +1,188 @@
+"""``UnifewsGNN``: a stack of Unifews layers that hands the kept graph from layer to layer (spec 3.3-3.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import UnifewsConfig, check_choice
+from .functional import check_edge_index, check_edge_weight, check_lock, check_x, diffusion_weights
+from .metrics import LayerOps, count_macs
+from .nn import UnifewsGATv2Conv, UnifewsGCN2Conv, UnifewsGCNConv, UnifewsSAGEConv
+
+__all__ = ["UnifewsGNN", "CONVS"]
+
+CONVS = ("gcn", "gat", "sage", "gcn2")
+
+
+class UnifewsGNN(nn.Module):
+    """An iterative GNN with Unifews layers: ``conv → BatchNorm1d → ReLU → Dropout`` between layers, logits last.
+
+    The graph each layer keeps is the only graph the next layer sees (progressive sparsification,
+    ``E^{(L-1)} ⊆ … ⊆ E^{(0)}``). For ``conv="gcn"`` the diffusion weights are computed once from the input graph
+    (self-loops added) and carried along unchanged; ``"sage"`` carries its mean weights; ``"gat"`` uses
+    ``heads`` concatenated heads of width ``hidden_channels // heads``; ``"gcn2"`` is GCNII
+    (``Linear → GCN2Conv × num_layers → Linear``, α = 0.1, θ = 0.5).
+
+    Args:
+        in_channels, hidden_channels, out_channels: feature sizes.
+        num_layers: number of graph layers (>= 1).
+        conv: ``"gcn"`` | ``"gat"`` | ``"sage"`` | ``"gcn2"``.
+        dropout: dropout probability between layers.
+        config: :class:`UnifewsConfig` shared by every layer.
+        heads: attention heads for ``"gat"``.
+        bn_momentum: BatchNorm momentum (0.9 in the official code).
+        normalize: compute the diffusion weights (``"gcn"``/``"gcn2"``) from the graph; ``False`` uses the given
+            ``edge_weight`` as ``T`` (self-loops included), e.g. precomputed on the full graph for mini-batches.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 2,
+        conv: str = "gcn",
+        dropout: float = 0.5,
+        config: UnifewsConfig | None = None,
+        *,
+        heads: int = 8,
+        bn_momentum: float = 0.9,
+        normalize: bool = True,
+        gcn2_alpha: float = 0.1,
+        gcn2_theta: float = 0.5,
+    ) -> None:
+        super().__init__()
+        check_choice("conv", conv, CONVS)
+        for name, v in (
+            ("in_channels", in_channels),
+            ("hidden_channels", hidden_channels),
+            ("out_channels", out_channels),
+            ("num_layers", num_layers),
+        ):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+        self.config = config if config is not None else UnifewsConfig()
+        self.conv_type, self.dropout, self.normalize = conv, dropout, normalize
+        self.in_channels, self.out_channels, self.num_layers = in_channels, out_channels, num_layers
+        cfg = self.config
+        self.lin_in = self.lin_out = None
+        convs: list[nn.Module] = []
+        if conv == "gcn2":
+            self.lin_in = nn.Linear(in_channels, hidden_channels)
+            self.lin_out = nn.Linear(hidden_channels, out_channels)
+            for layer in range(num_layers):
+                convs.append(
+                    UnifewsGCN2Conv(hidden_channels, gcn2_alpha, gcn2_theta, layer + 1, normalize=False, config=cfg)
+                )
+            dims = [hidden_channels] * num_layers
+        else:
+            dims = [hidden_channels] * (num_layers - 1) + [out_channels]
+            f_in = in_channels
+            for i, f_out in enumerate(dims):
+                last = i == num_layers - 1
+                if conv == "gcn":
+                    convs.append(UnifewsGCNConv(f_in, f_out, normalize=False, config=cfg))
+                elif conv == "sage":
+                    convs.append(UnifewsSAGEConv(f_in, f_out, config=cfg))
+                else:
+                    h = 1 if last else heads
+                    if not last and f_out % heads:
+                        raise ValueError(f"hidden_channels={f_out} must be divisible by heads={heads} for conv='gat'")
+                    convs.append(UnifewsGATv2Conv(f_in, f_out // h, heads=h, concat=True, config=cfg))
+                    dims[i] = f_out
+                f_in = f_out
+        self.convs = nn.ModuleList(convs)
+        n_bn = num_layers if conv == "gcn2" else num_layers - 1
+        self.bns = nn.ModuleList(nn.BatchNorm1d(d, momentum=bn_momentum) for d in dims[:n_bn])
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Re-initialise every layer and clear the masks."""
+        for m in [*self.convs, *self.bns, self.lin_in, self.lin_out]:
+            if m is not None:
+                m.reset_parameters()
+
+    def set_scheme(self, scheme_a: str, scheme_w: str) -> None:
+        """Set the edge and weight schemes of every layer (``prune_all`` | ``prune_inc`` | ``keep``)."""
+        for conv in self.convs:
+            conv.set_scheme(scheme_a, scheme_w)
+
+    def _prepare_graph(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        n = x.size(0)
+        if self.conv_type in ("gcn", "gcn2"):
+            if self.normalize:
+                return diffusion_weights(edge_index, n, edge_weight, r=self.config.r, dtype=x.dtype)
+            return edge_index, edge_weight if edge_weight is not None else x.new_ones(edge_index.size(1))
+        if self.conv_type == "gat":
+            if edge_weight is not None:
+                raise ValueError("conv='gat' does not take edge_weight; pass None")
+            return edge_index, None
+        return edge_index, edge_weight
+
+    def forward(
+        self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *, lock: Tensor | None = None
+    ) -> Tensor:
+        """Logits ``[n, out_channels]``. ``lock`` (bool mask or indices): nodes whose messages are restored."""
+        check_x(x, self.in_channels)
+        check_edge_index(edge_index, x.size(0))
+        check_edge_weight(edge_weight, edge_index.size(1))
+        lock = check_lock(lock, x.size(0), x.device)
+        ei, ew = self._prepare_graph(x, edge_index, edge_weight)
+        h = x
+        if self.conv_type == "gcn2":
+            h = F.dropout(h, self.dropout, self.training)
+            h = x_0 = F.relu(self.lin_in(h))
+            for conv, bn in zip(self.convs, self.bns):
+                h = F.dropout(h, self.dropout, self.training)
+                h, (ei, ew) = conv(h, x_0, ei, ew, lock=lock, return_graph=True)
+                h = F.relu(bn(h))
+            h = F.dropout(h, self.dropout, self.training)
+            return self.lin_out(h)
+        for i, conv in enumerate(self.convs):
+            h, (ei, ew) = conv(h, ei, ew, lock=lock, return_graph=True)
+            if i < len(self.convs) - 1:
+                h = F.dropout(F.relu(self.bns[i](h)), self.dropout, self.training)
+        return h
+
+    def sparsity(self) -> dict[str, Any]:
+        """Per-layer and overall weight/edge sparsity of the last forward (edge: removed non-loop input edges of
+        each layer; ``edge_total``: removed fraction of the first layer's non-loop edges by the last layer)."""
+        per = [conv.sparsity() for conv in self.convs]
+        wt = sum(c.weight_density() * sum(getattr(c, f"{n}_mask").numel() for n in c._pruned) for c in self.convs)
+        total = sum(sum(getattr(c, f"{n}_mask").numel() for n in c._pruned) for c in self.convs)
+        first, last = self.convs[0].last_stats, self.convs[-1].last_stats
+        m0 = first.get("edges_in_nonloop", 0)
+        return {
+            "layers": per,
+            "weight": 1.0 - wt / total if total else 0.0,
+            "edge_total": 1.0 - last.get("edges_kept_nonloop", 0) / m0 if m0 else 0.0,
+        }
+
+    def layer_ops(self) -> list[LayerOps]:
+        """The per-layer quantities of spec 3.8 recorded by the last forward (for :func:`count_macs`)."""
+        if not self.convs[0].last_stats:
+            raise RuntimeError("run a forward pass before asking for operation counts")
+        ops = []
+        for conv in self.convs:
+            s = conv.last_stats
+            ops.append(
+                LayerOps(
+                    num_nodes=int(s["num_nodes"]),
+                    f_in=int(s["f_in"]),
+                    f_out=int(s["f_out"]),
+                    weight_density=conv.weight_density(),
+                    edges_nonloop=int(s["edges_aggregated"] - (s["edges_kept"] - s["edges_kept_nonloop"])),
+                    f_prop=int(s["f_prop"]),
+                )
+            )
+        return ops
+
+    def macs(self, convention: str = "exact") -> int:
+        """MACs of the graph layers of the last forward (spec 3.8; ``convention="official"`` uses ``f_in`` for
+        every propagation term). The dense reference is the same model with ``delta_a = delta_w = 0``."""
+        return count_macs(self.layer_ops(), convention=convention)
