@@ -97,7 +97,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``icml25`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     eps = discover()
     if args.cmd == "list":
         if not eps:

@@ -1,0 +1,251 @@
+"""Gaussian differential privacy (Dong, Roth & Su 2022) and the privacy ledgers of the bandit policies.
+
+Conventions: ``mu`` first in every conversion. A ledger holds the a-priori guarantee (``mu_bound``), the value
+realised by the public pull log (``mu_realized``, an ex-post diagnostic: quoting it as a guarantee would need a
+privacy filter), and converts to (epsilon, delta)-DP exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize, special, stats
+
+__all__ = [
+    "gaussian_mechanism_mu",
+    "compose_gdp",
+    "gdp_delta",
+    "gdp_epsilon",
+    "gdp_tradeoff",
+    "sampling_budget",
+    "dp_ts_ucb_mu_bound",
+    "paper_mu_bound",
+    "GDPLedger",
+    "PureDPLedger",
+    "NonPrivateLedger",
+    "LedgerRecord",
+]
+
+
+def _check_mu(mu: float) -> float:
+    if not (isinstance(mu, (int, float, np.floating)) and math.isfinite(mu) and mu > 0):
+        raise ValueError(f"mu must be a positive finite number, got {mu!r}")
+    return float(mu)
+
+
+def gaussian_mechanism_mu(sensitivity: float, sigma: float) -> float:
+    """GDP parameter of adding N(0, sigma^2) to a statistic of L2 sensitivity ``sensitivity``: sensitivity/sigma."""
+    if not sensitivity > 0 or not math.isfinite(sensitivity):
+        raise ValueError(f"sensitivity must be positive and finite, got {sensitivity!r}")
+    if not sigma > 0 or not math.isfinite(sigma):
+        raise ValueError(f"sigma must be positive and finite, got {sigma!r}")
+    return sensitivity / sigma
+
+
+def compose_gdp(mus: Iterable[float]) -> float:
+    """Adaptive composition: mu_1, ..., mu_k-GDP mechanisms together are sqrt(sum mu_i^2)-GDP."""
+    arr = np.asarray(list(mus), dtype=np.float64)
+    if arr.size and (not np.all(np.isfinite(arr)) or np.any(arr < 0)):
+        raise ValueError("every mu must be finite and >= 0")
+    return float(np.sqrt(np.sum(arr**2)))
+
+
+def gdp_delta(mu: float, epsilon: float) -> float:
+    """The exact delta(epsilon) of a mu-GDP mechanism: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)."""
+    mu = _check_mu(mu)
+    if not epsilon >= 0 or not math.isfinite(epsilon):
+        raise ValueError(f"epsilon must be finite and >= 0, got {epsilon!r}")
+    a = special.log_ndtr(-epsilon / mu + mu / 2)
+    b = epsilon + special.log_ndtr(-epsilon / mu - mu / 2)  # log(e^eps Phi(.)) without overflow
+    if b >= a:
+        return 0.0
+    return float(math.exp(a) * -math.expm1(b - a))
+
+
+def gdp_epsilon(mu: float, delta: float) -> float:
+    """The smallest epsilon >= 0 with delta(epsilon) <= ``delta`` for a mu-GDP mechanism (bracketing root)."""
+    mu = _check_mu(mu)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    if gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    hi = max(1.0, mu)
+    while gdp_delta(mu, hi) > delta:
+        hi *= 2.0
+    return float(optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
+
+
+def gdp_tradeoff(mu: float, alpha: float | np.ndarray) -> float | np.ndarray:
+    """The trade-off curve G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu): least type-II error at type-I ``alpha``."""
+    mu = _check_mu(mu)
+    a = np.asarray(alpha, dtype=np.float64)
+    if np.any((a < 0) | (a > 1)):
+        raise ValueError("alpha (type-I error) must lie in [0, 1]")
+    out = stats.norm.cdf(stats.norm.ppf(1.0 - a) - mu)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def _check_budget_args(horizon: int, alpha: float, c0: float) -> None:
+    if not isinstance(horizon, (int, np.integer)) or horizon < 2:
+        raise ValueError(f"horizon must be an int >= 2, got {horizon!r}")
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
+    if not c0 > 0 or not math.isfinite(c0):
+        raise ValueError(f"c0 must be positive, got {c0!r}")
+
+
+def sampling_budget(horizon: int, alpha: float, c0: float = 1.0, *, rounded: bool = True) -> float | int:
+    """phi = ceil(c0 T^{0.5(1-alpha)} ln^{0.5(3-alpha)} T): Gaussian draws allowed per (arm, epoch)."""
+    _check_budget_args(horizon, alpha, c0)
+    ln_t = math.log(horizon)
+    phi = c0 * horizon ** (0.5 * (1 - alpha)) * ln_t ** (0.5 * (3 - alpha))
+    return max(1, math.ceil(phi - 1e-9)) if rounded else phi
+
+
+def dp_ts_ucb_mu_bound(horizon: int, alpha: float, c0: float = 1.0, init_pulls: int = 1) -> float:
+    """A-priori GDP of DP-TS-UCB: sqrt(ceil(phi) / (b0 ln^alpha T)) (phi draws from a batch of at least b0)."""
+    _check_budget_args(horizon, alpha, c0)
+    if not isinstance(init_pulls, (int, np.integer)) or init_pulls < 1:
+        raise ValueError(f"init_pulls must be an int >= 1, got {init_pulls!r}")
+    phi = sampling_budget(horizon, alpha, c0)
+    return math.sqrt(phi / (init_pulls * math.log(horizon) ** alpha))
+
+
+def paper_mu_bound(horizon: int, alpha: float, c0: float = 1.0) -> float:
+    """The paper's stated bound (Theorem 4.4): sqrt(2 c0 T^{0.5(1-alpha)} ln^{1.5(1-alpha)} T)."""
+    _check_budget_args(horizon, alpha, c0)
+    phi_real = sampling_budget(horizon, alpha, c0, rounded=False)
+    return math.sqrt(2.0 * phi_real / math.log(horizon) ** alpha)
+
+
+@dataclass
+class LedgerRecord:
+    """Privacy spent on one group of rewards (an (arm, epoch) batch, or all rewards of an arm for TS peers)."""
+
+    arm: int
+    epoch: int
+    n: int
+    draws: int = 0
+    mu_sq: float = 0.0
+
+    @property
+    def mu(self) -> float:
+        return math.sqrt(self.mu_sq)
+
+
+@dataclass
+class GDPLedger:
+    """GDP accounting of a Gaussian-sampling policy.
+
+    A changed reward is read only by the draws of the records it belongs to, so the transcript is
+    ``max_records sqrt(sum of per-draw mu^2)``-GDP (adaptive composition inside a record, parallel composition
+    across records). ``mu_bound`` is the a-priori guarantee; ``mu_realized`` the ex-post value of the log.
+    """
+
+    mu_bound: float
+    paper_bound: float | None = None
+    records: list[LedgerRecord] = field(default_factory=list)
+    draws: int = 0
+    _mu_sq_max: float = 0.0
+
+    def open(self, arm: int, epoch: int, n: int) -> LedgerRecord:
+        """Start a record (a new batch of ``n`` rewards of ``arm``)."""
+        rec = LedgerRecord(int(arm), int(epoch), int(n))
+        self.records.append(rec)
+        return rec
+
+    def draw(self, record: LedgerRecord, mu: float) -> None:
+        """One Gaussian draw reading ``record``'s rewards, costing ``mu`` alone."""
+        record.draws += 1
+        record.mu_sq += mu * mu
+        self.draws += 1
+        if record.mu_sq > self._mu_sq_max:
+            self._mu_sq_max = record.mu_sq
+
+    @property
+    def mu_realized(self) -> float:
+        """Ex-post GDP of the transcript so far (a diagnostic, not a guarantee)."""
+        return math.sqrt(self._mu_sq_max)
+
+    def epsilon(self, delta: float) -> float:
+        """epsilon at ``delta`` of the a-priori guarantee."""
+        return gdp_epsilon(self.mu_bound, delta) if math.isfinite(self.mu_bound) else math.inf
+
+    def delta(self, epsilon: float) -> float:
+        """delta at ``epsilon`` of the a-priori guarantee."""
+        return gdp_delta(self.mu_bound, epsilon) if math.isfinite(self.mu_bound) else 1.0
+
+    def to_state(self) -> dict:
+        return {
+            "kind": "gdp",
+            "mu_bound": self.mu_bound,
+            "paper_bound": self.paper_bound,
+            "draws": self.draws,
+            "records": [[r.arm, r.epoch, r.n, r.draws, r.mu_sq] for r in self.records],
+        }
+
+    @classmethod
+    def from_state(cls, s: dict) -> GDPLedger:
+        led = cls(s["mu_bound"], s["paper_bound"], [LedgerRecord(*r) for r in s["records"]], s["draws"])
+        led._mu_sq_max = max((r.mu_sq for r in led.records), default=0.0)
+        return led
+
+
+@dataclass
+class PureDPLedger:
+    """Ledger of a pure epsilon-DP policy: reports (epsilon, 0) through the GDP ledger's interface."""
+
+    epsilon_dp: float
+    draws: int = 0
+    mu_bound: float = math.nan
+    paper_bound: float | None = None
+
+    @property
+    def mu_realized(self) -> float:
+        return math.nan
+
+    def epsilon(self, delta: float) -> float:
+        """epsilon-DP gives (epsilon, delta)-DP for every delta."""
+        if not 0 <= delta < 1:
+            raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+        return self.epsilon_dp
+
+    def delta(self, epsilon: float) -> float:
+        """Tight delta(epsilon') of an epsilon-DP mechanism (randomised response attains it)."""
+        if epsilon >= self.epsilon_dp:
+            return 0.0
+        e = self.epsilon_dp
+        return (math.exp(e) - math.exp(epsilon)) / (1.0 + math.exp(e))
+
+    def to_state(self) -> dict:
+        return {"kind": "pure", "epsilon_dp": self.epsilon_dp, "draws": self.draws}
+
+    @classmethod
+    def from_state(cls, s: dict) -> PureDPLedger:
+        return cls(s["epsilon_dp"], s["draws"])
+
+
+@dataclass
+class NonPrivateLedger:
+    """Ledger of a deterministic non-private policy (UCB1): no finite guarantee."""
+
+    draws: int = 0
+    mu_bound: float = math.inf
+    paper_bound: float | None = None
+    mu_realized: float = math.inf
+
+    def epsilon(self, delta: float) -> float:
+        return math.inf
+
+    def delta(self, epsilon: float) -> float:
+        return 1.0
+
+    def to_state(self) -> dict:
+        return {"kind": "none", "draws": self.draws}
+
+    @classmethod
+    def from_state(cls, s: dict) -> NonPrivateLedger:
+        return cls(s["draws"])

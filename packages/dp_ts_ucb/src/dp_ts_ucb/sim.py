@@ -1,0 +1,388 @@
+"""Monte-Carlo regret experiments, vectorised over runs.
+
+Runs are cut into fixed chunks of ``CHUNK`` runs (independent of ``n_jobs``); chunk c draws its policy and
+environment randomness from the two children of ``SeedSequence(seed).spawn(n_chunks)[c]``. ``n_jobs > 1`` only
+distributes chunks over joblib (loky) processes, so results are bit-for-bit those of ``n_jobs = 1``.
+
+Index policies (DP-TS-UCB, (M-)TS-Gaussian, UCB1) run as array programs over the (runs, arms) state, honouring
+the streaming RNG contract (one ``standard_normal(K)`` per round per run, one environment draw per pull): with one
+run the pull sequence equals the streaming policy's. Epoch-structured peers (DP-SE, AdaP-UCB) simulate whole
+blocks of pulls with one draw per block (a binomial for Bernoulli arms). Other ``BanditPolicy`` subclasses run
+their streaming loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dp_ts_ucb.envs import BernoulliBandit
+from dp_ts_ucb.policies import DPSE, DPTSUCB, UCB1, AdaPUCB, BanditPolicy, MTSGaussian, TSGaussian
+from dp_ts_ucb.privacy import gdp_epsilon
+
+__all__ = ["simulate", "SimResult", "chunk_seeds", "CHUNK"]
+
+CHUNK = 25
+_BLOCK = 2048  # rounds of randomness drawn at once (same stream as per-round draws)
+
+
+@dataclass
+class SimResult:
+    """Outcome of :func:`simulate`; arrays have one row per run."""
+
+    policy: str
+    params: dict
+    horizon: int
+    regret: np.ndarray  # (n_runs,) pseudo-regret at the horizon
+    checkpoints: np.ndarray  # (n_checkpoints,) rounds
+    regret_at: np.ndarray  # (n_runs, n_checkpoints)
+    pulls: np.ndarray  # (n_runs, K)
+    draws: np.ndarray  # (n_runs,) Gaussian draws (privacy-relevant samples)
+    mu_bound: float
+    mu_realized: np.ndarray  # (n_runs,) ex-post GDP (nan for pure-DP peers)
+    epsilon_dp: float | None = None
+    arms: np.ndarray | None = field(default=None, repr=False)  # (n_runs, T) pull sequences when requested
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.regret)
+
+    @property
+    def regret_mean(self) -> float:
+        return float(self.regret.mean())
+
+    @property
+    def regret_se(self) -> float:
+        return float(self.regret.std(ddof=1) / math.sqrt(self.n_runs)) if self.n_runs > 1 else 0.0
+
+    @property
+    def regret_curve(self) -> np.ndarray:
+        """Mean regret at each checkpoint."""
+        return self.regret_at.mean(axis=0)
+
+    @property
+    def regret_curve_se(self) -> np.ndarray:
+        n = self.n_runs
+        return self.regret_at.std(axis=0, ddof=1) / math.sqrt(n) if n > 1 else np.zeros(len(self.checkpoints))
+
+    def epsilon(self, delta: float = 1e-5) -> float:
+        """epsilon at ``delta`` of the a-priori guarantee (the pure-DP epsilon for epsilon-DP peers)."""
+        if self.epsilon_dp is not None:
+            return self.epsilon_dp
+        return gdp_epsilon(self.mu_bound, delta) if math.isfinite(self.mu_bound) else math.inf
+
+    def to_dict(self) -> dict:
+        return {
+            "policy": self.policy,
+            "params": self.params,
+            "horizon": self.horizon,
+            "n_runs": self.n_runs,
+            "regret_mean": self.regret_mean,
+            "regret_se": self.regret_se,
+            "checkpoints": self.checkpoints.tolist(),
+            "regret_curve": self.regret_curve.tolist(),
+            "mu_bound": self.mu_bound,
+            "mu_realized_max": float(np.nanmax(self.mu_realized)) if np.any(np.isfinite(self.mu_realized)) else None,
+            "draws_mean": float(self.draws.mean()),
+            "epsilon_1e-5": self.epsilon(1e-5),
+        }
+
+
+def chunk_seeds(seed: Any, n_runs: int) -> list[tuple[np.random.SeedSequence, np.random.SeedSequence, int]]:
+    """(policy seed, environment seed, runs) of each chunk."""
+    n_chunks = math.ceil(n_runs / CHUNK)
+    out = []
+    for c, child in enumerate(np.random.SeedSequence(seed).spawn(n_chunks)):
+        pol, env = child.spawn(2)
+        out.append((pol, env, min(CHUNK, n_runs - c * CHUNK)))
+    return out
+
+
+class _Tracker:
+    """Regret at checkpoints and pull counts for R runs."""
+
+    def __init__(self, r: int, k: int, horizon: int, gaps: np.ndarray, checkpoints: np.ndarray, keep_arms: bool):
+        self.rows = np.arange(r)
+        self.gaps = gaps
+        self.regret = np.zeros(r)
+        self.pulls = np.zeros((r, k), dtype=np.int64)
+        self.cps = checkpoints
+        self.at = np.zeros((r, len(checkpoints)))
+        self._next = 0
+        self.arms = np.zeros((r, horizon), dtype=np.int16) if keep_arms else None
+
+    def step(self, t: int, a: np.ndarray) -> None:
+        """Record the pulls ``a`` (R,) of round ``t`` (0-based)."""
+        self.regret += self.gaps[a]
+        self.pulls[self.rows, a] += 1
+        if self.arms is not None:
+            self.arms[:, t] = a
+        while self._next < len(self.cps) and self.cps[self._next] == t + 1:
+            self.at[:, self._next] = self.regret
+            self._next += 1
+
+    def block(self, run: int, t0: int, arm: int, length: int) -> None:
+        """Record ``length`` pulls of ``arm`` in rounds t0 .. t0+length-1 of one run (block simulators)."""
+        while self._next < len(self.cps) and self.cps[self._next] <= t0 + length:
+            self.at[run, self._next] = self.regret[run] + self.gaps[arm] * (self.cps[self._next] - t0)
+            self._next += 1
+        self.regret[run] += self.gaps[arm] * length
+        self.pulls[run, arm] += length
+        if self.arms is not None:
+            self.arms[run, t0 : t0 + length] = arm
+
+
+class _Noise:
+    """Blocks of policy normals (B, R, K) and environment noise (B, R), consumed round by round."""
+
+    def __init__(
+        self, env: BernoulliBandit, pol_rng: np.random.Generator | None, env_rng: np.random.Generator, r: int, k: int
+    ):
+        self.env, self.pol_rng, self.env_rng, self.r, self.k = env, pol_rng, env_rng, r, k
+        self._z = self._u = None
+        self._iz = self._iu = _BLOCK
+
+    def z(self) -> np.ndarray:
+        if self._iz == _BLOCK:
+            self._z, self._iz = self.pol_rng.standard_normal((_BLOCK, self.r, self.k)), 0
+        self._iz += 1
+        return self._z[self._iz - 1]
+
+    def u(self) -> np.ndarray:
+        if self._iu == _BLOCK:
+            self._u, self._iu = self.env.draw_noise(self.env_rng, (_BLOCK, self.r)), 0
+        self._iu += 1
+        return self._u[self._iu - 1]
+
+
+def _run_dptsucb(pol: DPTSUCB, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
+    k, b0, phi, v = pol.n_arms, pol.init_pulls, pol.phi, pol.var_scale
+    rows = tr.rows
+    noise = _Noise(env, pol_rng, env_rng, r, k)
+    muhat, n = np.zeros((r, k)), np.zeros((r, k), dtype=np.int64)
+    bsum, bn = np.zeros((r, k)), np.zeros((r, k), dtype=np.int64)
+    h = np.zeros((r, k), dtype=np.int64)
+    mx = np.full((r, k), -np.inf)
+    scale = np.zeros((r, k))
+    mu_sq, mu_real_sq = np.zeros((r, k)), np.zeros(r)
+    draws = np.zeros(r, dtype=np.int64)
+
+    def close(rr: np.ndarray, aa: np.ndarray) -> None:
+        np.maximum.at(mu_real_sq, rr, mu_sq[rr, aa])
+        muhat[rr, aa] = bsum[rr, aa] / bn[rr, aa]
+        n[rr, aa] = bn[rr, aa]
+        scale[rr, aa] = np.sqrt(v / n[rr, aa])
+        bsum[rr, aa], bn[rr, aa] = 0.0, 0
+        h[rr, aa], mx[rr, aa], mu_sq[rr, aa] = phi, -np.inf, 0.0
+
+    for t in range(k * b0):  # round-robin initial batches
+        a = np.full(r, t % k)
+        rew = env.rewards_from_uniforms(a, noise.u())
+        bsum[rows, a] += rew
+        bn[rows, a] += 1
+        tr.step(t, a)
+    close(np.repeat(rows, k), np.tile(np.arange(k), r))
+    inv_nv = 1.0 / (n * v)
+    for t in range(k * b0, horizon):
+        z = noise.z()
+        act = h > 0
+        theta = muhat + scale * z
+        idx = np.where(act, theta, mx)
+        np.maximum(mx, theta, out=mx, where=act)
+        mu_sq += act * inv_nv  # one draw from a batch of n costs mu^2 = 1 / (n ln^a T)
+        h -= act
+        draws += act.sum(axis=1)
+        a = idx.argmax(axis=1)
+        rew = env.rewards_from_uniforms(a, noise.u())
+        bsum[rows, a] += rew
+        bn[rows, a] += 1
+        tr.step(t, a)
+        full = bn[rows, a] == 2 * n[rows, a]
+        if full.any():
+            rr, aa = rows[full], a[full]
+            close(rr, aa)
+            inv_nv[rr, aa] = 1.0 / (n[rr, aa] * v)
+    mu_real_sq = np.maximum(mu_real_sq, mu_sq.max(axis=1))
+    return draws, np.sqrt(mu_real_sq)
+
+
+def _run_mts(pol: MTSGaussian, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
+    k, b, c = pol.n_arms, pol.b, pol.c
+    rows = tr.rows
+    noise = _Noise(env, pol_rng, env_rng, r, k)
+    sums, cnt = np.zeros((r, k)), np.zeros((r, k))
+    mu_sq = np.zeros((r, k))
+    draws = np.zeros(r, dtype=np.int64)
+    for t in range(horizon):
+        if t < k * b:
+            a = np.full(r, t % k)
+        else:
+            z = noise.z()
+            denom = cnt + 1.0
+            a = (sums / denom + np.sqrt(c / denom) * z).argmax(axis=1)
+            mu_sq += (cnt > 0) / (c * denom)  # each draw after an arm's first reward costs 1/(c (n+1))
+            draws += k
+        rew = env.rewards_from_uniforms(a, noise.u())
+        sums[rows, a] += rew
+        cnt[rows, a] += 1
+        tr.step(t, a)
+    return draws, np.sqrt(mu_sq.max(axis=1))
+
+
+def _run_ucb1(pol: UCB1, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
+    k = pol.n_arms
+    rows = tr.rows
+    noise = _Noise(env, None, env_rng, r, k)
+    sums, cnt = np.zeros((r, k)), np.zeros((r, k))
+    for t in range(horizon):
+        a = np.full(r, t) if t < k else (sums / cnt + np.sqrt(2.0 * math.log(t + 1) / cnt)).argmax(axis=1)
+        rew = env.rewards_from_uniforms(a, noise.u())
+        sums[rows, a] += rew
+        cnt[rows, a] += 1
+        tr.step(t, a)
+    return np.zeros(r, dtype=np.int64), np.full(r, np.inf)
+
+
+def _run_dpse(pol: DPSE, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
+    for run in range(r):
+        tr._next = 0
+        active = np.arange(pol.n_arms)
+        t, e = 0, 0
+        while t < horizon:
+            if len(active) == 1:
+                tr.block(run, t, int(active[0]), horizon - t)
+                break
+            e += 1
+            r_e = pol.epoch_pulls(e, len(active))
+            if t + r_e * len(active) > horizon:  # the horizon cuts the epoch: finish its round-robin passes
+                q, rem = divmod(horizon - t, len(active))
+                for j, arm in enumerate(active):
+                    tr.block(run, t, int(arm), q + (j < rem))
+                    t += q + (j < rem)
+                break
+            sums = np.empty(len(active))
+            for j, arm in enumerate(active):
+                sums[j] = env.block_sum(int(arm), r_e, env_rng)
+                tr.block(run, t, int(arm), r_e)
+                t += r_e
+            noisy = sums / r_e + pol_rng.laplace(0.0, 1.0 / (pol.epsilon * r_e), len(active))
+            active = active[noisy >= noisy.max() - 2.0**-e]
+    return np.zeros(r, dtype=np.int64), np.full(r, np.nan)
+
+
+def _run_adapucb(pol: AdaPUCB, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
+    k, eps, beta = pol.n_arms, pol.epsilon, pol.beta
+    for run in range(r):
+        tr._next = 0
+        counts = np.zeros(k, dtype=np.int64)
+        mu_t, n_last = np.zeros(k), np.zeros(k)
+        t = 0
+        while t < horizon:
+            if t < k:
+                arm, length = t, 1
+            else:
+                lt = math.log(t + 1)
+                arm = int(np.argmax(mu_t + np.sqrt(beta * lt / (2 * n_last)) + beta * lt / (eps * n_last)))
+                length = int(counts[arm])
+            take = min(length, horizon - t)
+            s = env.block_sum(arm, take, env_rng)
+            tr.block(run, t, arm, take)
+            counts[arm] += take
+            t += take
+            if take == length:
+                mu_t[arm] = s / take + pol_rng.laplace(0.0, 1.0 / (eps * take))
+                n_last[arm] = take
+    return np.zeros(r, dtype=np.int64), np.full(r, np.nan)
+
+
+def _run_streaming(pol_cls, params, env, horizon, r, pol_seed, env_seed, tr: _Tracker):
+    draws, mus = np.zeros(r, dtype=np.int64), np.zeros(r)
+    for run, (ps, es) in enumerate(zip(pol_seed.spawn(r), env_seed.spawn(r))):
+        pol = pol_cls(n_arms=env.n_arms, horizon=horizon, seed=ps, **params)
+        e = env.reseed(es)
+        tr._next = 0
+        for t in range(horizon):
+            a = pol.select()
+            pol.update(a, e.pull(a))
+            tr.block(run, t, a, 1)
+        draws[run], mus[run] = pol.ledger.draws, pol.ledger.mu_realized
+    return draws, mus
+
+
+_KERNELS = {
+    DPTSUCB: _run_dptsucb,
+    MTSGaussian: _run_mts,
+    TSGaussian: _run_mts,
+    UCB1: _run_ucb1,
+    DPSE: _run_dpse,
+    AdaPUCB: _run_adapucb,
+}
+
+
+def _run_chunk(pol_cls, params, env, horizon, pol_seed, env_seed, r, checkpoints, keep_arms):
+    tr = _Tracker(r, env.n_arms, horizon, env.gaps, checkpoints, keep_arms)
+    kernel = _KERNELS.get(pol_cls)
+    if kernel is None:
+        draws, mus = _run_streaming(pol_cls, params, env, horizon, r, pol_seed, env_seed, tr)
+    else:
+        pol = pol_cls(n_arms=env.n_arms, horizon=horizon, **params)  # validates params, holds the formulas
+        draws, mus = kernel(pol, env, horizon, r, np.random.default_rng(pol_seed), np.random.default_rng(env_seed), tr)
+    return tr.regret, tr.at, tr.pulls, draws, mus, tr.arms
+
+
+def simulate(
+    policy_cls: type[BanditPolicy],
+    params: dict | None,
+    env: BernoulliBandit,
+    horizon: int,
+    n_runs: int,
+    seed: Any = 0,
+    n_jobs: int = 1,
+    checkpoints: Sequence[int] | None = None,
+    return_arms: bool = False,
+) -> SimResult:
+    """Run ``n_runs`` independent runs of ``policy_cls(**params)`` on ``env`` for ``horizon`` rounds.
+
+    ``checkpoints`` (rounds, default 20 evenly spaced) get the regret curve; ``return_arms`` keeps the pull
+    sequences (n_runs, T). ``n_jobs > 1`` needs joblib (extra ``parallel``) and returns identical results.
+    """
+    params = dict(params or {})
+    if not (isinstance(policy_cls, type) and issubclass(policy_cls, BanditPolicy)):
+        raise ValueError(f"policy_cls must be a BanditPolicy subclass, got {policy_cls!r}")
+    if isinstance(n_runs, bool) or not isinstance(n_runs, (int, np.integer)) or n_runs < 1:
+        raise ValueError(f"n_runs must be an int >= 1, got {n_runs!r}")
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs < 1:
+        raise ValueError(f"n_jobs must be an int >= 1, got {n_jobs!r}")
+    probe = policy_cls(n_arms=env.n_arms, horizon=horizon, **params)  # validates everything once
+    if checkpoints is None:
+        checkpoints = np.unique(np.linspace(horizon / 20, horizon, 20).astype(np.int64))
+    cps = np.asarray(sorted({int(c) for c in checkpoints}), dtype=np.int64)
+    if cps.size == 0 or cps[0] < 1 or cps[-1] > horizon:
+        raise ValueError(f"checkpoints must lie in [1, horizon={horizon}], got {list(checkpoints)}")
+    jobs = [(policy_cls, params, env, horizon, ps, es, r, cps, return_arms) for ps, es, r in chunk_seeds(seed, n_runs)]
+    if n_jobs == 1 or len(jobs) == 1:
+        outs = [_run_chunk(*j) for j in jobs]
+    else:
+        from joblib import Parallel, delayed
+
+        outs = Parallel(n_jobs=n_jobs, backend="loky")(delayed(_run_chunk)(*j) for j in jobs)
+    cat = [np.concatenate([o[i] for o in outs]) for i in range(5)]
+    eps = getattr(probe.ledger, "epsilon_dp", None)
+    return SimResult(
+        policy=probe.name,
+        params=params,
+        horizon=horizon,
+        regret=cat[0],
+        checkpoints=cps,
+        regret_at=cat[1],
+        pulls=cat[2],
+        draws=cat[3],
+        mu_bound=float(probe.ledger.mu_bound),
+        mu_realized=cat[4],
+        epsilon_dp=eps,
+        arms=np.concatenate([o[5] for o in outs]) if return_arms else None,
+    )
