@@ -1,0 +1,70 @@
+"""Baselines (spec §6): exact orthogonal projection and warm-started solving by cvxpy (``[baselines]`` extra),
+and the DC3-style gradient correction on the violation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bisection_proj.bisection import check_finite
+from bisection_proj.config import check_positive_int
+from bisection_proj.problems.base import Problem
+
+__all__ = ["cvxpy_projection", "warm_start", "dc3_correction"]
+
+
+def cvxpy_projection(problem: Problem, theta: Tensor, y: Tensor, **solver_kw: Any) -> Tensor:
+    """``Proj``: argmin ‖y' − y‖² over the feasible set of each θ, solved one instance at a time by cvxpy
+    (Clarabel by default; the model is compiled once with θ and y as parameters)."""
+    if y.dim() != 2 or y.shape[0] != theta.shape[0]:
+        raise ValueError(f"y must have shape ({theta.shape[0]}, n), got {tuple(y.shape)}")
+    check_finite("y", y)
+    return problem.project(theta, y, **solver_kw)
+
+
+def warm_start(problem: Problem, theta: Tensor, y: Tensor, solver: str = "OSQP", **solver_kw: Any) -> Tensor:
+    """``WS``: solve the problem from the prediction as initial point (cvxpy ``warm_start``; OSQP by default,
+    which uses it; Clarabel, an interior-point method, ignores it)."""
+    if y.dim() != 2 or y.shape[0] != theta.shape[0]:
+        raise ValueError(f"y must have shape ({theta.shape[0]}, n), got {tuple(y.shape)}")
+    if not hasattr(problem, "_cvx_model"):
+        return problem.solve(theta)
+    import numpy as np
+
+    prob, var, params = problem._cvx_model("solve")
+    out = []
+    for t, v in zip(theta.detach().cpu().double().numpy(), y.detach().cpu().double().numpy()):
+        params[0].value = t
+        var.value = v
+        prob.solve(solver=solver, warm_start=True, **solver_kw)
+        if var.value is None:
+            raise RuntimeError(f"warm_start: solver status {prob.status!r}")
+        out.append(np.asarray(var.value))
+    return torch.as_tensor(np.stack(out), dtype=y.dtype, device=y.device)
+
+
+def dc3_correction(problem: Problem, theta: Tensor, z: Tensor, steps: int = 30, lr: float = 1e-3,
+                   momentum: float = 0.5, tol: float = 1e-5) -> Tensor:  # fmt: skip
+    """``D-Proj``: DC3's correction, gradient descent with momentum on ½‖ineq_violation(θ, complete(θ, scale(z)))‖²
+    over the normalised partial variables z (B, d); equalities stay exact through completion. No feasibility
+    guarantee. Rows stop moving once feasible. Returns the corrected z."""
+    steps = check_positive_int("steps", steps, allow_zero=True)
+    if not lr > 0 or not 0 <= momentum < 1:
+        raise ValueError(f"lr must be > 0 and momentum in [0, 1), got lr={lr}, momentum={momentum}")
+    problem.check_theta(theta)
+    check_finite("z", z)
+    theta = theta.to(z.dtype)
+    z = z.detach().clone()
+    vel = torch.zeros_like(z)
+    for _ in range(steps):
+        zz = z.requires_grad_(True)
+        with torch.enable_grad():
+            v = problem.z_violation(theta, zz)
+            g = torch.autograd.grad(0.5 * (v**2).sum(), zz)[0]
+        with torch.no_grad():
+            active = (v.detach().amax(-1) > tol).unsqueeze(-1).to(z.dtype)
+            vel = momentum * vel + g * active
+            z = (z - lr * vel).detach()
+    return z.detach()

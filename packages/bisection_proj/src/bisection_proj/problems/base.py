@@ -1,0 +1,123 @@
+"""The problem interface (spec §2): a parametric problem min_y f(y, θ) s.t. g(y, θ) <= 0, h(y, θ) = 0.
+
+Networks predict only the partial variables in the normalised box, z ∈ [0, 1]^d; ``scale`` maps them to their
+bounds and ``complete`` recovers the full y so that the equalities hold by construction. "Feasible" then means
+that the clamped inequality residuals ``ineq_violation(θ, complete(θ, scale(θ, z)))`` are all ``<= tol``.
+
+Problems are ``nn.Module``s whose data are buffers, so ``problem.to(device, dtype)`` and ``state_dict`` work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Problem"]
+
+
+class Problem(nn.Module):
+    """Base class of parametric problems; subclasses set ``theta_dim``, ``z_dim``, ``y_dim``, ``n_ineq``,
+    ``n_eq`` and implement ``scale``, ``complete``, ``ineq_violation``, ``objective`` (``eq_residual`` defaults
+    to none, ``unscale``/``partial`` to the identity) and optionally ``solve``/``project`` for labels and
+    baselines."""
+
+    theta_dim: int
+    z_dim: int
+    y_dim: int
+    n_ineq: int
+    n_eq: int = 0
+    theta_low: Tensor
+    theta_high: Tensor
+
+    # --- the interface ------------------------------------------------------------------------------------------
+    def scale(self, theta: Tensor, z: Tensor) -> Tensor:
+        """Normalised partial variables z (..., d) -> partial variables x (..., d)."""
+        raise NotImplementedError
+
+    def unscale(self, theta: Tensor, x: Tensor) -> Tensor:
+        """Inverse of :meth:`scale`."""
+        raise NotImplementedError
+
+    def complete(self, theta: Tensor, x: Tensor) -> Tensor:
+        """Partial variables x (B, d) -> full variables y (B, n) satisfying the equalities."""
+        raise NotImplementedError
+
+    def partial(self, y: Tensor) -> Tensor:
+        """The partial variables of a full y (B, n) -> (B, d)."""
+        raise NotImplementedError
+
+    def ineq_violation(self, theta: Tensor, y: Tensor) -> Tensor:
+        """Clamped inequality residuals (B, n_ineq) >= 0."""
+        raise NotImplementedError
+
+    def eq_residual(self, theta: Tensor, y: Tensor) -> Tensor:
+        """Equality residuals (B, n_eq) (signed)."""
+        return y.new_zeros(y.shape[0], 0)
+
+    def objective(self, theta: Tensor, y: Tensor) -> Tensor:
+        """Objective value per sample (B,)."""
+        raise NotImplementedError
+
+    def solve(self, theta: Tensor) -> Tensor:
+        """Optimal full solutions y* (B, n) by a solver (cvxpy + Clarabel); needs the ``[baselines]`` extra."""
+        raise NotImplementedError(f"{type(self).__name__} has no solver")
+
+    def project(self, theta: Tensor, y: Tensor) -> Tensor:
+        """Exact orthogonal projections of y onto the feasible sets (B, n) by a solver."""
+        raise NotImplementedError(f"{type(self).__name__} has no exact projection")
+
+    # --- derived helpers ----------------------------------------------------------------------------------------
+    def sample_theta(self, n: int, generator: torch.Generator | None = None) -> Tensor:
+        """``n`` parameters drawn uniformly in the box Θ = [theta_low, theta_high]."""
+        lo, hi = self.theta_low, self.theta_high
+        u = torch.rand(n, self.theta_dim, generator=generator, dtype=lo.dtype, device="cpu").to(lo.device)
+        return lo + u * (hi - lo)
+
+    def z_to_y(self, theta: Tensor, z: Tensor) -> Tensor:
+        """``complete(θ, scale(θ, z))``."""
+        return self.complete(theta, self.scale(theta, z))
+
+    def y_to_z(self, theta: Tensor, y: Tensor) -> Tensor:
+        """The normalised partial variables of a full y."""
+        return self.unscale(theta, self.partial(y))
+
+    def z_violation(self, theta: Tensor, z: Tensor) -> Tensor:
+        """Inequality violations (B, n_ineq) of normalised points z (B, d)."""
+        return self.ineq_violation(theta, self.z_to_y(theta, z))
+
+    def violation_fn(self, theta: Tensor) -> Callable[[Tensor], Tensor]:
+        """The oracle for :func:`~bisection_proj.bisection.bisection_project`: points (B, m, d) in the
+        normalised space -> violations (B, m, n_ineq), row b evaluated at ``theta[b]``."""
+
+        def fn(points: Tensor) -> Tensor:
+            b, m, d = points.shape
+            th = theta.unsqueeze(1).expand(b, m, theta.shape[-1]).reshape(b * m, -1)
+            return self.z_violation(th, points.reshape(b * m, d)).reshape(b, m, -1)
+
+        return fn
+
+    def max_violation(self, theta: Tensor, y: Tensor) -> Tensor:
+        """max(|ineq|, |eq|) per sample (B,)."""
+        parts = [self.ineq_violation(theta, y), self.eq_residual(theta, y).abs()]
+        parts = [p for p in parts if p.shape[-1] > 0]
+        if not parts:
+            return y.new_zeros(y.shape[0])
+        return torch.cat(parts, dim=-1).amax(-1)
+
+    def check_theta(self, theta: Tensor, name: str = "theta") -> None:
+        """``ValueError`` for a θ of the wrong shape or with NaN/inf."""
+        if not isinstance(theta, Tensor) or theta.dim() != 2 or theta.shape[1] != self.theta_dim:
+            shape = tuple(theta.shape) if isinstance(theta, Tensor) else type(theta).__name__
+            raise ValueError(f"{name} must have shape (B, {self.theta_dim}), got {shape}")
+        if not torch.isfinite(theta).all():
+            raise ValueError(f"{name} must be finite, got NaN/inf entries")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.theta_low.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.theta_low.device
