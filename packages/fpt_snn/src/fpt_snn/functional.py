@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .config import FPTConfig, validate_decay
+from .config import DENSE_MAX_T, DENSE_MAX_T_CUDA, PATHS, FPTConfig, auto_chunk_size, validate_decay
 
 __all__ = [
     "lambda_matrix",
@@ -121,13 +121,14 @@ def apply_lambda(
     decay: float | Tensor,
     *,
     path: str = "auto",
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
     kernel: Tensor | None = None,
 ) -> Tensor:
     """Λ·y for ``y`` of shape [T, M] (the linear recurrence u[t] = λ u[t-1] + y[t], u[-1] = 0).
 
     ``path="dense"``: one T×T GEMM (best on GPU and for small T); ``"chunked"``: the blocked scan of
-    :func:`_chunked_lambda`, O(T·chunk_size) work per column; ``"auto"``: dense for T ≤ ``chunk_size``.
+    :func:`_chunked_lambda`, O(T·chunk_size) work per column; ``"auto"``: see :meth:`FPTConfig.use_dense`.
+    ``chunk_size=None`` picks B ≈ √T (a power of 2 in [16, 64]).
     ``kernel``: an explicit T×T matrix used instead of Λ (its lower triangle; the learnable-kernel variant).
     """
     if y.dim() != 2:
@@ -137,11 +138,13 @@ def apply_lambda(
         if kernel.shape != (T, T):
             raise ValueError(f"kernel must have shape ({T}, {T}) for T={T}, got {tuple(kernel.shape)}")
         return torch.tril(kernel) @ y
-    if path == "dense" or (path == "auto" and T <= chunk_size):
+    if path not in PATHS:
+        raise ValueError(f"path must be 'auto', 'dense' or 'chunked', got {path!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
+    if path == "dense" or (path == "auto" and (T <= DENSE_MAX_T or (y.is_cuda and T <= DENSE_MAX_T_CUDA))):
         return _leak_matrix(T, decay, y) @ y
-    if path in ("chunked", "auto"):
-        return _chunked_lambda(y, decay, chunk_size)
-    raise ValueError(f"path must be 'auto', 'dense' or 'chunked', got {path!r}")
+    return _chunked_lambda(y, decay, chunk_size if chunk_size is not None else auto_chunk_size(T))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -150,6 +153,12 @@ def apply_lambda(
 def flat_slope(alpha: float) -> float:
     """Slope of the official flat-sigmoid backward: α_b = max(1, α/3)."""
     return max(1.0, alpha / 3.0)
+
+
+def _flat_sigmoid_grad(grad: Tensor, z: Tensor, alpha_b: float) -> Tensor:
+    """grad · α_b σ(α_b z)(1 - σ(α_b z)), with torch's fused sigmoid backward."""
+    sb = torch.sigmoid(z * alpha_b)
+    return torch.ops.aten.sigmoid_backward(grad, sb).mul_(alpha_b)
 
 
 class _SoftSpike(torch.autograd.Function):
@@ -164,8 +173,7 @@ class _SoftSpike(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None, None]:  # type: ignore[override]
         (z,) = ctx.saved_tensors
-        sb = torch.sigmoid(ctx.alpha_b * z)
-        return grad * ctx.alpha_b * sb * (1.0 - sb), None, None
+        return _flat_sigmoid_grad(grad, z, ctx.alpha_b), None, None
 
 
 class _HardSpike(torch.autograd.Function):
@@ -180,8 +188,7 @@ class _HardSpike(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, None]:  # type: ignore[override]
         (z,) = ctx.saved_tensors
-        sb = torch.sigmoid(ctx.alpha_b * z)
-        return grad * ctx.alpha_b * sb * (1.0 - sb), None
+        return _flat_sigmoid_grad(grad, z, ctx.alpha_b), None
 
 
 class _StraightThrough(torch.autograd.Function):
@@ -300,55 +307,73 @@ def fpt_iterate(
     bias: Tensor | None = None,
     output: str | None = None,
     generator: torch.Generator | None = None,
-) -> tuple[Tensor, FPTInfo]:
+    need_info: bool = False,
+) -> tuple[Tensor, FPTInfo | None]:
     """The FPT solve on a time-major matrix ``x`` [T, M] (no input checks; the building block of
     :func:`fpt_lif` and :class:`fpt_snn.FPTLIFNode`).
 
     ``decay`` overrides ``cfg.leak`` (a tensor for a learnable leak); ``kernel`` replaces Λ by tril(kernel) and
     ``bias`` (shape [T, 1]) replaces the constant -θ of the pre-activation (the learnable-kernel/PSN variant);
-    ``output`` overrides ``cfg.output`` (the module uses it for its eval behaviour).
+    ``output`` overrides ``cfg.output`` (the module uses it for its eval behaviour). The :class:`FPTInfo` is
+    computed only when ``need_info`` (otherwise ``None``).
     """
     T = x.shape[0]
     lam = cfg.leak if decay is None else decay
     theta = cfg.v_threshold
     out_kind = cfg.output if output is None else output
-    scale = cfg.input_scale if not isinstance(lam, Tensor) or not cfg.decay_input else (1.0 - lam)
+    if cfg.decay_input and isinstance(lam, Tensor):
+        x = x * (1.0 - lam)
+        scale = 1.0
+    else:
+        scale = cfg.input_scale
+    dense = kernel is not None or cfg.use_dense(T, x.device)
+    block = cfg.block(T)
+    if kernel is not None:
+        lam_mat = torch.tril(kernel)
+    elif dense:
+        lam_mat = _leak_matrix(T, lam, x)
+    offset = torch.full((1, 1), -theta, dtype=x.dtype, device=x.device) if bias is None else bias
 
-    def apply(y: Tensor) -> Tensor:
-        return apply_lambda(y, lam, path=cfg.path, chunk_size=cfg.chunk_size, kernel=kernel)
+    # Z⁰ = C - θ = Λ X - θ (the pre-activation H - θ; a learnable bias replaces -θ)
+    if dense:
+        z0 = torch.addmm(offset, lam_mat, x, alpha=scale)
+        a_mat = lam_mat - torch.eye(T, dtype=x.dtype, device=x.device)  # A = Λ - I, strictly lower triangular
+    else:
+        z0 = _chunked_lambda(x, lam, block)
+        z0 = (z0.mul_(scale) if scale != 1.0 else z0).add_(offset)
 
-    charge = apply(x * scale if not (isinstance(scale, float) and scale == 1.0) else x)  # C = Λ X
-    offset = -theta if bias is None else bias  # pre-activation Z = H - θ (or W X - θ A S + b)
-    z = charge + offset
     k_max = T if cfg.K == "auto" else int(cfg.K)
     hard = cfg.mode == "hard"
+    z = z0
     s: Tensor | None = None
     iterations = 0
     for k in range(k_max):
         if s is not None:  # S⁰ = 0 makes the first reset term vanish
             s_r = s.detach() if cfg.detach_reset else s
-            z = charge - theta * (apply(s_r) - s_r) + offset  # H^k - θ = C - θ A S^(k-1) - θ
+            if dense:  # Z^k = Z⁰ - θ A S^(k-1), one fused GEMM
+                z = torch.addmm(z0, a_mat, s_r, alpha=-theta)
+            else:  # Z^k = Z⁰ + θ S - θ Λ S
+                z = torch.add(z0, s_r, alpha=theta).sub_(_chunked_lambda(s_r, lam, block), alpha=theta)
         alpha = cfg.alpha(k)
-        if hard:
-            s_new = hard_spike(z, alpha, cfg.surrogate_backward)
-        else:
-            s_new = soft_spike(z, alpha, cfg.surrogate_backward)
+        s_new = hard_spike(z, alpha, cfg.surrogate_backward) if hard else soft_spike(z, alpha, cfg.surrogate_backward)
         iterations = k + 1
         if cfg.K == "auto" and torch.equal(s_new, s if s is not None else torch.zeros_like(s_new)):
             s = s_new  # a hard fixed point is the LIF solution
             break
         s = s_new
     assert s is not None
-    h = z - offset  # the charge H^K = C - θ A S^(K-1)
     if hard or out_kind == "soft":
         spikes = s
     elif out_kind == "heaviside":
         spikes = straight_through(s, (z >= 0).to(z.dtype))
     elif out_kind == "bernoulli":
-        sample = torch.bernoulli(s.detach().clamp(0.0, 1.0), generator=generator)
-        spikes = straight_through(s, sample)
+        u = torch.rand(s.shape, dtype=s.dtype, device=s.device, generator=generator)
+        spikes = straight_through(s, (u < s.detach()).to(s.dtype))
     else:
         raise ValueError(f"output must be 'bernoulli', 'heaviside' or 'soft', got {out_kind!r}")
+    if not need_info:
+        return spikes, None
+    h = z - offset  # the charge H^K = C - θ A S^(K-1)
     return spikes, FPTInfo(h, h - theta * spikes, iterations)
 
 
@@ -366,7 +391,7 @@ def fpt_lif(
     surrogate_backward: str = "flat_sigmoid",
     detach_reset: bool = False,
     path: str = "auto",
-    chunk_size: int = 64,
+    chunk_size: int | None = None,
     generator: torch.Generator | None = None,
     return_info: bool = False,
 ) -> Tensor | tuple[Tensor, FPTInfo]:
@@ -407,9 +432,9 @@ def fpt_lif(
         chunk_size=chunk_size,
     )
     shape = x_seq.shape
-    spikes, info = fpt_iterate(x_seq.reshape(shape[0], -1), cfg, generator=generator)
+    spikes, info = fpt_iterate(x_seq.reshape(shape[0], -1), cfg, generator=generator, need_info=return_info)
     spikes = spikes.view(shape)
-    if not return_info:
+    if info is None:
         return spikes
     return spikes, FPTInfo(info.h_seq.view(shape), info.v_seq.view(shape), info.iterations)
 
@@ -424,4 +449,3 @@ def mismatch_rate(a: Tensor, b: Tensor) -> float:
 def dependent_steps(T: int, K: int) -> dict[str, int]:
     """Sequentially dependent steps per layer: T for the LIF recurrence, K for FPT (each a parallel sweep)."""
     return {"lif": _check_T(T), "fpt": _check_T(K, "K")}
-
