@@ -21,13 +21,13 @@ def digits_models():
 
 @pytest.fixture
 def small_cfg():
-    return dict(
-        rounds=4,
-        batch_size=8,
-        server_update_interval=2,
-        align_interval=2,
-        align_epochs=2,
-        align_batch_size=16,
-        buffer_size=20,
-        seed=0,
-    )
+    return {
+        "rounds": 4,
+        "batch_size": 8,
+        "server_update_interval": 2,
+        "align_interval": 2,
+        "align_epochs": 2,
+        "align_batch_size": 16,
+        "buffer_size": 20,
+        "seed": 0,
+    }
