@@ -49,7 +49,9 @@ def validate_hparams(h: dict[str, Any]) -> None:
             raise ValueError(f"{key} must be a finite float >= 0, got {h[key]!r}")
     if "momentum" in h and not (_is_real(h["momentum"]) and 0.0 <= h["momentum"] < 1.0):
         raise ValueError(f"momentum must be in [0, 1), got {h['momentum']!r}")
-    if "whiten_dtype" in h and (not isinstance(h["whiten_dtype"], torch.dtype) or not h["whiten_dtype"].is_floating_point):
+    if "whiten_dtype" in h and (
+        not isinstance(h["whiten_dtype"], torch.dtype) or not h["whiten_dtype"].is_floating_point
+    ):
         raise ValueError(f"whiten_dtype must be a floating torch.dtype, got {h['whiten_dtype']!r}")
     if "nonfinite" in h and h["nonfinite"] not in NONFINITE_POLICIES:
         raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {h['nonfinite']!r}")
@@ -57,7 +59,9 @@ def validate_hparams(h: dict[str, Any]) -> None:
         raise ValueError(f"adamw_lr must be a finite float >= 0 (or None for lr), got {h['adamw_lr']!r}")
     if "adamw_betas" in h:
         betas = h["adamw_betas"]
-        if not (isinstance(betas, (tuple, list)) and len(betas) == 2 and all(_is_real(b) and 0 <= b < 1 for b in betas)):
+        if not (
+            isinstance(betas, (tuple, list)) and len(betas) == 2 and all(_is_real(b) and 0 <= b < 1 for b in betas)
+        ):
             raise ValueError(f"adamw_betas must be a pair of floats in [0, 1), got {betas!r}")
     if "adamw_eps" in h and not (_is_real(h["adamw_eps"]) and h["adamw_eps"] >= 0):
         raise ValueError(f"adamw_eps must be a finite float >= 0, got {h['adamw_eps']!r}")
