@@ -89,7 +89,7 @@ def _newton_schulz(X: Tensor, ns_steps: int, ns_beta: float) -> Tensor:
     # k = 0 with Z0 = I: T = 3β I - β Y and Z1 = T (no matmul needed)
     T = torch.add(eye3b, Y, alpha=-ns_beta)
     Z = T
-    for k in range(1, ns_steps):
+    for _ in range(1, ns_steps):
         Y = torch.bmm(Y, T)
         T = torch.baddbmm(eye3b, Z, Y, beta=1.0, alpha=-ns_beta)
         Z = torch.bmm(T, Z)
