@@ -109,7 +109,9 @@ class BSLoRAConfig:
         except (re.error, TypeError) as err:
             raise ValueError(f"layers_pattern is not a valid regex: {self.layers_pattern!r} ({err})") from None
         if pat.groups < 1:
-            raise ValueError(f"layers_pattern must have a capture group for the layer index, got {self.layers_pattern!r}")
+            raise ValueError(
+                f"layers_pattern must have a capture group for the layer index, got {self.layers_pattern!r}"
+            )
 
     @property
     def scale(self) -> float:

@@ -22,7 +22,8 @@ def _as_model(config_or_model: Any) -> nn.Module:
         raise TypeError("counting from a config needs transformers") from err
     if not isinstance(config_or_model, PretrainedConfig):
         raise TypeError(
-            f"config_or_model must be an nn.Module or a transformers PretrainedConfig, got {type(config_or_model).__name__}"
+            "config_or_model must be an nn.Module or a transformers PretrainedConfig, got "
+            f"{type(config_or_model).__name__}"
         )
     with torch.device("meta"):  # shapes only: no memory, no init cost
         return AutoModelForCausalLM.from_config(config_or_model)
@@ -70,15 +71,20 @@ def count_bslora_parameters(config_or_model: Any, cfg: BSLoRAConfig) -> dict[str
     }
 
 
+def _lora_config(r: int, target_modules: Any) -> BSLoRAConfig:
+    extra = {"target_modules": target_modules} if target_modules else {}
+    return BSLoRAConfig(r_local=r, r_intra=0, r_inter=0, **extra)
+
+
 def count_lora_parameters(config_or_model: Any, r: int, target_modules: Any = None) -> int:
     """Plain LoRA of rank ``r`` on the same targets: ``r · Σ (in + out)``."""
-    cfg = BSLoRAConfig(r_local=r, r_intra=0, r_inter=0, **({"target_modules": target_modules} if target_modules else {}))
+    cfg = _lora_config(r, target_modules)
     return count_bslora_parameters(config_or_model, cfg)["total"]
 
 
 def count_sharelora_parameters(config_or_model: Any, r: int, target_modules: Any = None) -> int:
     """ShareLoRA (A per layer, one B per module type shared across layers): ``r Σ in · L + r Σ_types out``."""
-    cfg = BSLoRAConfig(r_local=r, r_intra=0, r_inter=0, **({"target_modules": target_modules} if target_modules else {}))
+    cfg = _lora_config(r, target_modules)
     shapes = target_shapes(config_or_model, cfg)
     types = {}
     for n, _, o, _ in shapes:

@@ -12,7 +12,9 @@ __all__ = ["export_to_lora"]
 
 
 @torch.no_grad()
-def export_to_lora(model: BSLoRAModel, adapter_name: str | None = None) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+def export_to_lora(
+    model: BSLoRAModel, adapter_name: str | None = None
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """``(lora_config_dict, state_dict)``: a plain LoRA whose update equals the BSLoRA update of every module.
 
     The rank is ``r_local + r_intra + r_inter`` (slice, kron) or ``r_local + #shared branches`` (gate: each gate term

@@ -75,7 +75,7 @@ def _check_kron(A: torch.Tensor, B: torch.Tensor, a: torch.Tensor, b: torch.Tens
 def kron_factors(
     A: torch.Tensor, B: torch.Tensor, a: torch.Tensor, b: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Kronecker extension (KE): the module's explicit factors ``(a ⊗ A, b ⊗ B)`` of shapes ``(r, in)``, ``(out, r)``."""
+    """Kronecker extension (KE): the explicit factors ``(a ⊗ A, b ⊗ B)``, shapes ``(r, in)`` and ``(out, r)``."""
     _check_kron(A, B, a, b)
     return torch.kron(a, A), torch.kron(b, B)
 
@@ -98,9 +98,7 @@ def kron_apply(x: torch.Tensor, A: torch.Tensor, B: torch.Tensor, a: torch.Tenso
     return (b[:, 0, None] * u[..., None, :]).reshape(*x.shape[:-1], b.shape[0] * B.shape[0])
 
 
-def gate_scalar(
-    A: torch.Tensor, B: torch.Tensor, v_in: torch.Tensor, u_out: torch.Tensor
-) -> torch.Tensor:
+def gate_scalar(A: torch.Tensor, B: torch.Tensor, v_in: torch.Tensor, u_out: torch.Tensor) -> torch.Tensor:
     """GT: the scalar ``u_out^T B A v_in`` (shape ``()``) that multiplies the rank-1 map ``v_out u_in^T``."""
     return (u_out @ (B @ (A @ v_in))).reshape(())
 

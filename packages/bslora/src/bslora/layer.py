@@ -195,9 +195,9 @@ class BSLoRALinear(nn.Module):
         """Yield ``(pair, sampler_or_gates)`` for the intra and inter branches that exist."""
         intra, inter = self._shared[adapter_name]
         if intra is not None:
-            yield intra, self.intra_adapt[adapter_name] if adapter_name in self.intra_adapt else None
+            yield intra, self.intra_adapt[adapter_name] if adapter_name in self.intra_adapt else None  # noqa: SIM401
         if inter is not None:
-            yield inter, self.inter_adapt[adapter_name] if adapter_name in self.inter_adapt else None
+            yield inter, self.inter_adapt[adapter_name] if adapter_name in self.inter_adapt else None  # noqa: SIM401
 
     def get_delta_weight(self, adapter_name: str) -> torch.Tensor:
         """The scaled ``out x in`` update ``s (B_loc A_loc + T_m(intra) + T_m(inter))`` (closed forms of §2.2)."""
@@ -277,7 +277,9 @@ class BSLoRALinear(nn.Module):
     def _mixed_forward(self, x: torch.Tensor, y: torch.Tensor, rows: list[str]) -> torch.Tensor:
         """Each row of the batch with its own adapter: one gathered ``bmm`` pair over the stacked exact factors."""
         if x.shape[0] != len(rows):
-            raise ValueError(f"adapter_names has {len(rows)} entries but the batch at {self.module_name} has {x.shape[0]}")
+            raise ValueError(
+                f"adapter_names has {len(rows)} entries but the batch at {self.module_name} has {x.shape[0]} rows"
+            )
         names = [n for n in dict.fromkeys(rows) if n != BASE_ADAPTER]
         if not names:
             return y

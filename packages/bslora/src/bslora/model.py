@@ -72,8 +72,8 @@ def find_targets(model: nn.Module, cfg: BSLoRAConfig) -> list[tuple[str, nn.Modu
             continue
         if not _is_supported(module):
             raise TypeError(
-                f"target module {name!r} is a {type(module).__name__}; BSLoRA supports nn.Linear and transformers "
-                "Conv1D only"
+                f"target module {name!r} is a {type(module).__module__}.{type(module).__qualname__}; BSLoRA "
+                "supports nn.Linear and transformers Conv1D only"
             )
         found.append((name, module))
     if not found:
@@ -138,7 +138,9 @@ class BSLoRAModel(nn.Module):
         if not isinstance(config, BSLoRAConfig):
             raise TypeError(f"config must be a BSLoRAConfig, got {type(config).__name__}")
         if not isinstance(adapter_name, str) or not adapter_name or adapter_name == BASE_ADAPTER or "." in adapter_name:
-            raise ValueError(f"adapter_name must be a non-empty str without '.' other than {BASE_ADAPTER!r}, got {adapter_name!r}")
+            raise ValueError(
+                f"adapter_name must be a non-empty str without '.' other than {BASE_ADAPTER!r}, got {adapter_name!r}"
+            )
         if adapter_name in self.peft_config:
             raise ValueError(f"adapter {adapter_name!r} already exists; loaded adapters: {list(self.peft_config)}")
         targets = find_targets(self.base_model, config)
@@ -293,9 +295,27 @@ class BSLoRAModel(nn.Module):
         print(f"trainable params: {t:,d} || all params: {a:,d} || trainable%: {100 * t / a:.4f}")
 
     # ------------------------------------------------------------------ forward
-    def forward(self, *args: Any, adapter_names: list[str] | None = None, **kwargs: Any) -> Any:
+    def forward(
+        self,
+        input_ids: Any = None,
+        *args: Any,
+        attention_mask: Any = None,
+        labels: Any = None,
+        adapter_names: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """The base model's forward. ``adapter_names`` (one per batch row, ``"__base__"`` = no adapter) runs a
-        mixed batch: every row with its own adapter in one pass."""
+        mixed batch: every row with its own adapter in one pass.
+
+        ``input_ids``, ``attention_mask`` and ``labels`` are named so that ``transformers.Trainer`` keeps those
+        dataset columns; they are passed on only when given (a non-LM base gets its first positional argument).
+        """
+        if input_ids is not None:
+            args = (input_ids, *args)
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+        if labels is not None:
+            kwargs["labels"] = labels
         layers = [layer for _, layer in self.bslora_layers()]
         if adapter_names is not None:
             adapter_names = list(adapter_names)
@@ -390,7 +410,9 @@ class BSLoRAModel(nn.Module):
         (d / CONFIG_NAME).write_text(json.dumps(self.peft_config[name].to_dict(), indent=2) + "\n", encoding="utf-8")
         return d
 
-    def load_adapter(self, save_directory: str | Path, adapter_name: str = "default", *, is_trainable: bool = False) -> None:
+    def load_adapter(
+        self, save_directory: str | Path, adapter_name: str = "default", *, is_trainable: bool = False
+    ) -> None:
         """Add the adapter saved in ``save_directory`` as ``adapter_name`` (frozen unless ``is_trainable``)."""
         from safetensors.torch import load_file
 
