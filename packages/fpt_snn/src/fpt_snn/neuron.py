@@ -119,7 +119,8 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
     @property
     def tau(self) -> float:
         """τ = 1/(1 - λ) of the current leak (learned when ``learnable_decay``)."""
-        return 1.0 / (1.0 - float(self.decay))
+        lam = self.decay
+        return 1.0 / (1.0 - (float(lam.detach()) if isinstance(lam, Tensor) else lam))
 
     @property
     def decay(self) -> float | Tensor:
