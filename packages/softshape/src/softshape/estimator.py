@@ -323,10 +323,10 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
                 tot += float(loss.detach()) * len(idx)
                 n_seen += len(idx)
             rec = {"epoch": epoch, "train_loss": tot / n_seen, "sparse": float(sparse)}
-            if len(va):
+            if len(va) and epoch >= select_from:  # validation only where it can select or stop
                 val = self._loss(net, Xva, yva, self._eval_mode(sparse))
                 rec["val_loss"] = val
-                if epoch >= select_from and val < best_loss:
+                if val < best_loss:
                     best_loss, best_epoch, best_sparse = val, epoch, sparse
                     best_state = copy.deepcopy(net.state_dict())
                 if epoch >= warm and prev_val is not None and self.early_stopping:
@@ -400,7 +400,8 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted labels (n,)."""
-        return self.classes_[self._run(X)[0].argmax(axis=1)]
+        logits = self._run(X)[0]
+        return self.classes_[logits.argmax(axis=1)]
 
     def shape_scores(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Per-shape contribution scores and kept mask at the original shape positions.

@@ -151,7 +151,10 @@ class SharedMoE(nn.Module):
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k expert indices [n, k] and renormalised gate values [n, k] of tokens h [n, D]."""
         probs = torch.softmax(h @ self.w_gate, dim=-1)
-        top_p, top_i = probs.topk(self.top_k, dim=-1)
+        # stable descending sort: ties (e.g. the uniform routing of the zero-initialised gate) go to the lowest
+        # expert index; torch.topk leaves the tie order unspecified
+        sorted_p, sorted_i = probs.sort(dim=-1, descending=True, stable=True)
+        top_p, top_i = sorted_p[:, : self.top_k], sorted_i[:, : self.top_k]
         return top_i, top_p / top_p.sum(dim=-1, keepdim=True)
 
     def aux_loss(self, top_i: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
