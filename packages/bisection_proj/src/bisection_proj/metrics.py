@@ -23,11 +23,8 @@ def feasible_mask(problem: Problem, theta: Tensor, y: Tensor, tol: float = 1e-5,
         raise ValueError(f"y must have shape ({theta.shape[0]}, {problem.y_dim}), got {tuple(y.shape)}")
     theta = theta.to(y.dtype)
     eq_tol = eq_tolerance(y.dtype, tol) if eq_tol is None else eq_tol
-    ok = (
-        problem.ineq_violation(theta, y).amax(-1, initial=0.0) <= tol
-        if problem.n_ineq
-        else torch.ones_like(y[:, 0], dtype=torch.bool)
-    )
+    v = problem.ineq_violation(theta, y)
+    ok = v.amax(-1) <= tol if v.shape[-1] else torch.ones_like(y[:, 0], dtype=torch.bool)
     eq = problem.eq_residual(theta, y)
     if eq.shape[-1]:
         ok = ok & (eq.abs().amax(-1) <= eq_tol)
