@@ -1,0 +1,423 @@
+"""Decoupled propagation with entry-wise graph sparsification (paper Algorithm 1; spec 3.7).
+
+``P_{l+1} = c · T P_l`` with ``c = 1`` (SGC: ``P = T^L X``) or ``c = 1 − α`` (APPNP, accumulated as
+``Z_L = α Σ_{l<L} P_l + P_L``, which is PyG's ``APPNP(K=L, alpha=α)``; ``appnp_tail=False`` drops ``P_L`` as the
+official push does). A message of edge ``e = (v → u)`` and feature ``k`` is ``τ = c · T[u, v] · P_l[v, k]``.
+
+``mode="entry"`` (default, column-separable): ``θ_k = δa · mean_u |X[u, k]|``. An entry whose non-zero message falls
+under ``θ_k`` leaves the deterministic regime for good (progressive). Outside it, ``push="random"`` fires with
+probability ``min(1, |τ|/θ_k)`` carrying ``sign(τ) · max(|τ|, θ_k)`` (unbiased), ``push="drop"`` removes it
+(lossy). Zero entries are skipped, never marked removed. Because ``T[u, v] = d̄_u^{-(1-r)} d̄_v^{-r}`` depends on the
+target only through its degree, each source's neighbour list is sorted by degree once, the deterministic pushes
+of a (source, feature) pair are a prefix of it (one ``searchsorted``) and the random pushes, driven by one uniform
+``U`` per (source, feature, hop), a longer prefix (threshold ``θ_k · U``). A consequence worth knowing: an entry
+that left the deterministic regime but whose message grew back over ``θ_k`` fires with probability 1 and carries
+``τ``, so with ``push="random"`` progressiveness moves pushes between the two counters but never changes the result;
+with ``push="drop"`` it removes them for good.
+
+The uniforms are a counter-based hash of ``(seed, hop, node, global column)``: propagating column blocks apart
+(``column_offset``) and concatenating equals one call, which is how the precompute shards by feature.
+
+``mode="row"``: Algorithm 1 literally -- an edge is removed for good at the first hop where
+``|c · T[u, v]| · ‖P_l[v]‖₂`` is under ``δa`` (``threshold="absolute"``) or under ``δa`` times the mean edge score
+of the hop (``"relative"``, loops included in the mean); self-loops are never removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .config import THRESHOLDS, check_choice, check_delta
+from .functional import check_edge_index, check_x, spmm
+
+__all__ = ["PropStats", "PropGraph", "unifews_propagate", "propagate_entry_reference", "KINDS", "MODES", "PUSHES"]
+
+KINDS = ("sgc", "appnp")
+MODES = ("entry", "row")
+PUSHES = ("random", "drop")
+IMPLS = ("auto", "prefix", "masked")
+_M32 = 0xFFFFFFFF
+
+
+@dataclass
+class PropStats:
+    """Per-hop counts of one propagation.
+
+    Attributes:
+        kept: entry mode: entries (non-loop edge × feature) still in the deterministic regime (non-increasing);
+            row mode: kept edges, self-loops included (non-increasing).
+        deterministic_pushes: messages executed exactly (self-loop terms included).
+        random_pushes: random pushes fired (entry mode, ``push="random"``).
+        macs: executed multiply-adds of the hop (deterministic + random pushes; 1 MAC each).
+        full_macs: what a dense CSR SpMM executes, ``(m + n) · f · hops`` (the paper's count, zeros included).
+    """
+
+    mode: str
+    push: str
+    kept: list[int] = field(default_factory=list)
+    deterministic_pushes: list[int] = field(default_factory=list)
+    random_pushes: list[int] = field(default_factory=list)
+    macs: list[int] = field(default_factory=list)
+    full_macs: int = 0
+
+    @property
+    def total_macs(self) -> int:
+        """Executed MACs over all hops."""
+        return int(sum(self.macs))
+
+    def merge(self, other: PropStats) -> PropStats:
+        """Sum of two column shards' statistics."""
+
+        def add(a, b):
+            return [x + y for x, y in zip(a, b)] if a else list(b)
+
+        return PropStats(
+            self.mode,
+            self.push,
+            add(self.kept, other.kept),
+            add(self.deterministic_pushes, other.deterministic_pushes),
+            add(self.random_pushes, other.random_pushes),
+            add(self.macs, other.macs),
+            self.full_macs + other.full_macs,
+        )
+
+
+class PropGraph:
+    """The graph ``Ā = A + I`` prepared for prefix pushes: non-loop edges grouped by source, each source's list
+    sorted by target degree ascending (message magnitude descending), ``T``'s factors and search keys."""
+
+    def __init__(self, edge_index: Tensor, num_nodes: int, r: float = 0.5, dtype: torch.dtype = torch.float32):
+        check_edge_index(edge_index, num_nodes)
+        src, dst = edge_index
+        nl = src != dst
+        src, dst = src[nl], dst[nl]
+        dev = edge_index.device
+        self.n, self.r = num_nodes, r
+        deg = torch.ones(num_nodes, dtype=torch.float64, device=dev).index_add_(
+            0, dst, torch.ones(dst.numel(), dtype=torch.float64, device=dev)
+        )  # d̄ counts the self-loop
+        self.deg = deg
+        order = torch.argsort(deg[dst], stable=True)
+        order = order[torch.argsort(src[order], stable=True)]  # by source, then target degree ascending
+        self.src, self.nbr = src[order], dst[order]
+        self.m = int(self.src.numel())
+        self.g64 = deg[self.nbr].pow(-(1.0 - r))  # target factor, descending within each source's list
+        self.a64 = deg.pow(-r)  # source factor
+        self.g, self.a = self.g64.to(dtype), self.a64.to(dtype)
+        self.w = (self.g64 * self.a64[self.src]).to(dtype)  # T[u, v] of each non-loop edge
+        self.w_loop = deg.pow(-1.0).to(dtype)
+        self.out_deg = torch.bincount(self.src, minlength=num_nodes)
+        self.ptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=dev)
+        self.ptr[1:] = self.out_deg.cumsum(0)
+        self.pos = torch.arange(self.m, device=dev) - self.ptr[self.src]  # position in the source's list
+        self.keys = self.src.to(torch.float64) + (1.0 - self.g64) * 0.5  # segmented search keys, in [v, v + 0.5)
+        self.edge_index = torch.stack([self.src, self.nbr])
+
+    def count_at_least(self, v: Tensor, t: Tensor) -> Tensor:
+        """For sources ``v`` and thresholds ``t`` (flat, same length): how many entries of ``v``'s list have
+        ``g >= t`` -- a prefix length, found by one binary search in the segmented keys."""
+        q = v.to(torch.float64) + (1.0 - t.to(torch.float64)).clamp(-1.0, 1.5) * 0.5
+        pos = torch.searchsorted(self.keys, q, right=True)
+        return (pos - self.ptr[v]).clamp_(min=0).minimum(self.out_deg[v])
+
+    def to_dtype(self, dtype: torch.dtype) -> PropGraph:
+        self.g, self.a = self.g64.to(dtype), self.a64.to(dtype)
+        self.w = (self.g64 * self.a64[self.src]).to(dtype)
+        self.w_loop = self.deg.pow(-1.0).to(dtype)
+        return self
+
+
+def _hash32(x: Tensor) -> Tensor:
+    # a 32-bit integer mixer; every product stays below 2**59, so int64 never overflows
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _M32
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _M32
+    return x ^ (x >> 16)
+
+
+def hashed_uniform(seed: int, hop: int, n: int, columns: Tensor) -> Tensor:
+    """Uniforms in (0, 1), float64, of shape ``[n, len(columns)]``, a pure function of (seed, hop, node, column)."""
+    dev = columns.device
+    base = _hash32(torch.tensor(seed * 0x27D4EB2F + hop * 0x165667B1 + 0x9E3779B9, device=dev))
+    hv = _hash32(torch.arange(n, device=dev) * 0x2545F49 ^ base)
+    hk = _hash32(columns * 0x61C88647 + 0x632BE5AB)
+    h = _hash32(hv.unsqueeze(1) ^ hk.unsqueeze(0))
+    return (h.to(torch.float64) + 0.5) / 4294967296.0
+
+
+def _seed_from(generator: torch.Generator | int | None) -> int:
+    if generator is None:
+        return int(torch.randint(0, 2**31 - 1, (1,)))
+    if isinstance(generator, torch.Generator):
+        return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+    if isinstance(generator, bool) or not isinstance(generator, int) or generator < 0:
+        raise TypeError(f"generator must be None, a torch.Generator or a non-negative int seed, got {generator!r}")
+    return generator
+
+
+def _check_common(x, edge_index, hops, delta_a, kind, alpha, r, mode, push, threshold):
+    check_x(x)
+    check_edge_index(edge_index, x.size(0))
+    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 1:
+        raise ValueError(f"hops must be an int >= 1, got {hops!r}")
+    delta_a = check_delta("delta_a", delta_a)
+    check_choice("kind", kind, KINDS)
+    check_choice("mode", mode, MODES)
+    check_choice("push", push, PUSHES)
+    check_choice("threshold", threshold, THRESHOLDS)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha <= 1.0:
+        raise ValueError(f"alpha must lie in (0, 1], got {alpha!r}")
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r <= 1.0:
+        raise ValueError(f"r must lie in [0, 1], got {r!r}")
+    return delta_a
+
+
+def unifews_propagate(
+    x: Tensor,
+    edge_index: Tensor,
+    hops: int = 20,
+    delta_a: float = 0.0,
+    *,
+    kind: str = "sgc",
+    alpha: float = 0.1,
+    r: float = 0.5,
+    mode: str = "entry",
+    push: str = "random",
+    threshold: str = "absolute",
+    appnp_tail: bool = True,
+    generator: torch.Generator | int | None = None,
+    column_offset: int = 0,
+    chunk_size: int | None = None,
+    graph: PropGraph | None = None,
+    impl: str = "auto",
+) -> tuple[Tensor, PropStats]:
+    """Sparsified SGC/APPNP propagation of ``x`` ``[n, f]`` over ``edge_index`` (self-loops added; spec 3.7).
+
+    Args:
+        x: node features (floating, finite). The output has its dtype.
+        edge_index: int64 ``[2, m]``; existing self-loops are replaced by unit loops.
+        hops: L >= 1.
+        delta_a: δa >= 0; 0 gives the exact dense propagation (``SGConv``'s ``T^L X``, PyG's ``APPNP``).
+        kind: ``"sgc"`` or ``"appnp"``; ``alpha`` in (0, 1] is APPNP's teleport probability.
+        r: normalisation exponent of ``T``.
+        mode: ``"entry"`` (per-feature thresholds, prefix pushes) or ``"row"`` (Algorithm 1, row norms).
+        push: entry mode, entries outside the deterministic regime: ``"random"`` (unbiased) or ``"drop"``.
+        threshold: row mode only, ``"absolute"`` (paper) or ``"relative"`` (δa × mean edge score of the hop).
+        appnp_tail: keep APPNP's ``P_L`` term (PyG) or drop it (official push).
+        generator: seed source for the random push (a ``torch.Generator``, an int seed, or None).
+        column_offset: global index of ``x``'s first column (column shards draw the same uniforms).
+        chunk_size: columns processed at once (memory bound); default keeps ``m × chunk`` near 4 M.
+        graph: a :class:`PropGraph` prepared earlier for the same ``edge_index`` and ``r`` (saves the sort).
+        impl: entry mode execution, ``"prefix"`` (pushes enumerated, cost ∝ pushes), ``"masked"`` (the same
+            prefixes as an ``m × chunk`` comparison) or ``"auto"`` (by density, per hop). Same result.
+
+    Returns:
+        ``(P, stats)``: the propagated features and a :class:`PropStats`.
+    """
+    delta_a = _check_common(x, edge_index, hops, delta_a, kind, alpha, r, mode, push, threshold)
+    check_choice("impl", impl, IMPLS)
+    n, f = x.shape
+    G = graph if graph is not None else PropGraph(edge_index, n, r, x.dtype)
+    if G.g.dtype != x.dtype:
+        G.to_dtype(x.dtype)
+    coef = 1.0 - alpha if kind == "appnp" else 1.0
+    stats = PropStats(mode, push, full_macs=(G.m + n) * f * hops)
+    if mode == "row":
+        return _row(x, G, hops, delta_a, coef, kind, alpha, threshold, appnp_tail, stats)
+    seed = _seed_from(generator) if push == "random" and delta_a > 0 else 0
+    step = chunk_size or max(1, min(f, (1 << 22) // max(G.m, 1)))
+    outs = []
+    for c0 in range(0, f, step):
+        cols = torch.arange(column_offset + c0, column_offset + min(f, c0 + step), device=x.device)
+        part, st = _entry(x[:, c0 : c0 + step], G, hops, delta_a, coef, kind, alpha, push, appnp_tail, seed, cols, impl)
+        outs.append(part)
+        stats = stats.merge(st) if stats.macs else _with_full(st, stats.full_macs)
+    return torch.cat(outs, dim=1), stats
+
+
+def _with_full(st: PropStats, full: int) -> PropStats:
+    st.full_macs = full
+    return st
+
+
+def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, cols, impl):
+    n, K = x.shape
+    st = PropStats("entry", push)
+    p = x
+    acc = alpha * x if kind == "appnp" else None
+    scale = x.abs().mean(0)
+    theta = torch.where(scale > 0, delta_a * scale, torch.zeros_like(scale)) if delta_a > 0 else torch.zeros_like(scale)
+    c_prev = G.out_deg.to(torch.int32).unsqueeze(1).expand(n, K).clone()
+    for hop in range(hops):
+        cp = coef * p
+        nz = cp != 0
+        loop_pushes = int(nz.sum())
+        if delta_a == 0:
+            nxt = spmm(G.edge_index, coef * G.w, p, n) + (coef * G.w_loop).unsqueeze(1) * p
+            det = int((G.out_deg.to(p.dtype) @ nz.to(p.dtype)).sum())
+            st.kept.append(int(c_prev.sum()))
+            st.deterministic_pushes.append(det + loop_pushes)
+            st.random_pushes.append(0)
+            st.macs.append(det + loop_pushes)
+        else:
+            nxt, kept, det, rnd, c_prev = _entry_hop(cp, G, theta, c_prev, push, seed, hop, cols, impl)
+            st.kept.append(kept)
+            st.deterministic_pushes.append(det + loop_pushes)
+            st.random_pushes.append(rnd)
+            st.macs.append(det + rnd + loop_pushes)
+        p = nxt
+        if acc is not None and (hop < hops - 1 or tail):
+            acc = acc + (p if hop == hops - 1 else alpha * p)
+    if kind == "appnp":
+        return acc, st
+    return p, st
+
+
+def _entry_hop(cp: Tensor, G: PropGraph, theta: Tensor, c_prev: Tensor, push: str, seed: int, hop: int, cols, impl):
+    """One hop of the prefix form; ``cp`` = c · P_l (n × K), ``c_prev`` the deterministic prefix lengths.
+
+    Returns ``(P_{l+1}, kept, deterministic pushes, random pushes, c)``. Two executions of the same hop:
+    ``"prefix"`` (searchsorted per non-zero (source, feature), then the pushes one by one: cost ∝ pushes) and
+    ``"masked"`` (the same prefixes evaluated as an ``m × K`` comparison: cheaper per push when most entries are
+    non-zero); ``"auto"`` picks by the fraction of non-zero entries.
+    """
+    n, K = cp.shape
+    nz = cp != 0
+    frac = float(nz.sum()) / max(1, nz.numel())
+    use_masked = impl == "masked" or (impl == "auto" and frac > 0.02)
+    u = hashed_uniform(seed, hop, n, cols).to(cp.dtype) if push == "random" else None
+    out = G.w_loop.unsqueeze(1) * cp  # self-loops: always deterministic
+    if use_masked:
+        c_det, c_full, c = _hop_masked(out, cp, G, theta, c_prev, nz, u)
+    else:
+        c_det, c_full, c = _hop_prefix(out, cp, G, theta, c_prev, nz, u)
+    det = int(torch.minimum(c, c_full).sum())
+    executed = int(c_full.sum())
+    return out, int(c.sum()), det, executed - det, c
+
+
+def _hop_masked(out, cp, G: PropGraph, theta, c_prev, nz, u):
+    # thresholds moved to the source side: |τ_e| >= θ  <=>  g_e >= θ / (a_v |cp_v|)  (inf for zero entries)
+    amp = G.a.unsqueeze(1) * cp.abs()
+    t_det = torch.where(nz, theta / torch.where(nz, amp, 1.0), torch.inf)
+    g = G.g.unsqueeze(1)
+    exact = g >= t_det[G.src]  # m × K, == position < c_det[src]
+    c_det = torch.zeros_like(c_prev).index_add_(0, G.src, exact.to(c_prev.dtype))
+    c = torch.where(nz, torch.minimum(c_prev, c_det), c_prev)
+    tau = G.w.unsqueeze(1) * cp[G.src]
+    if u is not None:
+        fire = g >= (t_det * u)[G.src]  # U · θ: a longer prefix, fires with probability min(1, |τ|/θ)
+        val = torch.where(exact, tau, (torch.sign(cp) * theta)[G.src])
+        val = val * fire
+    else:
+        fire = G.pos.unsqueeze(1) < c[G.src]
+        val = tau * fire
+    out.index_add_(0, G.nbr, val)
+    c_full = torch.zeros_like(c_prev).index_add_(0, G.src, fire.to(c_prev.dtype))
+    return c_det, c_full, c
+
+
+def _hop_prefix(out, cp, G: PropGraph, theta, c_prev, nz, u):
+    n, K = cp.shape
+    c = c_prev.clone()
+    c_det = torch.zeros_like(c_prev)
+    c_full = torch.zeros_like(c_prev)
+    flat_nz = nz.reshape(-1).nonzero().view(-1)
+    if flat_nz.numel() == 0:
+        return c_det, c_full, c
+    v, k = flat_nz // K, flat_nz % K
+    cpv = cp.reshape(-1)[flat_nz]
+    amp = G.a[v] * cpv.abs()
+    cd = G.count_at_least(v, theta[k] / amp)
+    c_det.view(-1)[flat_nz] = cd.to(c_det.dtype)
+    cc = torch.minimum(c_prev.reshape(-1)[flat_nz].long(), cd)  # the regime only shrinks; zeros are skipped
+    c.view(-1)[flat_nz] = cc.to(c.dtype)
+    cf = torch.maximum(G.count_at_least(v, theta[k] * u.reshape(-1)[flat_nz] / amp), cd) if u is not None else cc
+    c_full.view(-1)[flat_nz] = cf.to(c_full.dtype)
+    cf = cf.long()
+    # enumerate the executed pushes: positions 0..cf-1 of each non-zero (source, feature) list
+    local = torch.repeat_interleave(torch.arange(cf.numel(), device=cp.device), cf)
+    starts = cf.cumsum(0) - cf
+    pos = torch.arange(int(cf.sum()), device=cp.device) - starts[local]
+    j = G.ptr[v[local]] + pos
+    val_src = cpv[local]
+    if u is not None:
+        val = torch.where(pos < cd[local], G.w[j] * val_src, torch.sign(val_src) * theta[k[local]])
+    else:
+        val = G.w[j] * val_src
+    out.view(-1).index_add_(0, G.nbr[j] * K + k[local], val)
+    return c_det, c_full, c
+
+
+def _row(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, tail, stats: PropStats):
+    n, f = x.shape
+    p = x
+    acc = alpha * x if kind == "appnp" else None
+    ei, w = G.edge_index, G.w
+    for hop in range(hops):
+        if delta_a > 0:
+            norm = torch.linalg.vector_norm(p, dim=1)
+            score = coef * w * norm[ei[0]]
+            if threshold == "relative":
+                loop_score = coef * G.w_loop * norm
+                thr = delta_a * torch.cat([score, loop_score]).mean()
+            else:
+                thr = delta_a
+            keep = score >= thr
+            ei, w = ei[:, keep], w[keep]  # removed for good (Algorithm 1)
+        p = coef * (spmm(ei, w, p, n) + G.w_loop.unsqueeze(1) * p)
+        stats.kept.append(int(ei.size(1)) + n)
+        stats.deterministic_pushes.append((int(ei.size(1)) + n) * f)
+        stats.random_pushes.append(0)
+        stats.macs.append((int(ei.size(1)) + n) * f)
+        if acc is not None and (hop < hops - 1 or tail):
+            acc = acc + (p if hop == hops - 1 else alpha * p)
+    return (acc if kind == "appnp" else p), stats
+
+
+def propagate_entry_reference(
+    x: Tensor,
+    edge_index: Tensor,
+    hops: int,
+    delta_a: float,
+    *,
+    kind: str = "sgc",
+    alpha: float = 0.1,
+    r: float = 0.5,
+    push: str = "random",
+    appnp_tail: bool = True,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """The per-entry definition of ``mode="entry"`` (an ``m × f`` regime mask, one uniform per (edge, feature,
+    hop)): the test reference of the prefix form, equal in law (same mean), not in draws."""
+    delta_a = _check_common(x, edge_index, hops, delta_a, kind, alpha, r, "entry", push, "absolute")
+    n, f = x.shape
+    G = PropGraph(edge_index, n, r, x.dtype)
+    coef = 1.0 - alpha if kind == "appnp" else 1.0
+    theta = delta_a * x.abs().mean(0)
+    regime = torch.ones(G.m, f, dtype=torch.bool)
+    p = x
+    acc = alpha * x if kind == "appnp" else None
+    for hop in range(hops):
+        tau = coef * G.w.unsqueeze(1) * p[G.src]  # m × f messages
+        mag = tau.abs()
+        small = (mag < theta) & (mag > 0)
+        regime &= ~small  # non-zero entries under θ leave for good; zeros are skipped
+        if push == "random":
+            u = torch.rand(G.m, f, generator=generator, dtype=x.dtype)
+            prob = torch.where(theta > 0, mag / torch.where(theta > 0, theta, 1.0), torch.ones_like(mag))
+            fire = u < prob
+            val = torch.where(regime | (mag >= theta), tau, torch.sign(tau) * theta * fire)
+        else:
+            val = tau * regime
+        nxt = (coef * G.w_loop).unsqueeze(1) * p
+        nxt = nxt.index_add(0, G.nbr, val)
+        p = nxt
+        if acc is not None and (hop < hops - 1 or appnp_tail):
+            acc = acc + (p if hop == hops - 1 else alpha * p)
+    return acc if kind == "appnp" else p
