@@ -254,7 +254,7 @@ class SWAN(torch.optim.Optimizer):
                 continue
             if wd != 0:
                 p.mul_(1.0 - lr * wd)
-            p.add_(d.view(p.shape).to(p.dtype), alpha=-lr)
+            p.add_(d.reshape(p.shape).to(p.dtype), alpha=-lr)
         return counter + len(params)
 
     def _check_finite(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]) -> list[Tensor | None]:
@@ -309,15 +309,25 @@ class SWAN(torch.optim.Optimizer):
             foreach = all(m.device.type == "cuda" for m in mats) and len(mats) > 1
         if not foreach:  # one matrix at a time: the transient peak is one matrix's buffers
             return [swan_direction(m, **kw) for m in mats]
-        # same-shaped matrices (e.g. all q/k/v/o of a model) share one (b, m, n) bmm chain
+        # GradNorm per matrix (it depends on the orientation), then every matrix turned wide (m <= n; whitening
+        # commutes with the transpose), so e.g. q/k/v/o share one (b, m, n) bmm chain and gate/up/down another
+        pre = {k: kw[k] for k in ("normalize", "norm_dim", "norm_center", "eps", "whiten_dtype")}
+        normed = [
+            swan_direction(m, whiten=False, rescale=False, **pre) if kw["normalize"] else m.to(
+                compute_dtype(m.dtype, kw["whiten_dtype"])
+            )
+            for m in mats
+        ]
+        tall = [m.shape[0] > m.shape[1] for m in normed]
         buckets: dict[tuple[Any, ...], list[int]] = {}
-        for i, m in enumerate(mats):
-            buckets.setdefault((tuple(m.shape), m.dtype, m.device), []).append(i)
+        for i, m in enumerate(normed):
+            buckets.setdefault((tuple(sorted(m.shape)), m.dtype, m.device), []).append(i)
         out: list[Tensor | None] = [None] * len(mats)
         for idx in buckets.values():
-            stacked = swan_direction(torch.stack([mats[i] for i in idx]), **kw)
+            stacked = torch.stack([normed[i].mT if tall[i] else normed[i] for i in idx])
+            stacked = swan_direction(stacked, normalize=False, **{k: v for k, v in kw.items() if k != "normalize"})
             for i, d in zip(idx, stacked.unbind(0), strict=True):
-                out[i] = d
+                out[i] = d.mT if tall[i] else d
         return out  # type: ignore[return-value]
 
 

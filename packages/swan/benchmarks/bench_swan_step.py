@@ -1,0 +1,154 @@
+"""Optimizer-step time of SWAN vs torch.optim.AdamW(foreach=True) and torch.optim.Muon, as ratios to AdamW.
+
+Two settings, each timed in one interleaved run (AdamW and the candidate alternate, so machine drift hits both):
+
+- ``tiny-llama``: the reproduction's LLaMA (108,992 parameters), real gradients of one batch; SWAN and Muon are
+  hybrids (AdamW on embeddings/head/norms), AdamW covers everything.
+- ``llama60m``: the 7 hidden matrices of ``--layers`` LLaMA-60M blocks (hidden 512, MLP 1376), random gradients.
+
+Also reported: optimizer-state bytes (exact) and the peak transient memory of one step (CUDA allocator, or CPU
+RSS above the level before the call, which is coarse). Usage::
+
+    OMP_NUM_THREADS=2 python packages/swan/benchmarks/bench_swan_step.py [--layers 1] [--repeats 10] [--json out.json]
+
+Not run by pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from icml25_shared.bench import compare, peak_memory
+from icml25_shared.device import get_device
+from icml25_shared.training import optimizer_state_bytes
+from swan import SWAN, param_groups
+
+
+class _Pair:
+    def __init__(self, *opts: torch.optim.Optimizer) -> None:
+        self.opts = opts
+        self.state = {k: v for o in opts for k, v in o.state.items()}
+
+    def step(self) -> None:
+        for o in self.opts:
+            o.step()
+        self.state = {k: v for o in self.opts for k, v in o.state.items()}
+
+
+def _tiny_llama(device: torch.device) -> nn.Module:
+    from transformers import LlamaForCausalLM
+
+    from swan.reproduce import tiny_llama_config
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(tiny_llama_config()).to(device)
+    x = torch.randint(0, 65, (16, 64), device=device)
+    logits = model(input_ids=x).logits
+    nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 65), x[:, 1:].reshape(-1)).backward()
+    return model
+
+
+class _Stack(nn.Module):
+    """The hidden matrices of ``layers`` LLaMA-60M blocks, with random gradients."""
+
+    def __init__(self, layers: int, device: torch.device) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        shapes = [(512, 512)] * 4 + [(1376, 512)] * 2 + [(512, 1376)]
+        self.mats = nn.ParameterList(
+            nn.Parameter(torch.randn(s, generator=g).mul_(0.02).to(device)) for _ in range(layers) for s in shapes
+        )
+        for p in self.mats:
+            p.grad = torch.randn(p.shape, generator=g).to(device)
+
+
+def _optimizers(model: nn.Module) -> dict[str, Callable[[], Any]]:
+    """name -> factory of a fresh optimizer over ``model`` (lr tiny: weights barely move between repeats)."""
+    lr = 1e-6
+    groups = lambda: param_groups(model, lr=lr)  # noqa: E731
+
+    def muon() -> Any:
+        g = groups()
+        opts = [torch.optim.Muon(g[0]["params"], lr=lr, weight_decay=0.0)]
+        if len(g) > 1:
+            opts.append(torch.optim.AdamW(g[1]["params"], lr=lr, weight_decay=0.0, foreach=True))
+        return _Pair(*opts)
+
+    return {
+        "AdamW(foreach)": lambda: torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, foreach=True),
+        "SWAN K=10 loop": lambda: SWAN(groups(), foreach=False),
+        "SWAN K=10 foreach": lambda: SWAN(groups(), foreach=True),
+        "SWAN NSDS": lambda: SWAN(groups(), whitening="nsds", foreach=False),
+        "Muon (5 steps)": muon,
+    }
+
+
+def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> dict[str, Any]:
+    factories = _optimizers(model)
+    opts = {k: f() for k, f in factories.items()}
+    for o in opts.values():  # allocate states
+        o.step()
+    base = opts["AdamW(foreach)"]
+    rows: dict[str, Any] = {}
+    for k, o in opts.items():
+        row: dict[str, Any] = {"state_bytes": optimizer_state_bytes(o)}
+        if k != "AdamW(foreach)":
+            c = compare(base.step, o.step, names=("AdamW(foreach)", k), warmup=1, repeats=repeats, device=device)
+            row.update(ratio_to_adamw=c.ratio, median_s=c.b.median, adamw_median_s=c.a.median)
+        row["peak_transient_bytes"] = peak_memory(o.step, device=device)
+        rows[k] = row
+    muon_t = rows["Muon (5 steps)"]["median_s"]
+    return {
+        "setting": name,
+        "device": str(device),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "rows": rows,
+        "ns10_over_muon": rows["SWAN K=10 loop"]["median_s"] / muon_t,
+        "ns10_foreach_over_muon": rows["SWAN K=10 foreach"]["median_s"] / muon_t,
+        "nsds_over_adamw": rows["SWAN NSDS"]["ratio_to_adamw"],
+    }
+
+
+def _print(res: dict[str, Any]) -> None:
+    print(f"\n== {res['setting']} on {res['device']} ({res['parameters']:,} parameters)")
+    print(f"{'optimizer':<20}{'step ms':>10}{'x AdamW':>9}{'state bytes':>14}{'peak transient':>16}")
+    for k, r in res["rows"].items():
+        ms = 1e3 * r.get("median_s", r.get("adamw_median_s", float("nan")))
+        if k == "AdamW(foreach)":
+            ms = 1e3 * res["rows"]["SWAN K=10 loop"]["adamw_median_s"]
+        print(
+            f"{k:<20}{ms:>10.2f}{r.get('ratio_to_adamw', 1.0):>9.2f}{r['state_bytes']:>14,}"
+            f"{r['peak_transient_bytes']:>16,}"
+        )
+    print(
+        f"SWAN K=10 / Muon: loop {res['ns10_over_muon']:.2f}, foreach {res['ns10_foreach_over_muon']:.2f} "
+        f"(aim <= 2);  NSDS / AdamW {res['nsds_over_adamw']:.2f} (aim <= 1.5)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=int, default=1, help="LLaMA-60M blocks in the matrix stack (the model has 8)")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--json", type=str, default=None)
+    args = ap.parse_args()
+    device = get_device()
+    results = [
+        bench("tiny-llama", _tiny_llama(device), device, args.repeats),
+        bench(f"llama60m x{args.layers} layers", _Stack(args.layers, device), device, args.repeats),
+    ]
+    for r in results:
+        _print(r)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
