@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
-from icml25_shared.seed import seed_everything
 
 from bisection_proj.baselines import cvxpy_projection
 from bisection_proj.bisection import BisectionProjector
@@ -28,6 +26,8 @@ from bisection_proj.ipnn import IPNN, TrainHistory, train_ipnn
 from bisection_proj.metrics import feasible_mask, optimality_gap
 from bisection_proj.problems import JCCIM, ConvexQCQP, ConvexQP, Problem, toys
 from bisection_proj.solver import NNSolver, train_nn_solver
+from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
+from icml25_shared.seed import seed_everything
 
 __all__ = ["reproduce", "PipelineSettings", "run_pipeline"]
 
