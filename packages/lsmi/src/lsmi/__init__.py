@@ -1,0 +1,19 @@
+"""LSMI (Yang, Wang & Hu, ICML 2025): sample-wise redundancy, uniqueness and synergy of two modalities."""
+
+from lsmi.config import LSMIConfig
+from lsmi.estimator import Interactions, LSMIEstimator, mlp_classifier
+from lsmi.functional import DiscreteLSMI, lsmi_discrete, lsmi_from_terms, mean_shift, pmi
+from lsmi.knife import KNIFE
+
+__all__ = [
+    "LSMIConfig",
+    "LSMIEstimator",
+    "Interactions",
+    "KNIFE",
+    "DiscreteLSMI",
+    "lsmi_discrete",
+    "lsmi_from_terms",
+    "mean_shift",
+    "pmi",
+    "mlp_classifier",
+]

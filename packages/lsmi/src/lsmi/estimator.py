@@ -1,0 +1,366 @@
+"""LSMIEstimator: three classifiers give the pointwise MIs, two KNIFEs the surprisals; one aligned scoring pass
+gives r, u1, u2, s for every sample (spec sections 2.3-2.4).
+
+Distributed: when ``torch.distributed`` is initialised, ``fit`` wraps the models in DDP and every rank takes an
+equal-as-possible shard of each global batch (losses are weighted so that the averaged gradient is exactly the
+single-process gradient of that global batch); ``transform`` scores a contiguous shard per rank and gathers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from icml25_shared.device import get_device
+from icml25_shared.progress import track
+from lsmi.config import LSMIConfig
+from lsmi.functional import lsmi_from_terms, mean_shift, pmi
+from lsmi.knife import KNIFE
+
+__all__ = ["LSMIEstimator", "Interactions", "StackedMLP", "mlp_classifier"]
+
+
+def mlp_classifier(in_dim: int, n_classes: int, hidden: int = 64) -> nn.Sequential:
+    """The official classifier head: Linear(d, h) - ReLU - Linear(h, h) - ReLU - Linear(h, C)."""
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_classes)
+    )
+
+
+class StackedMLP(nn.Module):
+    """The three classifier heads f1(x1), f2(x2), f12([x1, x2]) as one batched MLP (one ``bmm`` per layer).
+
+    Inputs are zero-padded to the widest head; the padded weight columns start at zero and, seeing zero inputs,
+    get zero gradients, so each head is exactly ``mlp_classifier(d_i, C, hidden)`` (same init distribution:
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with each head's true fan_in).
+    """
+
+    def __init__(self, d1: int, d2: int, n_classes: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.d1, self.d2, self.dmax = d1, d2, d1 + d2
+        fans = (d1, d2, d1 + d2)
+
+        def init(shape_in: int, shape_out: int, fan: tuple[int, ...] | int, mask_rows: bool = False):
+            w = torch.zeros(3, shape_in, shape_out)
+            b = torch.zeros(3, 1, shape_out)
+            for i in range(3):
+                f = fan[i] if isinstance(fan, tuple) else fan
+                bound = 1.0 / math.sqrt(f)
+                rows = f if mask_rows else shape_in
+                w[i, :rows].uniform_(-bound, bound)
+                b[i].uniform_(-bound, bound)
+            return nn.Parameter(w), nn.Parameter(b)
+
+        self.w1, self.b1 = init(self.dmax, hidden, fans, mask_rows=True)
+        self.w2, self.b2 = init(hidden, hidden, hidden)
+        self.w3, self.b3 = init(hidden, n_classes, hidden)
+
+    def stack_inputs(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        n = len(x1)
+        pad1 = torch.zeros(n, self.dmax - self.d1, dtype=x1.dtype, device=x1.device)
+        pad2 = torch.zeros(n, self.dmax - self.d2, dtype=x2.dtype, device=x2.device)
+        return torch.stack([torch.cat([x1, pad1], 1), torch.cat([x2, pad2], 1), torch.cat([x1, x2], 1)])
+
+    def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        """Logits of the three heads, shape (3, N, C)."""
+        h = torch.relu(torch.baddbmm(self.b1, self.stack_inputs(x1, x2), self.w1))
+        h = torch.relu(torch.baddbmm(self.b2, h, self.w2))
+        return torch.baddbmm(self.b3, h, self.w3)
+
+
+class _Heads(nn.Module):
+    """User-supplied heads (f1, f2, f12) behind the StackedMLP interface."""
+
+    def __init__(self, f1: nn.Module, f2: nn.Module, f12: nn.Module) -> None:
+        super().__init__()
+        self.f1, self.f2, self.f12 = f1, f2, f12
+
+    def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.f1(x1), self.f2(x2), self.f12(torch.cat([x1, x2], 1))])
+
+
+@dataclass
+class Interactions:
+    """Per-sample redundancy ``r``, uniquenesses ``u1``, ``u2`` and synergy ``s`` (1-D tensors), plus the shift
+    ``delta`` applied (0 when ``adjust=None``) and the ``units``."""
+
+    r: torch.Tensor
+    u1: torch.Tensor
+    u2: torch.Tensor
+    s: torch.Tensor
+    delta: float = 0.0
+    units: str = "nats"
+
+    def mean(self) -> tuple[float, float, float, float]:
+        """Dataset-level (R, U1, U2, S)."""
+        return tuple(float(v.mean()) for v in (self.r, self.u1, self.u2, self.s))  # type: ignore[return-value]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "r": self.r.cpu().numpy(),
+            "u1": self.u1.cpu().numpy(),
+            "u2": self.u2.cpu().numpy(),
+            "s": self.s.cpu().numpy(),
+            "delta": self.delta,
+            "units": self.units,
+        }
+
+
+def _dist() -> tuple[bool, int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return True, torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return False, 0, 1
+
+
+class LSMIEstimator:
+    """Sample-wise multimodal interaction estimator (sklearn-style ``fit`` / ``transform`` / ``score``)."""
+
+    def __init__(self, config: LSMIConfig | None = None, **kwargs: Any) -> None:
+        if config is None:
+            config = LSMIConfig(**kwargs)
+        elif kwargs:
+            raise ValueError("pass either a config or keyword arguments, not both")
+        self.config = config
+        self.device = get_device(config.device)
+        self.fitted = False
+
+    # -- input checks ----------------------------------------------------------------------------------------
+    def _prepare(self, x1: Any, x2: Any, y: Any, fitting: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def feat(x: Any, name: str) -> torch.Tensor:
+            t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).detach()
+            if t.ndim == 1:
+                t = t[:, None]
+            if t.ndim != 2:
+                raise ValueError(f"{name} must be 2-D (n_samples, n_features), got shape {tuple(t.shape)}")
+            if not t.is_floating_point():
+                t = t.double()
+            if not torch.isfinite(t).all():
+                raise ValueError(f"{name} contains NaN or inf")
+            return t.to(torch.float32)
+
+        t1, t2 = feat(x1, "x1"), feat(x2, "x2")
+        ty = torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor) else y).detach().reshape(-1)
+        if not (len(t1) == len(t2) == len(ty)):
+            raise ValueError(f"x1, x2 and y must have the same length, got {len(t1)}, {len(t2)} and {len(ty)}")
+        if len(ty) == 0:
+            raise ValueError("x1, x2 and y are empty")
+        if ty.is_floating_point() and not torch.all(ty == ty.round()):
+            bad = ty[ty != ty.round()][0].item()
+            raise ValueError(f"y must hold integer labels, got {bad!r}")
+        ty = ty.long()
+        c = self.config.n_classes
+        if ty.min() < 0 or ty.max() >= c:
+            bad = ty[(ty < 0) | (ty >= c)][0].item()
+            raise ValueError(f"labels must lie in [0, n_classes={c}), got {bad}")
+        if not fitting:
+            for name, t, d in (("x1", t1, self.d1), ("x2", t2, self.d2)):
+                if t.shape[1] != d:
+                    raise ValueError(f"{name} has {t.shape[1]} features at transform, but {d} at fit")
+        return t1, t2, ty
+
+    def _standardize(self, t1: torch.Tensor, t2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (t1 - self.mean1) / self.std1, (t2 - self.mean2) / self.std2
+
+    # -- fit -------------------------------------------------------------------------------------------------
+    def fit(
+        self,
+        x1: Any,
+        x2: Any,
+        y: Any,
+        classifiers: tuple[nn.Module, nn.Module, nn.Module] | None = None,
+        verbose: bool | None = None,
+    ) -> LSMIEstimator:
+        """Train the classifiers (unless ``classifiers=(f1, f2, f12)`` are given, f12 taking [x1, x2]) and the
+        two KNIFEs on (x1, x2, y)."""
+        cfg = self.config
+        t1, t2, ty = self._prepare(x1, x2, y, fitting=True)
+        self.d1, self.d2 = t1.shape[1], t2.shape[1]
+        if cfg.standardize:
+            self.mean1, self.std1 = t1.mean(0), t1.std(0).clamp_min(1e-8)
+            self.mean2, self.std2 = t2.mean(0), t2.std(0).clamp_min(1e-8)
+        else:
+            self.mean1, self.std1 = torch.zeros(self.d1), torch.ones(self.d1)
+            self.mean2, self.std2 = torch.zeros(self.d2), torch.ones(self.d2)
+        z1, z2 = self._standardize(t1, t2)
+        counts = torch.bincount(ty, minlength=cfg.n_classes).double()
+        if cfg.prior == "empirical":
+            if (counts == 0).any():
+                missing = torch.nonzero(counts == 0)[0].item()
+                raise ValueError(f"class {missing} never occurs in y; the empirical prior needs every class")
+            self.log_prior = torch.log(counts / counts.sum()).float()
+        else:
+            self.log_prior = torch.full((cfg.n_classes,), -math.log(cfg.n_classes))
+        torch.manual_seed(cfg.seed)
+        gen = torch.Generator().manual_seed(cfg.seed)
+        if classifiers is None:
+            self.heads: nn.Module = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
+            self._train_classifiers(z1, z2, ty, gen, verbose)
+        else:
+            if len(classifiers) != 3:
+                raise ValueError(f"classifiers must be (f1, f2, f12), got {len(classifiers)} modules")
+            self.heads = _Heads(*classifiers).to(self.device).eval()
+        self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
+        self._train_knifes(z1, z2, gen, verbose)
+        self.fitted = True
+        return self
+
+    def _batches(self, n: int, gen: torch.Generator) -> list[torch.Tensor]:
+        perm = torch.randperm(n, generator=gen)
+        return list(perm.split(self.config.batch_size))
+
+    def _loop(
+        self,
+        modules: list[nn.Module],
+        loss_fn,
+        tensors,
+        epochs: int,
+        step: int,
+        gen,
+        zero_grad: bool,
+        desc: str,
+        verbose: bool | None,
+    ) -> None:
+        distributed, rank, world = _dist()
+        for m in modules:
+            m.to(self.device).train()
+        wrapped = modules
+        if distributed:
+            wrapped = [nn.parallel.DistributedDataParallel(m) for m in modules]
+        params = [p for m in modules for p in m.parameters()]
+        opt = torch.optim.Adam(params, lr=self.config.lr)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=0.1)
+        n = len(tensors[0])
+        disable = None if verbose is None else not verbose
+        for _ in track(range(epochs), desc, disable=disable or rank != 0):
+            for idx in self._batches(n, gen):
+                local = idx[rank::world]  # this rank's shard of the global batch
+                batch = [t[local].to(self.device) for t in tensors]
+                # loss_fn returns a sum over the shard; DDP averages over ranks, so scaling by world / |global
+                # batch| makes the gradient exactly that of the global-batch mean (empty shards included)
+                loss = loss_fn(wrapped, batch) * (world / len(idx))
+                if zero_grad:
+                    opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            sched.step()
+        for m in modules:
+            m.eval()
+
+    def _train_classifiers(self, z1, z2, ty, gen, verbose) -> None:
+        ce = nn.functional.cross_entropy
+
+        def loss_fn(mods, b):
+            x1, x2, y = b
+            logits = mods[0](x1, x2)  # (3, B, C): the sum of the three heads' cross-entropies
+            return ce(logits.reshape(-1, logits.shape[-1]), y.repeat(3), reduction="sum")
+
+        cfg = self.config
+        self._loop(
+            [self.heads], loss_fn, (z1, z2, ty), cfg.epochs_clf, cfg.clf_lr_step, gen, True, "LSMI classifiers", verbose
+        )
+
+    def _train_knifes(self, z1, z2, gen, verbose) -> None:
+        def loss_fn(mods, b):
+            k1, k2 = mods
+            return k1(b[0]).sum() + k2(b[1]).sum()
+
+        cfg = self.config
+        self._loop(
+            [self.knife1, self.knife2],
+            loss_fn,
+            (z1, z2),
+            cfg.epochs_entropy,
+            cfg.entropy_lr_step,
+            gen,
+            not cfg.legacy_grad_accumulation,
+            "LSMI entropies",
+            verbose,
+        )
+
+    # -- scoring ---------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def terms(self, x1: Any, x2: Any, y: Any, batch_size: int = 4096) -> dict[str, torch.Tensor]:
+        """The five per-sample terms i1, i2, i12, h1, h2 (nats) in one aligned pass over the samples."""
+        self._check_fitted()
+        t1, t2, ty = self._prepare(x1, x2, y, fitting=False)
+        z1, z2 = self._standardize(t1, t2)
+        distributed, rank, world = _dist()
+        n = len(ty)
+        lo, hi = (n * rank) // world, (n * (rank + 1)) // world
+        out: dict[str, list[torch.Tensor]] = {k: [] for k in ("i1", "i2", "i12", "h1", "h2")}
+        lp = self.log_prior.to(self.device)
+        for s in range(lo, hi, batch_size):
+            e = min(hi, s + batch_size)
+            a, b, c = z1[s:e].to(self.device), z2[s:e].to(self.device), ty[s:e].to(self.device)
+            logp = torch.log_softmax(self.heads(a, b), -1)
+            for j, name in enumerate(("i1", "i2", "i12")):
+                out[name].append(pmi(logp[j], c, lp))
+            out["h1"].append(self.knife1(a))
+            out["h2"].append(self.knife2(b))
+        res = {k: torch.cat(v).cpu() if v else torch.zeros(0) for k, v in out.items()}
+        if distributed:
+            gathered: list[dict[str, torch.Tensor]] = [None] * world  # type: ignore[list-item]
+            torch.distributed.all_gather_object(gathered, res)
+            res = {k: torch.cat([g[k] for g in gathered]) for k in res}
+        return res
+
+    def transform(self, x1: Any, x2: Any, y: Any) -> Interactions:
+        """Per-sample (r, u1, u2, s); with ``adjust="mean_shift"`` shifted by the dataset-level delta of these
+        samples."""
+        t = self.terms(x1, x2, y)
+        r, u1, u2, s = lsmi_from_terms(t["i1"], t["i2"], t["i12"], t["h1"], t["h2"])
+        delta = 0.0
+        if self.config.adjust == "mean_shift":
+            r, u1, u2, s, delta = mean_shift(r, u1, u2, s)
+        if self.config.units == "bits":
+            r, u1, u2, s, delta = (v / math.log(2) for v in (r, u1, u2, s, delta))
+        return Interactions(r, u1, u2, s, float(delta), self.config.units)
+
+    def score(self, x1: Any, x2: Any, y: Any) -> tuple[float, float, float, float]:
+        """Dataset-level (R, U1, U2, S): the means of :meth:`transform`."""
+        return self.transform(x1, x2, y).mean()
+
+    # -- persistence -----------------------------------------------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not self.fitted:
+            raise RuntimeError("this LSMIEstimator is not fitted yet; call fit(x1, x2, y) first")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild the fitted estimator (tensors and plain values only)."""
+        self._check_fitted()
+        sd: dict[str, Any] = {
+            "config": self.config.to_dict(),
+            "d1": self.d1,
+            "d2": self.d2,
+            "log_prior": self.log_prior.clone(),
+        }
+        for k in ("mean1", "std1", "mean2", "std2"):
+            sd[k] = getattr(self, k).clone()
+        if not isinstance(self.heads, StackedMLP):
+            raise ValueError("state_dict() stores the built-in heads; save user-supplied classifiers yourself")
+        for k in ("heads", "knife1", "knife2"):
+            sd[k] = {n: v.detach().cpu().clone() for n, v in getattr(self, k).state_dict().items()}
+        return sd
+
+    def load_state_dict(self, sd: dict[str, Any]) -> LSMIEstimator:
+        """Restore a state from :meth:`state_dict` (classifiers must be the default MLP heads)."""
+        self.config = LSMIConfig(**sd["config"])
+        self.device = get_device(self.config.device)
+        cfg = self.config
+        self.d1, self.d2 = sd["d1"], sd["d2"]
+        self.log_prior = sd["log_prior"]
+        for k in ("mean1", "std1", "mean2", "std2"):
+            setattr(self, k, sd[k])
+        self.heads = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
+        self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
+        for k in ("heads", "knife1", "knife2"):
+            m = getattr(self, k)
+            m.load_state_dict(sd[k])
+            m.to(self.device).eval()
+        self.fitted = True
+        return self
