@@ -1,6 +1,5 @@
 """Aggregation, equivalences between methods and modes, determinism, save/load and bad input (spec §10.6-10.11)."""
 
-
 import pytest
 import torch
 from fsl_sage import (

@@ -1,0 +1,97 @@
+"""Flower: the lazy in-process loop equals the Flower simulation; in-process FedAvg equals Flower's FedAvg
+(spec §10.10). Ray start-up is slow on small machines: these tests are ``slow``."""
+
+import os
+
+import pytest
+import torch
+from fsl_sage import CSEFSL, FSLSAGE, FedAvg, FSLConfig, digits_cnn_split
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+
+def _model_fn():
+    torch.manual_seed(0)
+    return digits_cnn_split()
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.rand(37, 1, 8, 8, generator=g) for _ in range(3)]
+    ys = [torch.randint(0, 10, (37,), generator=g) for _ in range(3)]
+    return list(zip(xs, ys))
+
+
+CFG = FSLConfig(
+    rounds=3,
+    batch_size=8,
+    server_update_interval=2,
+    align_interval=1,
+    align_epochs=3,
+    align_batch_size=16,
+    buffer_size=20,
+    mode="lazy",
+    seed=0,
+)
+
+
+RAY_BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"include_dashboard": False}}
+
+
+def _simulate(method, rounds, data):
+    from flwr.simulation import run_simulation
+    from fsl_sage.flower import make_client_app, make_server_app
+
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    os.environ.setdefault("RAY_agent_register_timeout_ms", "600000")  # slow start-up on busy small machines
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "600")
+    out = {}
+    server_app = make_server_app(
+        _model_fn, CFG, rounds, len(data), method=method, on_finish=lambda s, r: out.update(strategy=s, result=r)
+    )
+    client_app = make_client_app(_model_fn, lambda pid, n: data[pid], CFG, method=method)
+    run_simulation(server_app, client_app, num_supernodes=len(data), backend_config=RAY_BACKEND)
+    assert "strategy" in out, "the ServerApp did not finish"
+    return out["strategy"], out["result"]
+
+
+def _close(a, b):
+    for k in a:
+        torch.testing.assert_close(a[k].float(), b[k].float(), atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["fsl_sage", "cse_fsl"])
+def test_flower_simulation_equals_in_process_lazy(method):
+    data = _data()
+    strat, result = _simulate(method, CFG.rounds, data)
+    c, s, a = _model_fn()
+    algo = (FSLSAGE if method == "fsl_sage" else CSEFSL)(c, s, a, CFG)
+    algo.fit(data)
+    _close(algo.clients[0].state_dict(), dict(result.arrays.to_torch_state_dict()))
+    _close(algo.server.state_dict(), strat.server.state_dict())
+    if method == "fsl_sage":
+        for i in range(3):
+            _close(algo.auxes[i].state_dict(), strat.auxes[i].state_dict())
+    assert [algo.ledger.total_where(round=t) for t in range(CFG.rounds)] == [
+        strat.ledger.total_where(round=t) for t in range(CFG.rounds)
+    ]
+    assert algo.ledger.by_kind() == strat.ledger.by_kind()
+    assert strat.wire.total > strat.ledger.total  # headers, labels and the initial models travel too
+
+
+def test_in_process_fedavg_equals_flower_fedavg():
+    data = _data()
+    _, result = _simulate("fedavg", 2, data)
+    c, s, a = _model_fn()
+    algo = FedAvg(c, s, None, FSLConfig(**{**CFG.to_dict(), "rounds": 2}))
+    algo.fit(data)
+    flwr_sd = dict(result.arrays.to_torch_state_dict())
+    ours = {f"client.{k}": v for k, v in algo.clients[0].state_dict().items()}
+    ours.update({f"server.{k}": v for k, v in algo.server.state_dict().items()})
+    _close(ours, flwr_sd)
