@@ -7,9 +7,16 @@ import math
 
 import pytest
 import torch
-
 from timebase import MultiSeasonalTimeBase, TimeBase, TimeBaseConfig, orthogonal_loss, pad_segments
 from timebase.baselines import DLinear
+
+
+def assert_close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Like torch.testing.assert_close (which costs seconds of lazy imports on first use)."""
+    assert a.shape == b.shape, (a.shape, b.shape)
+    err = float((a.detach() - b.detach()).abs().max()) if a.numel() else 0.0
+    tol = atol + rtol * float(b.detach().abs().max()) if b.numel() else atol
+    assert err <= tol, f"max abs error {err:.3g} > {tol:.3g}"
 
 
 def official_forward(model: TimeBase, x: torch.Tensor) -> torch.Tensor:
@@ -33,7 +40,9 @@ def official_forward(model: TimeBase, x: torch.Tensor) -> torch.Tensor:
     return y[:, : cfg.pred_len, :]
 
 
-@pytest.mark.parametrize(("horizon", "params", "macs"), [(96, 214, 34272), (192, 242, 38304), (336, 284, 44352), (720, 396, 60480)])
+@pytest.mark.parametrize(
+    ("horizon", "params", "macs"), [(96, 214, 34272), (192, 242, 38304), (336, 284, 44352), (720, 396, 60480)]
+)
 def test_parameter_and_mac_counts_match_the_paper(horizon: int, params: int, macs: int) -> None:
     cfg = TimeBaseConfig(seq_len=720, pred_len=horizon, period_len=24, basis_num=6)
     model = TimeBase(cfg)
@@ -84,11 +93,11 @@ def test_official_mode_equals_the_official_forward(t: int) -> None:
     cfg = TimeBaseConfig(seq_len=t, pred_len=40, basis_num=3, pad_mode="official")
     model = TimeBase(cfg)
     x = torch.randn(4, t, 3)
-    torch.testing.assert_close(model(x), official_forward(model, x), rtol=1e-5, atol=1e-5)
+    assert_close(model(x), official_forward(model, x), rtol=1e-5, atol=1e-5)
     aligned = TimeBase(cfg.replace(pad_mode="aligned"))
     aligned.load_state_dict(model.state_dict())
     if t % 24 == 0:
-        torch.testing.assert_close(aligned(x), model(x), rtol=0, atol=1e-6)
+        assert_close(aligned(x), model(x), rtol=0, atol=1e-6)
     else:
         assert not torch.allclose(aligned(x), model(x), atol=1e-3)
 
@@ -103,11 +112,11 @@ def test_periodic_equivariance(t: int) -> None:
     g = torch.randn(p, 2, dtype=torch.float64)
     steps = torch.arange(t + h)
     s = g[steps % p]  # (T + H, C) P-periodic
-    torch.testing.assert_close(model(x + s[:t]), model(x) + s[t:], rtol=0, atol=1e-5)
+    assert_close(model(x + s[:t]), model(x) + s[t:], rtol=0, atol=1e-5)
     # window-mean variant: equivariant to constant shifts only
     flat = TimeBase(TimeBaseConfig(seq_len=t, pred_len=h, basis_num=3, period_norm=False)).double()
     shift = torch.tensor([3.0, -1.5], dtype=torch.float64)
-    torch.testing.assert_close(flat(x + shift), flat(x) + shift, rtol=0, atol=1e-5)
+    assert_close(flat(x + shift), flat(x) + shift, rtol=0, atol=1e-5)
 
 
 def test_pure_period_sinusoid_forecast_with_t100() -> None:
@@ -142,7 +151,7 @@ def test_as_affine_reproduces_forward() -> None:
             y = torch.einsum("btc,cth->bhc", x, a) + c.T
         else:
             y = torch.einsum("btc,th->bhc", x, a) + c[:, None]
-        torch.testing.assert_close(y, model(x), rtol=1e-5, atol=1e-5)
+        assert_close(y, model(x), rtol=1e-5, atol=1e-5)
 
 
 def test_individual_mode_tied_perturbed_and_loop() -> None:
@@ -156,7 +165,7 @@ def test_individual_mode_tied_perturbed_and_loop() -> None:
         ind.segment_forecast.weight.copy_(shared.segment_forecast.weight.expand(4, -1, -1))
         ind.segment_forecast.bias.copy_(shared.segment_forecast.bias.expand(4, -1))
     x = torch.randn(3, 100, 4)
-    torch.testing.assert_close(ind(x), shared(x), rtol=1e-5, atol=1e-6)
+    assert_close(ind(x), shared(x), rtol=1e-5, atol=1e-6)
     ind = TimeBase(cfg.replace(individual=True, n_channels=4))  # fresh, untied
     x2 = x.clone()
     x2[:, :, 2] += torch.randn(3, 100)
@@ -170,7 +179,7 @@ def test_individual_mode_tied_perturbed_and_loop() -> None:
             single.basis_extract.bias.copy_(ind.basis_extract.bias[j])
             single.segment_forecast.weight.copy_(ind.segment_forecast.weight[j])
             single.segment_forecast.bias.copy_(ind.segment_forecast.bias[j])
-        torch.testing.assert_close(ind(x)[:, :, j], single(x[:, :, j : j + 1])[:, :, 0], rtol=1e-5, atol=1e-6)
+        assert_close(ind(x)[:, :, j], single(x[:, :, j : j + 1])[:, :, 0], rtol=1e-5, atol=1e-6)
 
 
 def test_orthogonal_loss() -> None:
@@ -182,8 +191,8 @@ def test_orthogonal_loss() -> None:
     assert float(fro.detach()) > 0
     gram = basis[0].T @ basis[0]
     off = gram - torch.diag(torch.diag(gram))
-    torch.testing.assert_close(orthogonal_loss(basis[:1]), torch.linalg.matrix_norm(off))
-    torch.testing.assert_close(orthogonal_loss(basis[:1], "fro2"), orthogonal_loss(basis[:1], "fro") ** 2)
+    assert_close(orthogonal_loss(basis[:1]), torch.linalg.matrix_norm(off))
+    assert_close(orthogonal_loss(basis[:1], "fro2"), orthogonal_loss(basis[:1], "fro") ** 2)
     assert torch.autograd.gradcheck(lambda b: orthogonal_loss(b, "fro"), (basis,))
     assert torch.autograd.gradcheck(lambda b: orthogonal_loss(b, "fro2"), (basis,))
     # zero off-diagonal part: finite (zero) gradient, not NaN
@@ -200,8 +209,8 @@ def test_regulariser_enters_training_loss_only() -> None:
     loss, pred = model.training_loss(x, y)
     _, aux = model(x, return_aux=True)
     mse = torch.nn.functional.mse_loss(pred, y)
-    torch.testing.assert_close(loss, mse + 0.5 * aux.orth_loss)
-    torch.testing.assert_close(model(x), pred)
+    assert_close(loss, mse + 0.5 * aux.orth_loss)
+    assert_close(model(x), pred)
 
 
 def test_save_load_round_trip(tmp_path) -> None:
@@ -226,8 +235,10 @@ def test_multi_seasonal_is_sum_of_components() -> None:
     comp1 = ms.components[1]
     _, mu = comp1.segments(x)
     y1 = comp1(x) - mu.expand(-1, comp1.config.seg_num_y, -1, -1).reshape(2, -1, 3)[:, :48]
-    torch.testing.assert_close(ms(x), y0 + y1)
-    assert ms.num_parameters() == TimeBase(cfg).num_parameters() + TimeBase(cfg.replace(period_len=168)).num_parameters()
+    assert_close(ms(x), y0 + y1)
+    assert (
+        ms.num_parameters() == TimeBase(cfg).num_parameters() + TimeBase(cfg.replace(period_len=168)).num_parameters()
+    )
 
 
 @pytest.mark.parametrize(
@@ -266,7 +277,9 @@ def test_bad_input_raises() -> None:
         x[1, 50, 2] = bad
         with pytest.raises(ValueError, match="NaN or inf"):
             model(x)
-    short_h = TimeBase(TimeBaseConfig(seq_len=96, pred_len=5, basis_num=3))  # cropped phases: the input is checked directly
+    short_h = TimeBase(
+        TimeBaseConfig(seq_len=96, pred_len=5, basis_num=3)
+    )  # cropped phases: the input is checked directly
     x = torch.randn(1, 96, 1)
     x[0, 95, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN or inf"):

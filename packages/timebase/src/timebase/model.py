@@ -224,7 +224,9 @@ class TimeBase(nn.Module):
         """The forecaster as the affine map it is: y[:, h, c] = sum_t x[:, t, c] A[t, h] + c[h].
 
         Returns (A (T, H), c (H,)) for shared weights, (A (C, T, H), c (C, H)) when ``individual``. The linear
-        map acting on the centred segments has rank <= basis_num (the mean added back adds up to P more). Computed by probing the model with the zero window and the T unit windows.
+        map acting on the centred segments has rank <= basis_num
+        (the mean added back adds up to P more). Computed by probing the model with the zero window and the T
+        unit windows.
         """
         cfg = self.config
         p = next(self.parameters())
