@@ -1,0 +1,143 @@
+"""Decoupled propagation: exactness at δa = 0, prefix form vs per-entry definition, unbiasedness, sharding."""
+
+import pytest
+import torch
+from torch_geometric.nn import APPNP, SGConv
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
+from unifews.prop import PropGraph, propagate_entry_reference, unifews_propagate
+from unifews.transforms import UnifewsPrecompute
+
+from .helpers import random_graph
+
+
+def _sparse_features(n=40, f=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, f, generator=g, dtype=torch.float64)
+    return x * (torch.rand(n, f, generator=g) < 0.4)  # zeros as in bag-of-words features
+
+
+def _dense_power(x, ei, hops):
+    ei_n, w = gcn_norm(ei, None, x.size(0), add_self_loops=True, dtype=x.dtype)
+    a = torch.zeros(x.size(0), x.size(0), dtype=x.dtype).index_put_((ei_n[1], ei_n[0]), w, accumulate=True)
+    return torch.linalg.matrix_power(a, hops) @ x
+
+
+@pytest.mark.parametrize("mode", ["entry", "row"])
+def test_zero_delta_equals_sgconv_propagation(mode):
+    x, ei = random_graph(n=40, m=200, f=5, seed=20)
+    sg = SGConv(5, 3, K=4).double()
+    sg.lin.weight.data.copy_(torch.eye(3, 5, dtype=torch.float64))
+    sg.lin.bias.data.zero_()
+    p, stats = unifews_propagate(x, ei, 4, 0.0, mode=mode)
+    torch.testing.assert_close(p[:, :3], sg(x, ei))
+    torch.testing.assert_close(p, _dense_power(x, ei, 4))
+    assert stats.total_macs <= stats.full_macs
+
+
+@pytest.mark.parametrize("mode", ["entry", "row"])
+def test_zero_delta_equals_pyg_appnp(mode):
+    x, ei = random_graph(n=40, m=200, f=5, seed=21)
+    p, _ = unifews_propagate(x, ei, 6, 0.0, kind="appnp", alpha=0.15, mode=mode)
+    torch.testing.assert_close(p, APPNP(K=6, alpha=0.15)(x, ei))
+
+
+def test_appnp_without_tail_is_the_truncated_sum():
+    x, ei = random_graph(n=30, m=120, f=4, seed=22)
+    a = 0.2
+    p, _ = unifews_propagate(x, ei, 5, 0.0, kind="appnp", alpha=a, appnp_tail=False)
+    ref = sum(a * (1 - a) ** k * _dense_power(x, ei, k) for k in range(5))
+    torch.testing.assert_close(p, ref)
+
+
+@pytest.mark.parametrize("kind", ["sgc", "appnp"])
+@pytest.mark.parametrize("impl", ["prefix", "masked"])
+def test_drop_prefix_form_equals_per_entry_definition(kind, impl):
+    x = _sparse_features(seed=1)
+    _, ei = random_graph(n=40, m=200, f=6, seed=23)
+    for delta_a in (0.2, 0.6, 1.5):
+        ours, stats = unifews_propagate(x, ei, 5, delta_a, kind=kind, push="drop", impl=impl)
+        ref = propagate_entry_reference(x, ei, 5, delta_a, kind=kind, push="drop")
+        torch.testing.assert_close(ours, ref)
+        assert all(a >= b for a, b in zip(stats.kept, stats.kept[1:]))  # regime only shrinks (progressive)
+
+
+def test_prefix_and_masked_executions_agree_with_random_push():
+    x = _sparse_features(seed=2)
+    _, ei = random_graph(n=40, m=200, f=6, seed=24)
+    a, sa = unifews_propagate(x, ei, 6, 0.5, impl="prefix", generator=3)
+    b, sb = unifews_propagate(x, ei, 6, 0.5, impl="masked", generator=3)
+    torch.testing.assert_close(a, b)
+    assert sa.macs == sb.macs and sa.random_pushes == sb.random_pushes and sa.kept == sb.kept
+
+
+@pytest.mark.parametrize("impl", ["prefix", "reference"])
+def test_random_push_is_unbiased(impl):
+    x = _sparse_features(n=25, f=3, seed=3)
+    _, ei = random_graph(n=25, m=80, f=3, seed=25)
+    exact = _dense_power(x, ei, 3)
+    G = PropGraph(ei, 25, 0.5, x.dtype)
+    runs = []
+    for s in range(200):
+        if impl == "prefix":
+            runs.append(unifews_propagate(x, ei, 3, 0.8, generator=s, impl="prefix", graph=G)[0])
+        else:
+            g = torch.Generator().manual_seed(s)
+            runs.append(propagate_entry_reference(x, ei, 3, 0.8, generator=g))
+    runs = torch.stack(runs)
+    mean, se = runs.mean(0), runs.std(0) / 200**0.5
+    random_entries = se > 1e-12
+    assert random_entries.float().mean() > 0.3  # the test exercises the random regime
+    z = (mean - exact).abs() / se.clamp_min(1e-12)
+    assert torch.all(z[random_entries] < 4.0)
+    assert (z[random_entries] < 3.0).float().mean() > 0.97
+    torch.testing.assert_close(mean[~random_entries], exact[~random_entries])
+    drop = unifews_propagate(x, ei, 3, 0.8, push="drop")[0]
+    assert (drop - exact).norm() > (mean - exact).norm()  # dropping loses mass, the random push does not
+
+
+def test_error_grows_with_delta_a():
+    x = _sparse_features(n=60, f=8, seed=4)
+    _, ei = random_graph(n=60, m=300, f=8, seed=26)
+    exact = _dense_power(x, ei, 4)
+    errs, macs = [], []
+    for delta_a in (0.05, 0.3, 1.0, 3.0):
+        p, st = unifews_propagate(x, ei, 4, delta_a, generator=0)
+        errs.append(float((p - exact).norm() / exact.norm()))
+        macs.append(st.total_macs)
+    assert errs == sorted(errs) and errs[0] < errs[-1]
+    assert macs == sorted(macs, reverse=True)
+
+
+@pytest.mark.parametrize("threshold", ["absolute", "relative"])
+def test_row_mode_hop_sets_nested_and_algorithm_one(threshold):
+    x, ei = random_graph(n=40, m=200, f=5, seed=27)
+    p, st = unifews_propagate(x, ei, 5, 0.3 if threshold == "absolute" else 1.0, mode="row", threshold=threshold)
+    assert all(a >= b for a, b in zip(st.kept, st.kept[1:])) and st.kept[-1] < st.kept[0]
+    assert st.kept[-1] >= 40  # self-loops never removed
+    # one hop by hand: remove edges whose |T[u,v]|·‖x_v‖ < δa
+    G = PropGraph(ei, 40, 0.5, x.dtype)
+    score = G.w * torch.linalg.vector_norm(x, dim=1)[G.src]
+    keep = score >= 0.3
+    ref = torch.zeros_like(x).index_add_(0, G.nbr[keep], G.w[keep, None] * x[G.src[keep]]) + G.w_loop[:, None] * x
+    p1, _ = unifews_propagate(x, ei, 1, 0.3, mode="row")
+    torch.testing.assert_close(p1, ref)
+
+
+def test_column_halves_propagated_apart_equal_one_call():
+    x = _sparse_features(n=40, f=8, seed=5)
+    _, ei = random_graph(n=40, m=200, f=8, seed=28)
+    full, st = unifews_propagate(x, ei, 5, 0.4, generator=7)
+    left, sl = unifews_propagate(x[:, :4], ei, 5, 0.4, generator=7)
+    right, sr = unifews_propagate(x[:, 4:], ei, 5, 0.4, generator=7, column_offset=4)
+    torch.testing.assert_close(torch.cat([left, right], 1), full)
+    assert sl.merge(sr).macs == st.macs
+    chunked, _ = unifews_propagate(x, ei, 5, 0.4, generator=7, chunk_size=3)
+    torch.testing.assert_close(chunked, full)
+
+
+def test_precompute_transform():
+    from torch_geometric.data import Data
+
+    x, ei = random_graph(n=30, m=100, f=4, seed=29)
+    data = UnifewsPrecompute(hops=3, delta_a=0.0)(Data(x=x.clone(), edge_index=ei))
+    torch.testing.assert_close(data.x, _dense_power(x, ei, 3))
