@@ -1,6 +1,7 @@
 """Optimizer-step time of SWAN vs torch.optim.AdamW(foreach=True) and torch.optim.Muon, as ratios to AdamW.
 
-Two settings, each timed in one interleaved run (AdamW and the candidate alternate, so machine drift hits both):
+Two settings, each timed in one round-robin run (every optimizer steps once per round, in rotating order, so
+machine drift hits all alike):
 
 - ``tiny-llama``: the reproduction's LLaMA (108,992 parameters), real gradients of one batch; SWAN and Muon are
   hybrids (AdamW on embeddings/head/norms), AdamW covers everything.
@@ -18,16 +19,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from swan import SWAN, param_groups
 from torch import nn
 
-from icml25_shared.bench import compare, peak_memory
-from icml25_shared.device import get_device
+from icml25_shared.bench import Timing, peak_memory
+from icml25_shared.device import get_device, synchronize
 from icml25_shared.training import optimizer_state_bytes
-from swan import SWAN, param_groups
 
 
 class _Pair:
@@ -42,9 +44,8 @@ class _Pair:
 
 
 def _tiny_llama(device: torch.device) -> nn.Module:
-    from transformers import LlamaForCausalLM
-
     from swan.reproduce import tiny_llama_config
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(tiny_llama_config()).to(device)
@@ -89,25 +90,44 @@ def _optimizers(model: nn.Module) -> dict[str, Callable[[], Any]]:
     }
 
 
+def _round_robin(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, Timing]:
+    """Time every callable once per round, in a rotating order, so machine drift hits all of them alike."""
+    names = list(fns)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for k in names:  # warm-up
+        fns[k]()
+    for r in range(repeats):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for k in order:
+            synchronize(device)
+            t0 = time.perf_counter()
+            fns[k]()
+            synchronize(device)
+            times[k].append(time.perf_counter() - t0)
+    return {k: Timing(v) for k, v in times.items()}
+
+
 def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> dict[str, Any]:
-    factories = _optimizers(model)
-    opts = {k: f() for k, f in factories.items()}
+    opts = {k: f() for k, f in _optimizers(model).items()}
     for o in opts.values():  # allocate states
         o.step()
-    base = opts["AdamW(foreach)"]
-    rows: dict[str, Any] = {}
-    for k, o in opts.items():
-        row: dict[str, Any] = {"state_bytes": optimizer_state_bytes(o)}
-        if k != "AdamW(foreach)":
-            c = compare(base.step, o.step, names=("AdamW(foreach)", k), warmup=1, repeats=repeats, device=device)
-            row.update(ratio_to_adamw=c.ratio, median_s=c.b.median, adamw_median_s=c.a.median)
-        row["peak_transient_bytes"] = peak_memory(o.step, device=device)
-        rows[k] = row
+    timings = _round_robin({k: o.step for k, o in opts.items()}, repeats, device)
+    base = timings["AdamW(foreach)"].median
+    rows = {
+        k: {
+            "median_s": timings[k].median,
+            "ratio_to_adamw": timings[k].median / base,
+            "state_bytes": optimizer_state_bytes(o),
+            "peak_transient_bytes": peak_memory(o.step, device=device),
+        }
+        for k, o in opts.items()
+    }
     muon_t = rows["Muon (5 steps)"]["median_s"]
     return {
         "setting": name,
         "device": str(device),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "repeats": repeats,
         "rows": rows,
         "ns10_over_muon": rows["SWAN K=10 loop"]["median_s"] / muon_t,
         "ns10_foreach_over_muon": rows["SWAN K=10 foreach"]["median_s"] / muon_t,
@@ -116,14 +136,11 @@ def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> di
 
 
 def _print(res: dict[str, Any]) -> None:
-    print(f"\n== {res['setting']} on {res['device']} ({res['parameters']:,} parameters)")
+    print(f"\n== {res['setting']} on {res['device']} ({res['parameters']:,} parameters, {res['repeats']} rounds)")
     print(f"{'optimizer':<20}{'step ms':>10}{'x AdamW':>9}{'state bytes':>14}{'peak transient':>16}")
     for k, r in res["rows"].items():
-        ms = 1e3 * r.get("median_s", r.get("adamw_median_s", float("nan")))
-        if k == "AdamW(foreach)":
-            ms = 1e3 * res["rows"]["SWAN K=10 loop"]["adamw_median_s"]
         print(
-            f"{k:<20}{ms:>10.2f}{r.get('ratio_to_adamw', 1.0):>9.2f}{r['state_bytes']:>14,}"
+            f"{k:<20}{1e3 * r['median_s']:>10.2f}{r['ratio_to_adamw']:>9.2f}{r['state_bytes']:>14,}"
             f"{r['peak_transient_bytes']:>16,}"
         )
     print(

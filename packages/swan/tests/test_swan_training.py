@@ -109,3 +109,34 @@ def test_reproduce_reduced_writes_claims_plot_and_json(tmp_path):
     assert (tmp_path / "val_loss_vs_tokens.png").stat().st_size > 0
     saved = result.save_json(tmp_path / "result.json")
     assert json.loads(saved.read_text())["claims"][0]["verdict"] in {"holds", "does not hold"}
+
+
+@pytest.mark.slow
+def test_hf_trainer_accepts_swan_and_scheduler(tmp_path, tiny_llama):
+    """``Trainer(optimizers=(opt, sched))`` drives SWAN unchanged: matrices move, and hold no state."""
+    import copy
+
+    pytest.importorskip("accelerate")
+    model = copy.deepcopy(tiny_llama)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    opt = SWAN(param_groups(model, lr=3e-3))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
+    gen = torch.Generator().manual_seed(0)
+    data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(0, 65, (8, 32), generator=gen)]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=4,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, optimizers=(opt, sched))
+    trainer.train()
+    assert getattr(trainer.optimizer, "optimizer", trainer.optimizer) is opt
+    matrices = {id(p) for p in param_groups(model)[0]["params"]}
+    assert not any(id(p) in matrices for p in opt.state)
+    moved = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert "model.layers.0.self_attn.q_proj.weight" in moved and "lm_head.weight" in moved

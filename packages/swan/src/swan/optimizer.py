@@ -313,9 +313,9 @@ class SWAN(torch.optim.Optimizer):
         # commutes with the transpose), so e.g. q/k/v/o share one (b, m, n) bmm chain and gate/up/down another
         pre = {k: kw[k] for k in ("normalize", "norm_dim", "norm_center", "eps", "whiten_dtype")}
         normed = [
-            swan_direction(m, whiten=False, rescale=False, **pre) if kw["normalize"] else m.to(
-                compute_dtype(m.dtype, kw["whiten_dtype"])
-            )
+            swan_direction(m, whiten=False, rescale=False, **pre)
+            if kw["normalize"]
+            else m.to(compute_dtype(m.dtype, kw["whiten_dtype"]))
             for m in mats
         ]
         tall = [m.shape[0] > m.shape[1] for m in normed]
