@@ -16,13 +16,13 @@ import json
 import sys
 
 import torch
-from icml25_shared.bench import measure
-from icml25_shared.device import get_device
-
 from bisection_proj import BisectionProjector
 from bisection_proj.baselines import cvxpy_projection, dc3_correction
 from bisection_proj.metrics import feasibility_rate
 from bisection_proj.problems import ConvexQP
+
+from icml25_shared.bench import measure
+from icml25_shared.device import get_device
 
 
 def infeasible_batch(prob: ConvexQP, b: int, seed: int = 0, noise: float = 0.15):

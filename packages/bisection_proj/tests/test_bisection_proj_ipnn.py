@@ -29,7 +29,7 @@ def test_margin_scheme_reaches_validity_and_grows_gamma(toy):
     held_out = prob.sample_theta(512, torch.Generator().manual_seed(99)).float()
     assert validity_rate(ipnn, prob, held_out) > 0.95
     assert hist.validity[-1] > 0.95
-    assert hist.gamma[-1] > hist.gamma[0] > 1e-3
+    assert hist.gamma[0] == pytest.approx(1e-3) and hist.gamma[-1] > 1.2e-3
     ratio, diff = eccentricity(prob, held_out[:32], ipnn(held_out[:32])[:, 0], n_dirs=16)
     assert torch.isfinite(ratio).float().mean() > 0.9 and (ratio[torch.isfinite(ratio)] >= 1).all()
 
@@ -55,8 +55,8 @@ def test_eccentricity_scheme_trains_without_error():
         ipnn, copy.deepcopy(prob).float(), thetas, scheme="eccentricity", iters=40, lr=1e-3, labels=labels,
         pretrain_iters=20, eval_every=20, progress=False,
     )  # fmt: skip
-    assert len(hist.validity) == 3 and all(0 <= v <= 1 for v in hist.validity)
-    assert all(torch.isfinite(torch.tensor(hist.loss)))
+    assert hist.step == [0, 20, 40, 60] and all(0 <= v <= 1 for v in hist.validity)
+    assert all(torch.isfinite(torch.tensor(hist.loss[1:])))  # loss[0] is the untrained evaluation (nan)
 
 
 def test_ray_boundary_on_ball():

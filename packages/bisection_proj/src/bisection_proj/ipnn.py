@@ -293,6 +293,7 @@ def train_ipnn(
             fin = ratio[torch.isfinite(ratio)]
             hist.eccentricity.append(float(fin.mean()) if fin.numel() else float("nan"))
 
+    evaluate(0, float("nan"))
     ipnn.train()
     total = pretrain_iters + iters
     bar = track(range(total), f"IPNN ({scheme})", disable=None if progress is None else not progress)
