@@ -1,0 +1,177 @@
+"""BSLoRA SS(2,4,16) vs peft LoRA r=8 on the same targets, in one run, as ratios (spec §8).
+
+    python packages/bslora/benchmarks/bench_bslora.py [--sizes tiny,512] [--out DIR] [--repeats N]
+
+Ratios are ``ours / peft`` (< 1: ours smaller or faster). Timings on a shared CPU are noisy; the JSON keeps every
+median. Mixed-batch throughput: ``adapter_names`` in one pass vs our own swap loop (``set_adapter`` per group) and
+vs peft's ``adapter_names``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from bslora import BSLoRAConfig, count_bslora_parameters, count_lora_parameters, get_bslora_model
+from icml25_shared.bench import compare, measure, peak_memory
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj"]
+
+
+def llama(hidden: int, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=128, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=8,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128, tie_word_embeddings=True,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval(), cfg
+
+
+@torch.no_grad()
+def _randomize(model) -> None:
+    for n, p in model.named_parameters():
+        if "lora_" in n or "bslora_shared" in n:
+            p.normal_(0, 0.02)
+
+
+def peft_lora(base, n_adapters: int = 1):
+    import peft
+
+    cfg = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=TARGETS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers' is_gradient_checkpointing alias, read by peft
+        pm = peft.get_peft_model(base, cfg, adapter_name="a0")
+        for i in range(1, n_adapters):
+            pm.add_adapter(f"a{i}", cfg)
+    _randomize(pm)
+    return pm.eval()
+
+
+def ours(base, n_adapters: int = 1):
+    cfg = BSLoRAConfig(2, 4, 16, "slice", lora_dropout=0.0)
+    m = get_bslora_model(base, cfg, "a0")
+    for i in range(1, n_adapters):
+        m.add_adapter(f"a{i}", cfg)
+    _randomize(m)
+    return m.eval()
+
+
+def bench_size(hidden: int, repeats: int, batch: int, seq: int, mixed_ns: list[int]) -> dict:
+    base, cfg = llama(hidden)
+    out: dict = {"hidden": hidden}
+    ids = torch.randint(0, 128, (batch, seq), generator=torch.Generator().manual_seed(0))
+    m = ours(copy.deepcopy(base))
+    pm = peft_lora(copy.deepcopy(base))
+    with tempfile.TemporaryDirectory() as d:
+        m.save_pretrained(Path(d) / "ours")
+        pm.save_pretrained(str(Path(d) / "peft"))
+        b_ours = (Path(d) / "ours" / "adapter_model.safetensors").stat().st_size
+        b_peft = (Path(d) / "peft" / "adapter_model.safetensors").stat().st_size
+    analytic = count_bslora_parameters(cfg, BSLoRAConfig(2, 4, 16))["total"] / count_lora_parameters(cfg, 8)
+    out["adapter_file_bytes"] = {"ours": b_ours, "peft": b_peft, "ratio": b_ours / b_peft, "analytic": analytic}
+
+    with torch.no_grad():
+        c = compare(lambda: pm(input_ids=ids), lambda: m(input_ids=ids), names=("peft", "ours"), repeats=repeats)
+    out["unmerged_forward"] = c.to_dict()
+    with torch.no_grad():
+        m.merge_adapter()
+        pm.merge_adapter()
+        c = compare(lambda: pm(input_ids=ids), lambda: m(input_ids=ids), names=("peft", "ours"), repeats=repeats)
+        m.unmerge_adapter()
+        pm.unmerge_adapter()
+    out["merged_forward"] = c.to_dict()
+
+    def train_step(model, opt):
+        def step():
+            loss = model(input_ids=ids, labels=ids).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        return step
+
+    m.train()
+    pm.train()
+    s_ours = train_step(m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], 1e-4))
+    s_peft = train_step(pm, torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], 1e-4))
+    c = compare(s_peft, s_ours, names=("peft", "ours"), repeats=repeats)
+    out["train_step"] = c.to_dict()
+    mem_ours, mem_peft = peak_memory(s_ours), peak_memory(s_peft)
+    out["train_peak_rss_bytes"] = {"ours": mem_ours, "peft": mem_peft, "ratio": mem_ours / max(mem_peft, 1)}
+    m.eval()
+    pm.eval()
+
+    mixed = {}
+    for n in mixed_ns:
+        rows = [f"a{i % n}" for i in range(max(batch, n))]
+        mids = torch.randint(0, 128, (len(rows), seq), generator=torch.Generator().manual_seed(1))
+        mo = ours(copy.deepcopy(base), n)
+        mp = peft_lora(copy.deepcopy(base), n)
+
+        def swap_loop(mo=mo, rows=rows, mids=mids):
+            for name in dict.fromkeys(rows):
+                mo.set_adapter(name)
+                sel = [i for i, r in enumerate(rows) if r == name]
+                mo(input_ids=mids[sel])
+
+        with torch.no_grad():
+            t_mixed = measure(
+                lambda mo=mo, rows=rows, mids=mids: mo(input_ids=mids, adapter_names=rows), repeats=repeats
+            )
+            t_swap = measure(swap_loop, repeats=repeats)
+            t_peft = measure(
+                lambda mp=mp, rows=rows, mids=mids: mp(input_ids=mids, adapter_names=rows), repeats=repeats
+            )
+        mixed[n] = {
+            "rows": len(rows),
+            "ours_mixed_s": t_mixed.median,
+            "ours_swap_loop_s": t_swap.median,
+            "peft_adapter_names_s": t_peft.median,
+            "speedup_vs_swap": t_swap.median / t_mixed.median,
+            "speedup_vs_peft": t_peft.median / t_mixed.median,
+        }
+    out["mixed_batch"] = mixed
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="64,512", help="hidden sizes of 8-layer random Llamas")
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--mixed", default="1,8,64")
+    ap.add_argument("--out", default="results/bslora")
+    args = ap.parse_args()
+    res = {}
+    for h in (int(s) for s in args.sizes.split(",")):
+        res[h] = bench_size(h, args.repeats, args.batch, args.seq, [int(n) for n in args.mixed.split(",")])
+        r = res[h]
+        lines = [
+            f"hidden {h}: adapter bytes ours/peft {r['adapter_file_bytes']['ratio']:.3f} "
+            f"(analytic {r['adapter_file_bytes']['analytic']:.3f})",
+            f"  unmerged forward ours/peft {r['unmerged_forward']['ratio_b_over_a']:.2f}x, "
+            f"merged {r['merged_forward']['ratio_b_over_a']:.2f}x, train step {r['train_step']['ratio_b_over_a']:.2f}x, "
+            f"train peak RSS {r['train_peak_rss_bytes']['ratio']:.2f}x",
+        ]
+        for n, v in r["mixed_batch"].items():
+            lines.append(
+                f"  mixed N={n}: {v['speedup_vs_swap']:.2f}x faster than our swap loop, "
+                f"{v['speedup_vs_peft']:.2f}x vs peft adapter_names"
+            )
+        print("\n".join(lines), flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench_bslora.json").write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
