@@ -17,8 +17,8 @@ import warnings
 from pathlib import Path
 
 import torch
-
 from bslora import BSLoRAConfig, count_bslora_parameters, count_lora_parameters, get_bslora_model
+
 from icml25_shared.bench import compare, measure, peak_memory
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj"]
@@ -159,7 +159,8 @@ def main() -> None:
             f"hidden {h}: adapter bytes ours/peft {r['adapter_file_bytes']['ratio']:.3f} "
             f"(analytic {r['adapter_file_bytes']['analytic']:.3f})",
             f"  unmerged forward ours/peft {r['unmerged_forward']['ratio_b_over_a']:.2f}x, "
-            f"merged {r['merged_forward']['ratio_b_over_a']:.2f}x, train step {r['train_step']['ratio_b_over_a']:.2f}x, "
+            f"merged {r['merged_forward']['ratio_b_over_a']:.2f}x, "
+            f"train step {r['train_step']['ratio_b_over_a']:.2f}x, "
             f"train peak RSS {r['train_peak_rss_bytes']['ratio']:.2f}x",
         ]
         for n, v in r["mixed_batch"].items():
