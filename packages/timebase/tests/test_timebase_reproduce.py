@@ -1,0 +1,35 @@
+"""The reproduce entry point in reduced form (one seed, one epoch); the real runs are `icml25 reproduce`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from timebase.reproduce import reproduce
+
+
+def test_quick_reproduce_reduced(tmp_path) -> None:
+    res = reproduce(out_dir=tmp_path, seeds=(0,), epochs=1)
+    assert res.package == "timebase" and res.mode == "quick"
+    head = res.claims[0]
+    assert head.details["param_ratio"] == pytest.approx(138432 / 214)
+    assert 0.3 < head.details["dlinear_closed_form"]["mse"] < 0.4
+    exact = [c for c in res.claims if c.rule == "exact"]
+    assert len(exact) == 2 and all(c.holds for c in exact)
+    assert (tmp_path / "etth1_h96_quick.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "result_quick.json").read_text())
+    assert saved["claims"][0]["verdict"] in ("holds", "does not hold")
+
+
+@pytest.mark.slow
+def test_full_reproduce_reduced(tmp_path) -> None:
+    res = reproduce(
+        full=True,
+        out_dir=tmp_path,
+        seeds=(0,),
+        epochs=1,
+        _full_kwargs={"horizons": (96,), "datasets": ("ETTh1",), "patch_epochs": 1},
+    )
+    texts = [c.text for c in res.claims]
+    assert any("PatchTST + TimeBase reducer: MACs" in t for t in texts)
+    assert (tmp_path / "ett_full.png").exists()
