@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from fpt_snn.config import FPTConfig, auto_chunk_size
 from fpt_snn.functional import (
     apply_lambda,
@@ -140,7 +139,12 @@ def test_gradcheck_soft_path_exact_sigmoid():
 
         def f(inp, path=path):
             return fpt_lif(
-                inp, K=3, alpha_schedule=(1.0, 2.0, 3.0), output="soft", surrogate_backward="sigmoid", path=path,
+                inp,
+                K=3,
+                alpha_schedule=(1.0, 2.0, 3.0),
+                output="soft",
+                surrogate_backward="sigmoid",
+                path=path,
                 chunk_size=4,
             )
 
