@@ -1,0 +1,74 @@
+"""Data parallel training: shared tensors are ordinary parameters, registered once (2 gloo processes)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+STEPS, BATCH = 3, 4
+
+
+def _model():
+    from bslora import get_bslora_model
+    from bslora.testing import bs_config, tiny_llama
+
+    return get_bslora_model(tiny_llama(seed=0), bs_config("slice", lora_dropout=0.0), "default")
+
+
+def _data():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randint(0, 64, (BATCH, 6), generator=g) for _ in range(STEPS)]
+
+
+def _adapter(m) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in m.adapter_state_dict().items()}
+
+
+def _worker(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        m = _model()
+        ddp = DDP(m)
+        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.5)
+        for ids in _data():
+            part = ids.chunk(world)[rank]
+            loss = ddp(input_ids=part, labels=part).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        torch.save(_adapter(m), f"{out}/rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_two_gloo_processes_equal_single_process(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
+    r1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
+    # one process on the full batch; equal-size halves make the DDP mean of the two half-batch means the same loss
+    m = _model()
+    opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.5)
+    for ids in _data():
+        h = ids.chunk(2)
+        loss = 0.5 * (m(input_ids=h[0], labels=h[0]).loss + m(input_ids=h[1], labels=h[1]).loss)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    single = _adapter(m)
+    assert not torch.equal(single["bslora_shared.inter.B"], torch.zeros_like(single["bslora_shared.inter.B"]))
+    for k in single:
+        torch.testing.assert_close(r0[k], r1[k], rtol=0, atol=0)
+        torch.testing.assert_close(r0[k], single[k], rtol=1e-6, atol=1e-6)
