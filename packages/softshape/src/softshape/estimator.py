@@ -30,7 +30,17 @@ logger = logging.getLogger(__name__)
 
 
 def _is_ragged(X: Any) -> bool:
-    return isinstance(X, (list, tuple)) and len(X) > 0 and all(np.ndim(x) == 2 for x in X)
+    return isinstance(X, (list, tuple)) and len(X) > 0 and all(isinstance(x, np.ndarray) and x.ndim == 2 for x in X)
+
+
+def _ndim(X: Any) -> int:
+    try:
+        return int(np.asarray(X).ndim)
+    except ValueError as err:
+        raise ValueError(
+            "X must be (n_cases, n_timepoints), (n_cases, n_channels, n_timepoints) or a list of 2-D numpy arrays, "
+            f"got a {type(X).__name__} that numpy cannot read as an array ({err})"
+        ) from err
 
 
 def to_3d(X: Any, *, allow_nan: bool, length: int | None = None) -> tuple[np.ndarray, bool]:
@@ -56,12 +66,13 @@ def to_3d(X: Any, *, allow_nan: bool, length: int | None = None) -> tuple[np.nda
             out[i, :, :t] = a[:, :t]
         X3 = out
     else:
-        ndim = np.ndim(X) if not hasattr(X, "ndim") else X.ndim
+        ndim = _ndim(X)
         if ndim not in (2, 3):
             shape = getattr(X, "shape", None)
+            hint = "; Reshape your data with X.reshape(1, -1) for a single series" if ndim == 1 else ""
             raise ValueError(
                 f"X must be (n_cases, n_timepoints), (n_cases, n_channels, n_timepoints) or a list of 2-D arrays, "
-                f"got an array with {ndim} dimensions (shape {shape})"
+                f"got an array with {ndim} dimensions (shape {shape}){hint}"
             )
         X3 = check_array(X, dtype=np.float32, allow_nd=True, ensure_all_finite="allow-nan", input_name="X")
         if X3.ndim == 2:
@@ -205,7 +216,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
 
     def _validate_X(self, X: Any, *, fitting: bool, y: Any = None) -> tuple[np.ndarray, Any]:
         """(n, C, T) float32 (and y when fitting)."""
-        if not _is_ragged(X) and np.ndim(X) == 2:
+        if not _is_ragged(X) and _ndim(X) == 2:
             kw: dict[str, Any] = {"dtype": np.float32, "ensure_all_finite": "allow-nan"}
             if fitting:
                 X, y = validate_data(self, X, y, reset=True, **kw)
@@ -386,10 +397,6 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         if return_scores:
             return np.concatenate(logits), np.concatenate(scores), np.concatenate(kept)
         return (np.concatenate(logits),)
-
-    def decision_function(self, X: Any) -> np.ndarray:
-        """Class logits (n, K) in the order of ``classes_``."""
-        return self._run(X)[0]
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities (n, K) in the order of ``classes_``."""
