@@ -227,7 +227,9 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
     """Run the reproduction (quick by default) and return its claims; writes plots into ``out_dir``."""
     out_dir = Path(out_dir) if out_dir is not None else results_dir("fpt_snn")
     threads = torch.get_num_threads()
-    torch.set_num_threads(min(2, threads))
+    # one thread: the SNN's GEMMs are tiny, and several OpenMP threads on a busy CPU spin-wait far longer than
+    # they compute (spec §6 "thread pathology"); it also makes the timings comparable between machines
+    torch.set_num_threads(1)
     t_start = time.perf_counter()
     try:
         return _run(full, out_dir, t_start)
