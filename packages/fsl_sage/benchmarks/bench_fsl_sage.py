@@ -58,6 +58,38 @@ def _client_steps(models, x, y):
     return sage, cse, second_order
 
 
+def _align_pair(make, server):
+    """(vmapped, looped) alignment of 10 clients' aux models, 5 epochs over buffers of 200 in batches of 100."""
+    auxes_v = [make() for _ in range(10)]
+    auxes_l = copy.deepcopy(auxes_v)
+    zs = [torch.randn(200, 32, 4, 4) for _ in range(10)]
+    ys = [torch.randint(0, 10, (200,)) for _ in range(10)]
+    gs = [cut_gradients(server, zz, yy) for zz, yy in zip(zs, ys)]
+    sv = [AuxAdamState() for _ in range(10)]
+    sl = [AuxAdamState() for _ in range(10)]
+
+    def vm():
+        gens = [alignment_generator(0, i, 0) for i in range(10)]
+        align_many_vmap(auxes_v, sv, zs, ys, gs, 5, 100, 1e-3, generators=gens)
+
+    def loop():
+        for i in range(10):
+            align_aux(
+                auxes_l[i],
+                sl[i],
+                zs[i],
+                ys[i],
+                server,
+                5,
+                100,
+                1e-3,
+                generator=alignment_generator(0, i, 0),
+                targets=gs[i],
+            )
+
+    return vm, loop
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=10)
@@ -128,34 +160,7 @@ def main() -> None:
             ),
         ),
     ]:
-        auxes_v = [make() for _ in range(10)]
-        auxes_l = copy.deepcopy(auxes_v)
-        zs = [torch.randn(200, 32, 4, 4) for _ in range(10)]
-        ys = [torch.randint(0, 10, (200,)) for _ in range(10)]
-        gs = [cut_gradients(server, zz, yy) for zz, yy in zip(zs, ys)]
-        sv = [AuxAdamState() for _ in range(10)]
-        sl = [AuxAdamState() for _ in range(10)]
-
-        def vm():
-            align_many_vmap(
-                auxes_v, sv, zs, ys, gs, 5, 100, 1e-3, generators=[alignment_generator(0, i, 0) for i in range(10)]
-            )
-
-        def loop():
-            for i in range(10):
-                align_aux(
-                    auxes_l[i],
-                    sl[i],
-                    zs[i],
-                    ys[i],
-                    server,
-                    5,
-                    100,
-                    1e-3,
-                    generator=alignment_generator(0, i, 0),
-                    targets=gs[i],
-                )
-
+        vm, loop = _align_pair(make, server)
         report(
             f"4. align 10 clients ({label} aux): loop / vmap",
             compare(vm, loop, names=("vmap", "loop"), repeats=max(3, r // 2)),

@@ -224,6 +224,7 @@ class FederatedSplitAlgorithm:
         if self.needs_aux and aux is None:
             raise ValueError(f"{type(self).__name__} needs an aux model, got aux=None")
         self.client_template = copy.deepcopy(client)
+        self.server_template = copy.deepcopy(server)
         self.server = copy.deepcopy(server)
         self.aux_template = as_aux(copy.deepcopy(aux)) if aux is not None else None
         self.n_classes: int | None = None
@@ -272,8 +273,14 @@ class FederatedSplitAlgorithm:
 
     # -- the loop
     def fit(self, client_datasets: Sequence[Dataset], eval_data: Dataset | None = None) -> History:
-        """Run ``config.rounds`` rounds (or until ``comm_budget_bytes``) and return the :class:`History`."""
+        """Run ``config.rounds`` rounds (or until ``comm_budget_bytes``) and return the :class:`History`.
+
+        Every call starts afresh from the initial models (and a fresh ledger)."""
         self._validate(client_datasets, eval_data)
+        self.server = copy.deepcopy(self.server_template)
+        self.ledger = ByteCounter()
+        self.history = History(self.method)
+        self.server_steps = 0
         self._setup(client_datasets)
         self.weights = sample_weights([len(d[1]) for d in client_datasets])
         cfg = self.config

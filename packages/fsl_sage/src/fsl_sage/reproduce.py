@@ -244,7 +244,8 @@ def _full(out_dir: Path, artifacts: list[str], settings: dict[str, Any], rounds:
         Claim(
             "Accuracy at a fixed budget, FSL-SAGE vs FedAvg under heterogeneity (α = 0.1, mean of 5 seeds)",
             "α = 1 at 80 GiB: SAGE ≈0.83 vs FedAvg ≈0.41",
-            f"SAGE {np.mean(acc_at['alpha=0.1']['fsl_sage']):.3f} vs FedAvg {np.mean(acc_at['alpha=0.1']['fedavg']):.3f}",
+            f"SAGE {np.mean(acc_at['alpha=0.1']['fsl_sage']):.3f} vs "
+            f"FedAvg {np.mean(acc_at['alpha=0.1']['fedavg']):.3f}",
             bool(np.mean(acc_at["alpha=0.1"]["fsl_sage"]) > np.mean(acc_at["alpha=0.1"]["fedavg"])),
             rule="mean accuracy at budget: SAGE > FedAvg",
         ),
