@@ -1,0 +1,123 @@
+"""Bad input raises a clear error naming the argument, the value and what was expected."""
+
+import math
+
+import pytest
+import torch
+from unifews import UnifewsConfig, UnifewsGATv2Conv, UnifewsGCNConv, UnifewsGNN
+from unifews.prop import unifews_propagate
+
+from .helpers import random_graph
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"delta_a": -0.1}, "delta_a"),
+        ({"delta_a": math.nan}, "delta_a"),
+        ({"delta_w": -1.0}, "delta_w"),
+        ({"delta_w": math.nan}, "delta_w"),
+        ({"threshold": "median"}, r"threshold must be one of \['relative', 'absolute'\]"),
+        ({"r": 1.5}, "r must be"),
+    ],
+)
+def test_config_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        UnifewsConfig(**kwargs)
+
+
+def test_config_type_errors():
+    with pytest.raises(TypeError, match="delta_a"):
+        UnifewsConfig(delta_a="big")
+    with pytest.raises(TypeError, match="edge_prune_inc"):
+        UnifewsConfig(edge_prune_inc=1)
+
+
+def test_conv_input_errors():
+    x, ei = random_graph()
+    conv = UnifewsGCNConv(8, 4).double()
+    with pytest.raises(TypeError, match="int64"):
+        conv(x, ei.int())
+    with pytest.raises(ValueError, match=r"shape \[2, num_edges\]"):
+        conv(x, ei[:1])
+    with pytest.raises(ValueError, match=r"node 30 .* num_nodes=30"):
+        conv(x, torch.cat([ei, torch.tensor([[0], [30]])], 1))
+    with pytest.raises(ValueError, match="negative"):
+        conv(x, torch.cat([ei, torch.tensor([[0], [-1]])], 1))
+    with pytest.raises(ValueError, match="edge_weight must have shape"):
+        conv(x, ei, torch.ones(3, dtype=x.dtype))
+    with pytest.raises(ValueError, match="edge_weight contains NaN"):
+        conv(x, ei, torch.full((ei.size(1),), math.nan, dtype=x.dtype))
+    with pytest.raises(TypeError, match="floating"):
+        conv(x.long(), ei)
+    with pytest.raises(ValueError, match="2-D"):
+        conv(x[0], ei)
+    with pytest.raises(ValueError, match="8 columns"):
+        conv(x[:, :5], ei)
+    bad = x.clone()
+    bad[0, 0] = math.inf
+    with pytest.raises(ValueError, match="NaN or inf"):
+        conv(bad, ei)
+    with pytest.raises(ValueError, match="zero nodes"):
+        conv(x[:0], ei[:, :0])
+    with pytest.raises(ValueError, match=r"lock as a bool mask must have shape \[30\]"):
+        conv(x, ei, lock=torch.ones(5, dtype=torch.bool))
+    with pytest.raises(TypeError, match="lock must have dtype"):
+        conv(x, ei, lock=torch.ones(30))
+    with pytest.raises(ValueError, match="scheme_a must be one of"):
+        conv.set_scheme("prune_some", "keep")
+    with pytest.raises(ValueError, match="scheme_w must be one of"):
+        conv.set_scheme("keep", "rewind")
+    with pytest.raises(ValueError, match="does not take edge_weight"):
+        UnifewsGATv2Conv(8, 4).double()(x, ei, torch.ones(ei.size(1), dtype=x.dtype))
+    with pytest.raises(ValueError, match="conv must be one of"):
+        UnifewsGNN(8, 16, 3, conv="gin")
+
+
+def test_keep_on_a_different_graph_is_refused():
+    x, ei = random_graph()
+    conv = UnifewsGCNConv(8, 4).double()
+    conv(x, ei)
+    conv.set_scheme("keep", "keep")
+    with pytest.raises(ValueError, match="scheme_a='keep' needs the graph"):
+        conv(x, ei[:, :10])
+
+
+def test_no_edges_is_valid():
+    x, _ = random_graph()
+    empty = torch.empty(2, 0, dtype=torch.long)
+    conv = UnifewsGCNConv(8, 4).double()
+    out = conv(x, empty)  # self-loops only
+    torch.testing.assert_close(out, x @ (conv.lin.weight * conv.lin_mask).t() + conv.bias)
+    p, st = unifews_propagate(x, empty, 3, 0.5, generator=0)
+    torch.testing.assert_close(p, x)
+    p, _ = unifews_propagate(x, empty, 3, 0.5, mode="row")
+    torch.testing.assert_close(p, x)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"hops": 0}, "hops must be an int >= 1"),
+        ({"kind": "gcn"}, r"kind must be one of \['sgc', 'appnp'\]"),
+        ({"mode": "col"}, "mode must be one of"),
+        ({"push": "keep"}, "push must be one of"),
+        ({"alpha": 0.0}, r"alpha must lie in \(0, 1\]"),
+        ({"alpha": 1.5}, "alpha must lie"),
+        ({"delta_a": -1.0}, "delta_a"),
+        ({"threshold": "mean"}, "threshold must be one of"),
+        ({"impl": "fast"}, "impl must be one of"),
+    ],
+)
+def test_propagate_argument_errors(kwargs, match):
+    x, ei = random_graph()
+    args = {"hops": 2, "delta_a": 0.1, **kwargs}
+    hops, delta_a = args.pop("hops"), args.pop("delta_a")
+    with pytest.raises(ValueError, match=match):
+        unifews_propagate(x, ei, hops, delta_a, **args)
+
+
+def test_propagate_generator_type():
+    x, ei = random_graph()
+    with pytest.raises(TypeError, match="generator"):
+        unifews_propagate(x, ei, 2, 0.5, generator="seed")

@@ -1,0 +1,83 @@
+"""Mini-batches (NeighborLoader) and feature-sharded precompute over torch.distributed (gloo)."""
+
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from torch_geometric.data import Data
+from torch_geometric.loader import NeighborLoader
+from unifews import UnifewsConfig, UnifewsGNN, diffusion_weights
+
+from .helpers import random_graph
+
+
+def _has_sampler() -> bool:
+    import importlib.util
+
+    return any(importlib.util.find_spec(m) is not None for m in ("pyg_lib", "torch_sparse"))
+
+
+@pytest.mark.parametrize("conv", ["sage", "gcn"])
+def test_two_hop_subgraph_batches_equal_full_batch(conv):
+    from torch_geometric.utils import k_hop_subgraph
+
+    x, ei = random_graph(n=80, m=300, f=8, seed=30)
+    torch.manual_seed(0)
+    model = UnifewsGNN(8, 16, 3, 2, conv, 0.5, UnifewsConfig(delta_a=0.0, delta_w=0.0), normalize=conv == "sage")
+    model = model.double().eval()
+    w = None
+    if conv == "gcn":  # GCN weights need full-graph degrees: precompute them and slice them with the batch
+        ei, w = diffusion_weights(ei, 80, dtype=x.dtype)
+    with torch.no_grad():
+        full = model(x, ei, w)
+        for start in range(0, 80, 16):
+            seeds = torch.arange(start, start + 16)
+            subset, sub_ei, mapping, edge_mask = k_hop_subgraph(seeds, 2, ei, relabel_nodes=True, num_nodes=80)
+            out = model(x[subset], sub_ei, None if w is None else w[edge_mask])
+            torch.testing.assert_close(out[mapping], full[seeds])
+
+
+@pytest.mark.skipif(not _has_sampler(), reason="NeighborLoader needs pyg-lib or torch-sparse (not dependencies)")
+@pytest.mark.filterwarnings("ignore:Using 'NeighborSampler' without a 'pyg-lib':UserWarning")
+@pytest.mark.parametrize("conv", ["sage", "gcn"])
+def test_neighbor_loader_full_neighbourhoods_equal_full_batch(conv):
+    x, ei = random_graph(n=80, m=300, f=8, seed=30)
+    torch.manual_seed(0)
+    normalize = conv == "sage"
+    model = UnifewsGNN(8, 16, 3, 2, conv, 0.5, UnifewsConfig(delta_a=0.0, delta_w=0.0), normalize=normalize)
+    model = model.double().eval()
+    if conv == "gcn":  # GCN weights need full-graph degrees: precompute them and let the loader slice them
+        ei, w = diffusion_weights(ei, 80, dtype=x.dtype)
+        data = Data(x=x, edge_index=ei, edge_weight=w)
+    else:
+        data = Data(x=x, edge_index=ei)
+    with torch.no_grad():
+        full = model(x, data.edge_index, data.edge_weight if conv == "gcn" else None)
+        loader = NeighborLoader(data, num_neighbors=[-1, -1], batch_size=16, shuffle=False)
+        for batch in loader:
+            out = model(batch.x, batch.edge_index, batch.edge_weight if conv == "gcn" else None)
+            torch.testing.assert_close(out[: batch.batch_size], full[batch.n_id[: batch.batch_size]])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_sharded_precompute_over_two_gloo_ranks_equals_one_process(tmp_path):
+    from unifews.prop import unifews_propagate
+
+    x, ei = random_graph(n=50, m=200, f=9, seed=31, dtype=torch.float32)
+    from unifews.distributed import sharded_ddp_demo
+
+    mp.spawn(sharded_ddp_demo, args=(2, _free_port(), x, ei, str(tmp_path)), nprocs=2, join=True)
+    single, _ = unifews_propagate(x, ei, 4, 0.5, generator=11)
+    for r in range(2):
+        torch.testing.assert_close(torch.load(tmp_path / f"p{r}.pt"), single)
+    m0, m1 = torch.load(tmp_path / "m0.pt"), torch.load(tmp_path / "m1.pt")
+    for k in m0:
+        if "running" not in k and "num_batches" not in k:  # BN buffers are rank-local after the last forward
+            torch.testing.assert_close(m0[k], m1[k])  # DDP keeps the parameters identical
