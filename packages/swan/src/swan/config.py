@@ -93,8 +93,9 @@ class SWANConfig:
         whiten_dtype: lower bound of the compute dtype (the wider of it and the parameter dtype is used).
         nonfinite: ``"raise"`` a ``FloatingPointError`` on a NaN/Inf gradient, or ``"skip"`` that matrix with a
             warning.
-        foreach: ``True`` stacks same-shaped matrices and whitens them with one batched matmul chain; ``None``
-            picks it on accelerators only (measured slower on CPU; see benchmarks/).
+        foreach: ``True`` stacks same-shaped matrices (tall ones transposed) and whitens them with one batched
+            matmul chain; ``None`` = ``True`` (measured faster, also on CPU; see benchmarks/); ``False`` whitens
+            one matrix at a time, so the transient memory is one matrix rather than one bucket.
         distributed_whitening: with ``torch.distributed`` initialised, each rank whitens a round-robin share of
             the matrices and broadcasts the result (same weights, less compute per rank).
         adamw_lr: learning rate of groups with ``algorithm="adamw"`` that set none (``None``: ``lr``).

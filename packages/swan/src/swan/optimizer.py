@@ -65,7 +65,8 @@ class SWAN(torch.optim.Optimizer):
         whiten_dtype: lowest dtype the whitening runs in (bf16 parameters are whitened in fp32).
         nonfinite: ``"raise"`` (``FloatingPointError``) or ``"skip"`` (warn, leave that matrix unchanged) for a
             NaN/Inf gradient of a SWAN matrix. AdamW groups behave like ``torch.optim.AdamW``.
-        foreach: batch same-shaped matrices through one ``bmm`` chain; ``None`` = on for CUDA tensors only.
+        foreach: batch same-shaped matrices (tall ones transposed) through one ``bmm`` chain; ``None`` = on.
+            ``False`` whitens one matrix at a time (smaller transient memory: one matrix instead of one bucket).
         distributed_whitening: split the whitening round-robin over ``torch.distributed`` ranks and broadcast.
         norm_center: centre in GradNorm (paper) or not (RMS-only deviation).
         adamw_lr: ``lr`` of AdamW groups that set none (``None``: ``lr``).
@@ -305,8 +306,8 @@ class SWAN(torch.optim.Optimizer):
             "whiten_dtype": group["whiten_dtype"],
         }
         foreach = group["foreach"]
-        if foreach is None:
-            foreach = all(m.device.type == "cuda" for m in mats) and len(mats) > 1
+        if foreach is None:  # measured faster on CPU too (benchmarks/); False bounds the transient peak
+            foreach = len(mats) > 1
         if not foreach:  # one matrix at a time: the transient peak is one matrix's buffers
             return [swan_direction(m, **kw) for m in mats]
         # GradNorm per matrix (it depends on the orientation), then every matrix turned wide (m <= n; whitening
