@@ -176,9 +176,8 @@ def fit(
     best_state = copy.deepcopy(model.state_dict())
     best_val, best_epoch, bad = math.inf, 0, 0
     history: list[dict[str, float]] = []
-    bar = track(range(1, epochs + 1), "TimeBase fit" if hasattr(model, "training_loss") else "fit", disable=None)
-    if progress is not None:
-        bar.disable = not progress
+    disable = None if progress is None else not progress
+    bar = track(range(1, epochs + 1), f"fit {type(model).__name__}", disable=disable)
     epoch = 0
     for epoch in bar:
         cur_lr = lr * lr_factor(epoch, decay, decay_start)
