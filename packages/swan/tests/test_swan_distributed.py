@@ -76,10 +76,10 @@ def test_ddp_two_gloo_ranks_match_single_process():
     single = _train(_model(), xs, ys)
     for flag in (False, True):
         for a, b in zip(out[(0, flag)], out[(1, flag)]):
-            assert torch.equal(a, b)  # ranks agree bit for bit
+            assert torch.equal(a, b), f"ranks disagree, distributed_whitening={flag}"  # bit for bit
         for a, ref in zip(out[(0, flag)], single):
             # float64; the all-reduce sums in another order, and β = 0.8 amplifies round-off a little
-            torch.testing.assert_close(a, ref, rtol=1e-6, atol=1e-9)
+            torch.testing.assert_close(a, ref, rtol=1e-6, atol=1e-9, msg=f"distributed_whitening={flag}")
     for a, b in zip(out[(0, True)], out[(0, False)]):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     manager.shutdown()

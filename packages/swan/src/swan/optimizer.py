@@ -245,6 +245,8 @@ class SWAN(torch.optim.Optimizer):
                 if directions[i] is None:
                     cdtype = compute_dtype(p.dtype, group["whiten_dtype"])
                     directions[i] = torch.empty(_as_matrix(p).shape, dtype=cdtype, device=p.device)
+                else:  # collectives read raw storage: a transposed view must be made contiguous first
+                    directions[i] = directions[i].contiguous()
                 works.append(torch.distributed.broadcast(directions[i], src=(counter + i) % world, async_op=True))
             for w in works:
                 w.wait()
