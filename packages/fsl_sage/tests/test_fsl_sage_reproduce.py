@@ -4,7 +4,6 @@ import json
 import math
 
 import pytest
-
 from fsl_sage.reproduce import reproduce, run_method
 
 
