@@ -43,7 +43,8 @@ def test_nan_fill_uses_train_statistics_only():
     Xte = rng.normal(loc=100.0, size=(5, 1, 6))
     Xtr[3, 0, 2] = np.nan
     Xte[:, 0, 2] = np.nan
-    Xtr[:, 0, 5] = np.nan  # an all-NaN column
+    Xtr[:, 0, 5] = np.nan  # an all-NaN training column
+    Xte[:, 0, 5] = np.nan
     ftr, fte = fill_nan_train_means(Xtr, Xte)
     train_mean = np.nanmean(Xtr[:, 0, 2])
     np.testing.assert_allclose(fte[:, 0, 2], train_mean)
