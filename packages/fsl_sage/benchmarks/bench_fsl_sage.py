@@ -27,8 +27,6 @@ from torch import nn
 
 from icml25_shared.bench import compare
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
-
 
 def _client_steps(models, x, y):
     client, server, aux = models
@@ -95,7 +93,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--no-flower", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (tiny models: 1 is fastest)")
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
     r = args.repeats
     rows: dict[str, dict] = {}
 
