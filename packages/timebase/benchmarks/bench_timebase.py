@@ -64,6 +64,7 @@ def main() -> None:
             "peak_mem_bytes": {"TimeBase": mem_tb, peer: mem_peer},
             "mem_ratio_peer_over_timebase": mem_peer / max(mem_tb, 1),
         }
+        print(json.dumps({f"fwd_bwd_vs_{peer}": report[f"fwd_bwd_vs_{peer}"]}, default=float), flush=True)
     tb = models["TimeBase"].eval()
     a, c0 = tb.as_affine()
     x1 = torch.randn(1, t, c)
