@@ -94,7 +94,7 @@ def fit(
         if val > best:
             best, best_epoch = val, epoch
             best_state = copy.deepcopy(model.state_dict())
-        bar.set_postfix(loss=float(loss), val=val)
+        bar.set_postfix(loss=float(loss.detach()), val=val)
     model.load_state_dict(best_state)
     test = _evaluate(model, x, edge_index, y, split.test, lock)
     strict = _evaluate(model, x, edge_index, y, split.test, False)
