@@ -202,8 +202,8 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
             "faster at equal or better accuracy (time-vs-accuracy plot, 128 UCR)",
             round(ratio, 3),
             ratio <= 0.85 and abs(d_acc) <= 0.01,
-            rule="step time sparse/dense <= 0.85 and |acc sparse - acc dense| <= 1 pt (mean over sets and folds)",
-            unit="x dense step time",
+            rule="step time sparse/dense (measured, x) <= 0.85 and |acc sparse - acc dense| <= 1 pt (mean over sets "
+            "and folds)",
             details={"steps": steps, "acc_sparse": acc(None, "soft"), "acc_dense": acc(None, "dense")},
         ),
         Claim(
@@ -211,8 +211,7 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
             "soft > hard (ablation)",
             round(100 * (acc(None, "soft") - acc(None, "hard")), 2),
             acc(None, "soft") >= acc(None, "hard") - 0.005,
-            rule="acc_soft >= acc_hard - 0.5 pt (mean over sets and folds)",
-            unit="pt (soft - hard)",
+            rule="measured = acc_soft - acc_hard in pt; holds if >= -0.5 pt (mean over sets and folds)",
             details={"acc_soft": acc(None, "soft"), "acc_hard": acc(None, "hard")},
         ),
     ]
@@ -220,12 +219,12 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
         paper = PAPER_ITALY if name == "ItalyPowerDemand" else "n/a"
         claims.append(
             Claim(
-                f"{name}: SoftShape accuracy (merged folds; MiniRocket {100 * acc(name, 'minirocket'):.1f} same folds)",
+                f"{name}: SoftShape accuracy in % (merged folds; MiniRocket {100 * acc(name, 'minirocket'):.1f} "
+                "on the same folds)",
                 paper,
                 round(100 * acc(name, "soft"), 2),
                 None,
                 rule="reported, not judged (paper figure unverified)",
-                unit="%",
                 details={
                     "softshape": acc(name, "soft"),
                     "minirocket": acc(name, "minirocket"),
@@ -240,8 +239,7 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
             "shape scores highlight discriminative subsequences (qualitative)",
             round(mean_iou, 3),
             mean_iou > 0.5,
-            rule="mean IoU of the top-1 shape with the bump window (class-1 test series) > 0.5",
-            unit="IoU",
+            rule="measured = mean IoU of the top-1 shape with the bump window (class-1 test series); holds if > 0.5",
             details=idet,
         )
     )
@@ -253,8 +251,7 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
                 f"soft {100 * acc(None, 'soft'):.2f}, no MoE {100 * acc(None, 'no_moe'):.2f}, "
                 f"no Inception {100 * acc(None, 'no_inception'):.2f}",
                 None,
-                rule="reported",
-                unit="%",
+                rule="reported (accuracy %)",
             )
         )
     artifacts = [_plot_accuracy(rows, variants, out_dir), _plot_steps(steps, out_dir), ipath]
