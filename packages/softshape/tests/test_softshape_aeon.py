@@ -30,6 +30,6 @@ def test_aeon_adapter_fit_predict_and_unequal_length():
 def test_aeon_check_estimator():
     from aeon.testing.estimator_checking import check_estimator
 
-    results = check_estimator(SoftShapeAeonClassifier, raise_errors=False)
+    results = check_estimator(SoftShapeAeonClassifier, raise_exceptions=False)
     failed = {k: v for k, v in results.items() if v != "PASSED" and not str(v).startswith("SKIPPED")}
     assert not failed, failed

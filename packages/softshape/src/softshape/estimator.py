@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -34,6 +35,8 @@ def _is_ragged(X: Any) -> bool:
 
 
 def _ndim(X: Any) -> int:
+    if sp.issparse(X):  # sklearn's own error: sparse input is not supported
+        check_array(X, accept_sparse=False, input_name="X")
     try:
         return int(np.asarray(X).ndim)
     except ValueError as err:
