@@ -14,7 +14,6 @@ import argparse
 import json
 
 import torch
-from torch_geometric.nn import GCNConv
 from unifews import UnifewsConfig, UnifewsGCNConv, diffusion_weights, message_scores, spmm
 from unifews.data import load_planetoid_lcc, synthetic_powerlaw_graph
 from unifews.prop import PropGraph, unifews_propagate
@@ -59,6 +58,8 @@ def _bench_eta(name, x, ei_n, w, peer, eta, repeats) -> dict:
 
 
 def conv_bench(name: str, x: torch.Tensor, ei: torch.Tensor, f_out: int, repeats: int) -> list[dict]:
+    from torch_geometric.nn import GCNConv  # after unifews, which imports torch_geometric quietly
+
     ei_n, w = diffusion_weights(ei, x.size(0))
     torch.manual_seed(0)
     peer = GCNConv(x.size(1), f_out, normalize=False)
