@@ -56,6 +56,12 @@ def _estimate(name: str, T: int, N: int, gpu: bool) -> float:
     return elems * 80 / 5e8
 
 
+def _write(out: Path, dev: torch.device, rows: list[dict]) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"device": str(dev), "torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--T", type=int, nargs="+", default=[8, 32, 128, 512, 2048])
@@ -108,12 +114,11 @@ def main(argv: list[str] | None = None) -> int:
                     for k, v in res.items()
                 )
                 print(f"threads={threads} N={N} T={T}: {cells}", flush=True)
+                _write(args.out, dev, rows)  # after every row, so an interrupted run keeps what it measured
                 del x
                 if gpu:
                     synchronize(dev)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"device": str(dev), "torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
+    _write(args.out, dev, rows)
     print(f"wrote {args.out}")
     return 0
 
