@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 # on the total, that run *is* the LoRA-8 run of that length; every other method then trains exactly that many steps.
 CALIB_EVERY = 25
 CALIB_TARGET = 0.6
-MAX_STEPS = 400
+MAX_STEPS = 200
 WARMUP_STEPS = 10
 FT_LR = 1e-2
 FT_BATCH = 32
@@ -249,7 +250,9 @@ def finetune(
 
         targets = list(BSLoRAConfig().target_modules)
         lcfg = peft.LoraConfig(r=8, lora_alpha=16, lora_dropout=0.05, target_modules=targets)
-        model = peft.get_peft_model(base, lcfg)
+        with warnings.catch_warnings():  # transformers 5 deprecation alias read inside peft
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            model = peft.get_peft_model(base, lcfg)
     else:
         model = get_bslora_model(base, method)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -349,16 +352,20 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
     diff4 = [acc[ss][k] - acc[l4][k] for k in acc[ss]]
     margin = 0.01 if full else 0.03
     m8, lo8, hi8 = paired_interval(diff8)
+    # the comparison means something only when LoRA-8 is neither at the floor nor at the ceiling
+    calibrated = all(0.3 <= acc[l8][(tn, 0)] <= 0.95 for tn in task_names)
+    verdict = (mean_acc[ss] >= mean_acc[l8] - margin) if calibrated else None
     claims.append(
         Claim(
             "BSLoRA matches LoRA with about half its trainable parameters (mean exact match, SS - LoRA-8)",
             "+0.33 (commonsense), +2.08 (MMLU) points",
             m8,
-            mean_acc[ss] >= mean_acc[l8] - margin,
-            rule=f"mean acc_SS >= mean acc_LoRA8 - {margin}",
+            verdict,
+            rule=f"mean acc_SS >= mean acc_LoRA8 - {margin}; not judged when LoRA-8 is outside 30-95 % (seed 0)",
             details={
                 "acc_SS": mean_acc[ss],
                 "acc_LoRA8": mean_acc[l8],
+                "calibrated": calibrated,
                 "paired_95ci": [lo8, hi8],
                 "per_run": {f"{t}/seed{s}": [acc[ss][(t, s)], acc[l8][(t, s)]] for t, s in acc[ss]},
             },
