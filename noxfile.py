@@ -1,9 +1,9 @@
 """Per-package sessions in isolated venvs (uv backend), plus lint.
 
-    uv run nox -l                      # list sessions
-    uv run nox -s "tests(timebase)"    # one package alone: proves it installs and works by itself
-    uv run nox -s "bench(swan)"        # that package's benchmarks/bench_*.py
-    uv run nox -s shared lint
+uv run nox -l                      # list sessions
+uv run nox -s "tests(timebase)"    # one package alone: proves it installs and works by itself
+uv run nox -s "bench(swan)"        # that package's benchmarks/bench_*.py
+uv run nox -s shared lint
 """
 
 from __future__ import annotations
