@@ -23,13 +23,14 @@ def _model_fn():
 
 def _data():
     g = torch.Generator().manual_seed(0)
-    xs = [torch.rand(37, 1, 8, 8, generator=g) for _ in range(3)]
-    ys = [torch.randint(0, 10, (37,), generator=g) for _ in range(3)]
+    xs = [torch.rand(37, 1, 8, 8, generator=g) for _ in range(N_CLIENTS)]
+    ys = [torch.randint(0, 10, (37,), generator=g) for _ in range(N_CLIENTS)]
     return list(zip(xs, ys))
 
 
+N_CLIENTS = 2  # two SuperNodes keep Ray's start-up (one worker per node) small
 CFG = FSLConfig(
-    rounds=3,
+    rounds=2,
     batch_size=8,
     server_update_interval=2,
     align_interval=1,
@@ -76,7 +77,7 @@ def test_flower_simulation_equals_in_process_lazy(method):
     _close(algo.clients[0].state_dict(), dict(result.arrays.to_torch_state_dict()))
     _close(algo.server.state_dict(), strat.server.state_dict())
     if method == "fsl_sage":
-        for i in range(3):
+        for i in range(N_CLIENTS):
             _close(algo.auxes[i].state_dict(), strat.auxes[i].state_dict())
     assert [algo.ledger.total_where(round=t) for t in range(CFG.rounds)] == [
         strat.ledger.total_where(round=t) for t in range(CFG.rounds)
