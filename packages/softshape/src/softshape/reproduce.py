@@ -45,7 +45,7 @@ PAPER_UCR_AVG = 93.26  # unverified, 128 UCR sets
 QUICK_FOLDS = [0]
 # quick schedule per set (epochs, warm-up): GunPoint has 2 batch-64 steps per epoch, ItalyPowerDemand 11, and
 # ItalyPowerDemand converges in far fewer epochs (spread so that both get a fair share of a ~1 min budget)
-QUICK_SCHEDULE = {"GunPoint": (32, 10), "ItalyPowerDemand": (12, 4)}
+QUICK_SCHEDULE = {"GunPoint": (24, 8), "ItalyPowerDemand": (10, 3)}
 QUICK_INTERP_EPOCHS = 20
 
 
