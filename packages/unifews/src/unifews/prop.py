@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .config import THRESHOLDS, check_choice, check_delta
-from .functional import check_edge_index, check_x, spmm
+from .functional import _csr, check_edge_index, check_x, spmm
 
 __all__ = ["PropStats", "PropGraph", "unifews_propagate", "propagate_entry_reference", "KINDS", "MODES", "PUSHES"]
 
@@ -115,6 +115,21 @@ class PropGraph:
         self.pos = torch.arange(self.m, device=dev) - self.ptr[self.src]  # position in the source's list
         self.keys = self.src.to(torch.float64) + (1.0 - self.g64) * 0.5  # segmented search keys, in [v, v + 0.5)
         self.edge_index = torch.stack([self.src, self.nbr])
+        self._mats: dict = {}
+
+    def matrices(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+        """CSR matrices, built once per dtype: ``(T_off, S_dst, S_src)`` with ``T_off[u, v] = T[u, v]`` over the
+        non-loop edges, and the ``n × m`` incidences ``S_dst[nbr_e, e] = 1``, ``S_src[src_e, e] = 1``. Summing an
+        ``m × K`` per-edge tensor into targets (sources) is one SpMM with ``S_dst`` (``S_src``)."""
+        if dtype not in self._mats:
+            e = torch.arange(self.m, device=self.src.device)
+            ones = torch.ones(self.m, dtype=dtype, device=self.src.device)
+            self._mats[dtype] = (
+                _csr(self.nbr, self.src, (self.g64 * self.a64[self.src]).to(dtype), self.n, self.n),
+                _csr(self.nbr, e, ones, self.n, self.m),
+                _csr(self.src, e, ones, self.n, self.m),
+            )
+        return self._mats[dtype]
 
     def count_at_least(self, v: Tensor, t: Tensor) -> Tensor:
         """For sources ``v`` and thresholds ``t`` (flat, same length): how many entries of ``v``'s list have
@@ -131,13 +146,11 @@ class PropGraph:
 
 
 def _hash32(x: Tensor) -> Tensor:
-    # a 32-bit integer mixer; every product stays below 2**59, so int64 never overflows
+    # a 32-bit integer mixer; every product stays below 2**59, so int64 never overflows (in place after the copy)
     x = x & _M32
-    x = x ^ (x >> 16)
-    x = (x * 0x45D9F3B) & _M32
-    x = x ^ (x >> 16)
-    x = (x * 0x45D9F3B) & _M32
-    return x ^ (x >> 16)
+    x.bitwise_xor_(x >> 16).mul_(0x45D9F3B).bitwise_and_(_M32)
+    x.bitwise_xor_(x >> 16).mul_(0x45D9F3B).bitwise_and_(_M32)
+    return x.bitwise_xor_(x >> 16)
 
 
 def hashed_uniform(seed: int, hop: int, n: int, columns: Tensor) -> Tensor:
@@ -146,8 +159,11 @@ def hashed_uniform(seed: int, hop: int, n: int, columns: Tensor) -> Tensor:
     base = _hash32(torch.tensor(seed * 0x27D4EB2F + hop * 0x165667B1 + 0x9E3779B9, device=dev))
     hv = _hash32(torch.arange(n, device=dev) * 0x2545F49 ^ base)
     hk = _hash32(columns * 0x61C88647 + 0x632BE5AB)
-    h = _hash32(hv.unsqueeze(1) ^ hk.unsqueeze(0))
-    return (h.to(torch.float64) + 0.5) / 4294967296.0
+    # hv and hk are already well mixed: one multiply-xorshift round on the n × K combination is enough
+    h = hv.unsqueeze(1) ^ hk.unsqueeze(0)
+    h.mul_(0x45D9F3B).bitwise_and_(_M32)
+    h.bitwise_xor_(h >> 16)
+    return h.to(torch.float64).add_(0.5).div_(4294967296.0)
 
 
 def _seed_from(generator: torch.Generator | int | None) -> int:
@@ -256,9 +272,10 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     for hop in range(hops):
         cp = coef * p
         nz = cp != 0
-        loop_pushes = int(nz.sum())
+        loop_pushes = int(torch.count_nonzero(nz))
         if delta_a == 0:
-            nxt = spmm(G.edge_index, coef * G.w, p, n) + (coef * G.w_loop).unsqueeze(1) * p
+            t_off = G.matrices(p.dtype)[0]
+            nxt = torch.addmm((coef * G.w_loop).unsqueeze(1) * p, t_off, p, alpha=coef)
             det = int((G.out_deg.to(p.dtype) @ nz.to(p.dtype)).sum())
             st.kept.append(int(c_prev.sum()))
             st.deterministic_pushes.append(det + loop_pushes)
@@ -302,23 +319,26 @@ def _entry_hop(cp: Tensor, G: PropGraph, theta: Tensor, c_prev: Tensor, push: st
 
 
 def _hop_masked(out, cp, G: PropGraph, theta, c_prev, nz, u):
-    # thresholds moved to the source side: |τ_e| >= θ  <=>  g_e >= θ / (a_v |cp_v|)  (inf for zero entries)
+    # thresholds moved to the source side: |τ_e| >= θ  <=>  g_e >= θ / (a_v |cp_v|)  (inf for zero entries).
+    # Everything per edge is an m × K elementwise pass; the sums into targets / sources are CSR SpMMs.
+    _, s_dst, s_src = G.matrices(cp.dtype)
     amp = G.a.unsqueeze(1) * cp.abs()
     t_det = torch.where(nz, theta / torch.where(nz, amp, 1.0), torch.inf)
     g = G.g.unsqueeze(1)
     exact = g >= t_det[G.src]  # m × K, == position < c_det[src]
-    c_det = torch.zeros_like(c_prev).index_add_(0, G.src, exact.to(c_prev.dtype))
+    c_det = (s_src @ exact.to(cp.dtype)).round_().to(c_prev.dtype)
     c = torch.where(nz, torch.minimum(c_prev, c_det), c_prev)
+    del exact
     tau = G.w.unsqueeze(1) * cp[G.src]
     if u is not None:
         fire = g >= (t_det * u)[G.src]  # U · θ: a longer prefix, fires with probability min(1, |τ|/θ)
-        val = torch.where(exact, tau, (torch.sign(cp) * theta)[G.src])
-        val = val * fire
+        # exact pushes carry τ, the others sign(τ) · θ: that is sign(τ) · max(|τ|, θ) up to rounding at |τ| = θ
+        val = tau.abs().clamp_min_(theta).copysign_(tau).mul_(fire)
     else:
         fire = G.pos.unsqueeze(1) < c[G.src]
-        val = tau * fire
-    out.index_add_(0, G.nbr, val)
-    c_full = torch.zeros_like(c_prev).index_add_(0, G.src, fire.to(c_prev.dtype))
+        val = tau.mul_(fire)
+    out.add_(s_dst @ val)
+    c_full = (s_src @ fire.to(cp.dtype)).round_().to(c_prev.dtype)
     return c_det, c_full, c
 
 

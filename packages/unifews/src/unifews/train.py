@@ -148,15 +148,19 @@ def fit_mlp(
     model = MLP(xs.size(1), hidden, int(y.max()) + 1, num_layers, dropout)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     best, best_test, best_epoch = -1.0, 0.0, -1
+    x_tr, y_tr = xs[split.train], y[split.train]
+    x_ev = xs[torch.cat([split.val, split.test])]  # evaluation rows only (the MLP is row-wise)
+    n_val = split.val.numel()
+    y_val, y_test = y[split.val], y[split.test]
     for epoch in track(range(epochs), "unifews mlp", disable=None if progress is None else not progress):
         model.train()
         opt.zero_grad()
-        F.cross_entropy(model(xs[split.train]), y[split.train]).backward()
+        F.cross_entropy(model(x_tr), y_tr).backward()
         opt.step()
         model.eval()
         with torch.no_grad():
-            out = model(xs)
-        val = _acc(out[split.val], y[split.val])
+            out = model(x_ev)
+        val = _acc(out[:n_val], y_val)
         if val > best:
-            best, best_epoch, best_test = val, epoch, _acc(out[split.test], y[split.test])
+            best, best_epoch, best_test = val, epoch, _acc(out[n_val:], y_test)
     return FitResult(best, best_test, best_test, best_epoch)
