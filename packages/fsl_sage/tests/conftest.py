@@ -31,3 +31,12 @@ def small_cfg():
         "buffer_size": 20,
         "seed": 0,
     }
+
+
+def pytest_configure(config):
+    # Ray (the slow run_simulation tests) leaves /dev/null file objects to the garbage collector; pytest reports
+    # them at session end, outside any test's warning filters. Ignore exactly that, nothing else.
+    config.addinivalue_line(
+        "filterwarnings",
+        "ignore:Exception ignored in. <_io.FileIO name='/dev/null':pytest.PytestUnraisableExceptionWarning",
+    )

@@ -1,6 +1,7 @@
 """Flower: the lazy in-process loop equals the Flower simulation; in-process FedAvg equals Flower's FedAvg
 (spec §10.10). Ray start-up is slow on small machines: these tests are ``slow``."""
 
+import gc
 import os
 
 import pytest
@@ -58,6 +59,7 @@ def _simulate(method, rounds, data):
     )
     client_app = make_client_app(_model_fn, lambda pid, n: data[pid], CFG, method=method)
     run_simulation(server_app, client_app, num_supernodes=len(data), backend_config=RAY_BACKEND)
+    gc.collect()  # Ray's leftover file objects are finalised here, under this module's warning filters
     assert "strategy" in out, "the ServerApp did not finish"
     return out["strategy"], out["result"]
 
