@@ -21,3 +21,27 @@ def test_quick_reproduction_runs(tmp_path):
     assert len(res.claims) == 5
     assert all(c.measured is not None for c in res.claims)
     assert (tmp_path / "accuracy.png").exists() and (tmp_path / "interpretability.png").exists()
+
+
+def test_task_runs_one_thread_and_restores(monkeypatch):
+    import torch
+    from softshape import reproduce as rep
+
+    seen = []
+    real = rep._interpretability
+
+    def spy(epochs, n_cases):
+        seen.append(torch.get_num_threads())
+        return real(epochs, n_cases)
+
+    monkeypatch.setattr(rep, "_interpretability", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = rep._task("interp", 2, 40)
+        assert seen == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert 0.0 <= out["mean_iou"] <= 1.0 and 0.0 <= out["accuracy"] <= 1.0
+    assert out["scores"].shape == out["centres"].shape
