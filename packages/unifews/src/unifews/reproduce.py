@@ -268,9 +268,7 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
     G = PropGraph(data.edge_index, data.num_nodes, 0.5, data.x.dtype)
     prop_seeds = None if full else QUICK["prop_seeds"]
     epochs = QUICK["mlp_epochs"] if full else QUICK["mlp_epochs_quick"]
-    res = _decoupled(
-        data, G, "sgc", QUICK["delta_a_sgc"], QUICK["seeds"], QUICK["hops"], epochs, prop_seeds
-    )
+    res = _decoupled(data, G, "sgc", QUICK["delta_a_sgc"], QUICK["seeds"], QUICK["hops"], epochs, prop_seeds)
     claims = [_decoupled_claim("sgc", res, "85.8 → 86.0 % at 0.50× MACs (Table III)")]
     gm = res["full_macs"] / 1e9
     claims.append(
