@@ -15,6 +15,8 @@ import nox
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_venv = "yes"
+# write .pyc at install time: with PYTHONDONTWRITEBYTECODE set, torch otherwise recompiles on every import
+os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 nox.options.sessions = ["shared", "tests", "lint"]
 
 ROOT = Path(__file__).parent
