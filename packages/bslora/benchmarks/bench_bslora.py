@@ -74,7 +74,8 @@ def bench_size(hidden: int, repeats: int, batch: int, seq: int, mixed_ns: list[i
         m.save_pretrained(Path(d) / "ours")
         pm.save_pretrained(str(Path(d) / "peft"))
         b_ours = (Path(d) / "ours" / "adapter_model.safetensors").stat().st_size
-        b_peft = (Path(d) / "peft" / "adapter_model.safetensors").stat().st_size
+        # peft writes non-"default" adapters into a sub-folder named after the adapter
+        b_peft = sum(f.stat().st_size for f in (Path(d) / "peft").rglob("adapter_model.safetensors"))
     analytic = count_bslora_parameters(cfg, BSLoRAConfig(2, 4, 16))["total"] / count_lora_parameters(cfg, 8)
     out["adapter_file_bytes"] = {"ours": b_ours, "peft": b_peft, "ratio": b_ours / b_peft, "analytic": analytic}
 
