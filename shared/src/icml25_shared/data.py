@@ -8,7 +8,7 @@ Resolution order for a data set's files (:func:`resolve`):
 1. an explicit ``path`` argument (the data set's folder, or the file itself for one-file sets);
 2. ``$ICML25_DATA/<subdir>`` (CI and developer machines point it at the project's ``shared/data``);
 3. the user cache ``$ICML25_CACHE`` or ``~/.cache/icml25``/``<subdir>``;
-4. a download from the canonical source into the cache, **only** when ``download=True`` is passed.
+4. a download from the canonical source into the cache, **only** when the caller asks (``download`` true).
 
 Every file found is checked against its sha256; a mismatch raises :class:`ChecksumError`, a missing file raises
 :class:`DataNotFoundError` naming the expected file, its hash and how to obtain it.
@@ -260,7 +260,8 @@ def resolve(name: str, path: str | os.PathLike[str] | None = None, *, download: 
     expected = "; ".join(f"{f.relpath} (sha256 {f.sha256}, from {f.url})" for f in dataset.files)
     raise DataNotFoundError(
         f"data set {dataset.name!r} not found. Looked in: {'; '.join(tried)}. Expected files: {expected}. "
-        f"Pass path=..., set ICML25_DATA to a folder holding '{dataset.subdir}/', or pass download=True."
+        f"Pass path=..., set ICML25_DATA to a folder holding '{dataset.subdir}/', "
+        "or pass download=True."  # downloads-on-request
     )
 
 
