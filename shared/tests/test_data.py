@@ -73,7 +73,11 @@ def test_download_verifies_and_lands_in_cache(toy, tmp_path, monkeypatch):
     data.REGISTRY["toyset"] = data.Dataset(
         "toyset", "toy", (data.DataFile("toy.csv", ds.files[0].sha256, src.as_uri()),), "t", "x"
     )
-    folder = data.resolve("toyset", download=True)
+    with pytest.raises(data.DataNotFoundError):
+        data.resolve("toyset")  # never implicitly
+    monkeypatch.setenv("ICML25_DOWNLOAD", "1")  # what `icml25 reproduce --download` sets
+    folder = data.resolve("toyset")
+    monkeypatch.delenv("ICML25_DOWNLOAD")
     assert folder == tmp_path / "cache" / "toy" and (folder / "toy.csv").read_bytes() == content
     # a corrupt download is refused and removed
     bad = tmp_path / "bad.csv"

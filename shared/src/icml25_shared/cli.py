@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--all", action="store_true", help="run every installed reproduction")
     r.add_argument("--full", action="store_true", help="closer to the paper; takes minutes per package")
     r.add_argument("--out", type=Path, default=None, help="results folder (default $ICML25_RESULTS or ./results)")
+    r.add_argument(
+        "--download",
+        action="store_true",
+        help="download missing registered data sets (sha256-verified) into ~/.cache/icml25",
+    )
     return p
 
 
@@ -117,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.print(f"[red]unknown reproduction(s): {', '.join(unknown)}[/]; installed: {', '.join(eps)}")
         return 2
     os.environ.setdefault("MPLBACKEND", "Agg")
+    if args.download:
+        os.environ["ICML25_DOWNLOAD"] = "1"
     results, crashed = run_reproductions(names, full=args.full, out=args.out, console=Console(stderr=True))
     console.print(claims_table(results))
     if crashed:

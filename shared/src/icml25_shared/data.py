@@ -8,7 +8,8 @@ Resolution order for a data set's files (:func:`resolve`):
 1. an explicit ``path`` argument (the data set's folder, or the file itself for one-file sets);
 2. ``$ICML25_DATA/<subdir>`` (CI and developer machines point it at the project's ``shared/data``);
 3. the user cache ``$ICML25_CACHE`` or ``~/.cache/icml25``/``<subdir>``;
-4. a download from the canonical source into the cache, **only** when the caller asks (``download`` true).
+4. a download from the canonical source into the cache, **only** when the caller asks (``download`` true, or
+   ``ICML25_DOWNLOAD=1``, which ``icml25 reproduce --download`` sets).
 
 Every file found is checked against its sha256; a mismatch raises :class:`ChecksumError`, a missing file raises
 :class:`DataNotFoundError` naming the expected file, its hash and how to obtain it.
@@ -240,6 +241,7 @@ def resolve(name: str, path: str | os.PathLike[str] | None = None, *, download: 
     :class:`ChecksumError` when a file is found but its sha256 differs.
     """
     dataset = get(name)
+    download = download or os.environ.get("ICML25_DOWNLOAD") == "1"
     tried: list[str] = []
     for origin, folder in _candidates(dataset, path):
         present = [folder / f.relpath for f in dataset.files]
@@ -261,7 +263,7 @@ def resolve(name: str, path: str | os.PathLike[str] | None = None, *, download: 
     raise DataNotFoundError(
         f"data set {dataset.name!r} not found. Looked in: {'; '.join(tried)}. Expected files: {expected}. "
         f"Pass path=..., set ICML25_DATA to a folder holding '{dataset.subdir}/', "
-        "or pass download=True."  # downloads-on-request
+        "or pass download=True (icml25 reproduce --download)."  # downloads-on-request
     )
 
 
