@@ -12,7 +12,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["Timing", "Comparison", "measure", "compare", "peak_memory", "current_rss"]
@@ -172,8 +172,3 @@ def peak_memory(fn: Callable[[], Any], *, device: Any = None, interval: float = 
         stop.set()
         t.join()
     return int(max(0, peak - base))
-
-
-def as_dict(obj: Any) -> dict[str, Any]:
-    """A JSON-ready dict of a Timing/Comparison (or any dataclass)."""
-    return obj.to_dict() if hasattr(obj, "to_dict") else asdict(obj)

@@ -156,30 +156,8 @@ def token_accuracy(model: torch.nn.Module, task: Task, test: list[str]) -> float
 
 
 # --------------------------------------------------------------------------- base model
-def _pretrain_stream(rng: np.random.Generator, n_chars: int) -> str:
-    task = TASKS["reverse"].__class__("cpy")
-    parts: list[str] = []
-    total = 0
-    while total < n_chars:
-        line = task.line(task.sample_input(rng))
-        parts.append(line)
-        total += len(line)
-    return "".join(parts)
-
-
-def _shakespeare() -> str | None:
-    try:
-        from icml25_shared import data
-
-        text = data.file_path("tinyshakespeare").read_text(encoding="utf-8")
-    except Exception as err:  # registry file missing or unverifiable: pre-train on the copy task alone
-        logger.warning("Tiny Shakespeare unavailable (%s); pre-training on the copy task alone", err)
-        return None
-    return "".join(c if ord(c) < 128 else " " for c in text)
-
-
 def pretrain_base(seed: int = 0, steps: int = PRETRAIN_STEPS, cache_dir: Path | None = None) -> tuple[Any, dict]:
-    """The tiny Llama pre-trained ``steps`` AdamW steps on Shakespeare + the copy task; cached by config hash."""
+    """The tiny Llama pre-trained ``steps`` AdamW steps on the copy task (answer-token loss); cached by config hash."""
     from transformers import LlamaForCausalLM
 
     cfg = base_config()
