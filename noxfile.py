@@ -2,6 +2,7 @@
 
 uv run nox -l                      # list sessions
 uv run nox -s "tests(timebase)"    # one package alone: proves it installs and works by itself
+uv run nox -s "core(bslora)"       # the same without its optional extras (tests needing one must skip)
 uv run nox -s "bench(swan)"        # that package's benchmarks/bench_*.py
 uv run nox -s shared lint
 """
@@ -9,6 +10,7 @@ uv run nox -s shared lint
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 
 import nox
@@ -46,6 +48,22 @@ def shared(session: nox.Session) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests in its own venv: that package, its test extra and icml25-shared only."""
     session.install("-e", "shared", "-e", f"packages/{package}[test]", "pytest")
+    session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_env())
+
+
+def _core_test_requirements(package: str) -> list[str]:
+    """The package's `test` extra minus everything that one of its other (optional) extras brings."""
+    meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
+    extras = meta.get("optional-dependencies", {})
+    optional = {req for name, reqs in extras.items() if name != "test" for req in reqs}
+    return [req for req in extras.get("test", []) if req not in optional]
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def core(session: nox.Session, package: str) -> None:
+    """One package without its optional extras: tests that need an extra must skip, the rest must pass."""
+    session.install("-e", "shared", "-e", f"packages/{package}", "pytest", *_core_test_requirements(package))
     session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_env())
 
 

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from bisection_proj import IPNN, BisectionProjector
 from bisection_proj.distributed import project_sharded, shard_bounds
 from bisection_proj.ipnn import margin_loss
 from bisection_proj.problems import ConvexQP
+
+from icml25_shared.distributed import launch
 
 
 def _setup():
@@ -27,43 +25,33 @@ def _setup():
     return prob, theta, ip, z, ipnn, eps
 
 
-def _worker(rank: int, world: int, port: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        prob, theta, ip, z, ipnn, eps = _setup()
-        proj = BisectionProjector(prob)
-        y_ref, info_ref = proj(theta, z, ip)
-        y, info = project_sharded(proj, theta, z, ip)
-        # same rows, same arithmetic; GEMMs on a different batch size may round differently in the last bit
-        assert torch.allclose(y, y_ref, atol=1e-10, rtol=0) and torch.equal(info.feasible, info_ref.feasible)
-        assert torch.allclose(info.alpha, info_ref.alpha, atol=1e-10, rtol=0) and info.steps == info_ref.steps
-        assert torch.equal(info.ip_index, info_ref.ip_index)
-        # DDP gradients on half the global batch each == single-process gradients on the whole batch
-        ref = IPNN(prob.theta_dim, prob.z_dim, hidden=12, dropout=0.0).double()
-        ref.load_state_dict(ipnn.state_dict())
-        ref.train()
-        margin_loss(ref, prob, theta[:32], eps).backward()
-        ddp = torch.nn.parallel.DistributedDataParallel(ipnn)
-        ddp.train()
-        lo, hi = shard_bounds(32, rank, world)
-        margin_loss(ddp, prob, theta[lo:hi], eps[lo:hi]).backward()
-        for (name, p), q in zip(ipnn.named_parameters(), ref.parameters()):
-            assert torch.allclose(p.grad, q.grad, atol=1e-12, rtol=1e-9), name
-    finally:
-        dist.destroy_process_group()
+def _worker(rank: int, world: int) -> None:
+    # the checks run inside each rank; launch re-raises a failed assertion with its traceback
+    prob, theta, ip, z, ipnn, eps = _setup()
+    proj = BisectionProjector(prob)
+    y_ref, info_ref = proj(theta, z, ip)
+    y, info = project_sharded(proj, theta, z, ip)
+    # same rows, same arithmetic; GEMMs on a different batch size may round differently in the last bit
+    assert torch.allclose(y, y_ref, atol=1e-10, rtol=0) and torch.equal(info.feasible, info_ref.feasible)
+    assert torch.allclose(info.alpha, info_ref.alpha, atol=1e-10, rtol=0) and info.steps == info_ref.steps
+    assert torch.equal(info.ip_index, info_ref.ip_index)
+    # DDP gradients on half the global batch each == single-process gradients on the whole batch
+    ref = IPNN(prob.theta_dim, prob.z_dim, hidden=12, dropout=0.0).double()
+    ref.load_state_dict(ipnn.state_dict())
+    ref.train()
+    margin_loss(ref, prob, theta[:32], eps).backward()
+    ddp = torch.nn.parallel.DistributedDataParallel(ipnn)
+    ddp.train()
+    lo, hi = shard_bounds(32, rank, world)
+    margin_loss(ddp, prob, theta[lo:hi], eps[lo:hi]).backward()
+    for (name, p), q in zip(ipnn.named_parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-12, rtol=1e-9), name
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.slow  # spawning two interpreters that import torch takes ~20 s of CPU
+@pytest.mark.slow  # two ranks, gloo set-up and DDP: ~10 s on 2 cores
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed not available")
 def test_two_gloo_processes_match_single_process():
-    mp.spawn(_worker, args=(2, _free_port()), nprocs=2, join=True)
+    launch(_worker, 2)
 
 
 def test_project_sharded_without_process_group_is_plain_projection():

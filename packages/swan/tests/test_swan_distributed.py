@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import socket
 import sys
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from swan import SWAN, param_groups
 from torch import nn
+
+from icml25_shared.distributed import launch
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available() or sys.platform != "linux", reason="needs torch.distributed and fork"),
@@ -42,44 +42,25 @@ def _train(model: nn.Module, xs: torch.Tensor, ys: torch.Tensor, **kw: object) -
     return [p.detach().clone() for p in model.parameters()]
 
 
-def _worker(rank: int, port: int, out: dict) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        xs, ys = _data()
-        half = slice(rank * 8, (rank + 1) * 8)
-        for flag in (False, True):
-            ddp = nn.parallel.DistributedDataParallel(_model())
-            out[(rank, flag)] = _train(ddp, xs[:, half], ys[:, half], distributed_whitening=flag)
-    finally:
-        dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _worker(rank: int, world: int) -> dict[bool, list[torch.Tensor]]:
+    xs, ys = _data()
+    half = slice(rank * 8, (rank + 1) * 8)
+    out = {}
+    for flag in (False, True):
+        ddp = nn.parallel.DistributedDataParallel(_model())
+        out[flag] = _train(ddp, xs[:, half], ys[:, half], distributed_whitening=flag)
+    return out
 
 
 def test_ddp_two_gloo_ranks_match_single_process():
-    ctx = mp.get_context("fork")
-    manager = ctx.Manager()
-    out = manager.dict()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, out)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=900)  # generous: shared CI machines are slow to start gloo
-    assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
+    out = launch(_worker, WORLD, timeout=900)  # generous: shared CI machines are slow to start gloo
     xs, ys = _data()
     single = _train(_model(), xs, ys)
     for flag in (False, True):
-        for a, b in zip(out[(0, flag)], out[(1, flag)]):
+        for a, b in zip(out[0][flag], out[1][flag]):
             assert torch.equal(a, b), f"ranks disagree, distributed_whitening={flag}"  # bit for bit
-        for a, ref in zip(out[(0, flag)], single):
+        for a, ref in zip(out[0][flag], single):
             # float64; the all-reduce sums in another order, and β = 0.8 amplifies round-off a little
             torch.testing.assert_close(a, ref, rtol=1e-6, atol=1e-9, msg=f"distributed_whitening={flag}")
-    for a, b in zip(out[(0, True)], out[(0, False)]):
+    for a, b in zip(out[0][True], out[0][False]):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
-    manager.shutdown()

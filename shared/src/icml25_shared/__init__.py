@@ -10,6 +10,7 @@ Modules (import them directly; nothing heavy happens at import time):
 - :mod:`icml25_shared.metrics`  -- accuracy, MSE/MAE, AUROC, expected calibration error.
 - :mod:`icml25_shared.bench`    -- timing and peak memory of callables, interleaved comparisons.
 - :mod:`icml25_shared.report`   -- ``Claim``/``ReproResult`` records, rich tables, JSON, plots.
+- :mod:`icml25_shared.distributed` -- run a function on local gloo ranks on loopback (DDP and sharding tests).
 - :mod:`icml25_shared.progress` -- progress bars that stay quiet in CI and in non-interactive runs.
 - :mod:`icml25_shared.cli`      -- the ``icml25`` command (``list``, ``reproduce``).
 """
