@@ -1,24 +1,58 @@
 """Propagation speed of Unifews, as ratios, in one run (not run by pytest).
 
 (a) forward+backward of ``UnifewsGCNConv`` (δw = 0) at edge sparsity η_a ∈ {0, 0.5, 0.8, 0.9} versus PyG ``GCNConv``
-    and versus a full CSR SpMM with the same weights, on Cora LCC and a synthetic power-law graph;
-(b) decoupled precompute: seconds per hop versus pushes executed.
+    and versus a full CSR SpMM with the same weights, on Cora LCC and a synthetic power-law graph
+    (≈ 200 k nodes, 4 M directed edges, 64 features); the propagation alone: kept-edge SpMM versus full SpMM;
+(b) decoupled precompute: seconds per hop versus pushes executed (Cora, and the power-law graph).
 
 η_a is hit by choosing the absolute threshold δa as the η_a-quantile of the first forward's message norms.
-Usage: ``python benchmarks/bench_unifews.py [--small]`` (``--small``: 20 k nodes instead of 200 k).
+All callables of one η_a are timed interleaved, round-robin with a rotating order, so machine drift hits them
+alike; each ratio is the median over rounds of the per-round ratio (paired), next to the ratio of medians.
+The load average is printed before and after: on a shared machine the ratios are only as good as the quiet.
+
+Usage: ``python benchmarks/bench_unifews.py [--small] [--repeats 15] [--threads 1]``
+(``--small``: 20 k nodes instead of 200 k).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
+import time
+from collections.abc import Callable
 
 import torch
 from unifews import UnifewsConfig, UnifewsGCNConv, diffusion_weights, message_scores, spmm
 from unifews.data import load_planetoid_lcc, synthetic_powerlaw_graph
+from unifews.functional import _csr
 from unifews.prop import PropGraph, unifews_propagate
 
-from icml25_shared.bench import compare, measure
+
+def _load() -> list[float]:
+    return [round(v, 2) for v in os.getloadavg()]
+
+
+def interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds of each callable per round; round ``i`` runs them in the order rotated by ``i``."""
+    names = list(fns)
+    for _ in range(warmup):
+        for name in names:
+            fns[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(repeats):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            t0 = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def paired(times: dict[str, list[float]], a: str, b: str) -> float:
+    """Median over rounds of ``t_a / t_b``."""
+    return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
 
 def _bench_eta(name, x, ei_n, w, peer, eta, repeats) -> dict:
@@ -30,30 +64,37 @@ def _bench_eta(name, x, ei_n, w, peer, eta, repeats) -> dict:
     ours = UnifewsGCNConv(x.size(1), peer.out_channels, normalize=False, config=cfg)
     ours.lin.weight.data.copy_(peer.lin.weight.data)
     xr = x.clone().requires_grad_()
-
-    def run_ours():
-        ours(xr, ei_n, w).sum().backward()
-
-    def run_peer():
-        peer(xr, ei_n, w).sum().backward()
-
-    def run_csr():
-        spmm(ei_n, w, xr @ peer.lin.weight.t()).sum().backward()
-
-    run_ours()
+    ours(xr, ei_n, w)
     eta_real = ours.sparsity()["edge"]
-    c_peer = compare(run_ours, run_peer, names=("unifews", "GCNConv"), repeats=repeats)
-    c_csr = compare(run_ours, run_csr, names=("unifews", "CSR SpMM"), repeats=repeats)
-    keep = ours.edge_keep  # propagation alone: kept-edge SpMM vs full SpMM
-    t_kept = measure(lambda: spmm(ei_n[:, keep], w[keep], z), repeats=repeats)
-    t_full = measure(lambda: spmm(ei_n, w, z), repeats=repeats)
+    keep = ours.edge_keep
+    ei_k, w_k = ei_n[:, keep], w[keep]
+    full_csr = _csr(ei_n[1], ei_n[0], w, x.size(0), x.size(0))  # built once: the strictest full-SpMM baseline
+
+    fns = {
+        "unifews": lambda: ours(xr, ei_n, w).sum().backward(),
+        "gcnconv": lambda: peer(xr, ei_n, w).sum().backward(),
+        "csr": lambda: spmm(ei_n, w, xr @ peer.lin.weight.t()).sum().backward(),
+        "kept_spmm": lambda: spmm(ei_k, w_k, z),
+        "full_spmm": lambda: spmm(ei_n, w, z),
+        "full_prebuilt": lambda: full_csr @ z,
+    }
+    t = interleaved(fns, repeats)  # z carries no grad: the SpMM-only callables build no graph
+    xr.grad = None
+    med = {k: statistics.median(v) for k, v in t.items()}
     return {
         "graph": name,
         "eta_a": round(eta_real, 3),
-        "fwd+bwd unifews / GCNConv": round(1 / c_peer.ratio, 3),
-        "fwd+bwd unifews / full CSR": round(1 / c_csr.ratio, 3),
-        "propagation kept / full SpMM": round(t_kept.median / t_full.median, 3),
+        "fwd+bwd unifews / GCNConv": round(paired(t, "unifews", "gcnconv"), 3),
+        "fwd+bwd unifews / full CSR": round(paired(t, "unifews", "csr"), 3),
+        "prop kept / full SpMM": round(paired(t, "kept_spmm", "full_spmm"), 3),
+        "prop kept / full prebuilt CSR": round(paired(t, "kept_spmm", "full_prebuilt"), 3),
         "target <= (1 - eta) + 0.1": round(1 - eta_real + 0.1, 3),
+        "ratio of medians (unifews/GCNConv, unifews/CSR, kept/full)": [
+            round(med["unifews"] / med["gcnconv"], 3),
+            round(med["unifews"] / med["csr"], 3),
+            round(med["kept_spmm"] / med["full_spmm"], 3),
+        ],
+        "median_ms": {k: round(1e3 * v, 3) for k, v in med.items()},
     }
 
 
@@ -70,17 +111,25 @@ def conv_bench(name: str, x: torch.Tensor, ei: torch.Tensor, f_out: int, repeats
     return rows
 
 
-def prop_bench(x: torch.Tensor, ei: torch.Tensor, hops: int) -> list[dict]:
+def prop_bench(name: str, x: torch.Tensor, ei: torch.Tensor, hops: int, deltas, repeats: int) -> list[dict]:
+    """Seconds per hop vs pushes executed; the δa values are timed interleaved (median over rounds)."""
     G = PropGraph(ei, x.size(0), 0.5, x.dtype)
+    fns = {d: (lambda d=d: unifews_propagate(x, ei, hops, d, graph=G, generator=0)) for d in deltas}
+    t = interleaved(fns, repeats, warmup=0)
+    dense_s = statistics.median(t[deltas[0]])
+    _, st0 = unifews_propagate(x, ei, hops, deltas[0], graph=G, generator=0)
     rows = []
-    for delta in (0.0, 0.1, 0.25, 0.5, 1.0):
-        t = measure(lambda d=delta: unifews_propagate(x, ei, hops, d, graph=G, generator=0), warmup=0, repeats=1)
-        _, st = unifews_propagate(x, ei, hops, delta, graph=G, generator=0)
+    for d in deltas:
+        _, st = unifews_propagate(x, ei, hops, d, graph=G, generator=0)
+        s = statistics.median(t[d])
         rows.append(
             {
-                "delta_a": delta,
-                "s_per_hop": round(t.median / hops, 4),
-                "Mpushes_per_hop": round(st.total_macs / hops / 1e6, 2),
+                "graph": name,
+                "delta_a": d,
+                "s_per_hop": round(s / hops, 4),
+                "Mpushes_per_hop": round(st.total_macs / hops / 1e6, 3),
+                "pushes / dense": round(st.total_macs / st0.total_macs, 3),
+                "time / dense": round(s / dense_s, 3),
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -90,15 +139,22 @@ def prop_bench(x: torch.Tensor, ei: torch.Tensor, hops: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    t0, c0 = time.perf_counter(), time.process_time()
+    print(json.dumps({"loadavg_start": _load(), "threads": args.threads, "repeats": args.repeats}), flush=True)
     cora = load_planetoid_lcc("Cora")
     conv_bench("Cora LCC", cora.x, cora.edge_index, 64, args.repeats)
     n = 20_000 if args.small else 200_000
     ei = synthetic_powerlaw_graph(n, 20.0, seed=0)  # ≈ 4 M directed edges at n = 200 k
-    x = torch.randn(n, 64)
-    conv_bench(f"power-law n={n}, m={ei.size(1)}", x, ei, 64, args.repeats)
-    prop_bench(cora.x, cora.edge_index, 5)
+    x = torch.randn(n, 64, generator=torch.Generator().manual_seed(0))
+    conv_bench(f"power-law n={n}, m={ei.size(1)}", x, ei, 64, max(3, args.repeats // 3))
+    prop_bench("Cora LCC", cora.x, cora.edge_index, 5, (0.0, 0.1, 0.25, 0.5, 1.0), 3)
+    prop_bench(f"power-law n={n}", x, ei, 2, (0.0, 0.25, 1.0), 1)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"loadavg_end": _load(), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}), flush=True)
 
 
 if __name__ == "__main__":

@@ -160,3 +160,33 @@ def test_gcn2_and_gat_models_run_and_prune():
         out = model(x, ei)
         assert out.shape == (40, 3) and torch.isfinite(out).all()
         assert model.sparsity()["weight"] > 0
+
+
+def test_fit_dropedge_trains_on_random_subsets_and_evaluates_on_the_whole_graph():
+    import pytest
+    from unifews.data import stratified_split
+    from unifews.train import fit
+
+    x, ei = random_graph(n=80, m=500, seed=31, dtype=torch.float32)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    split = stratified_split(y, 0)
+    m = ei.size(1)
+    for p in (0.0, 0.6):
+        torch.manual_seed(0)
+        model = UnifewsGNN(8, 16, 3, 2, "gcn", 0.0, UnifewsConfig(delta_a=0.0, delta_w=0.5))
+        seen = []
+        model.convs[0].register_forward_hook(
+            lambda mod, args, out, seen=seen: seen.append((mod.training, mod.last_stats["edges_in_nonloop"]))
+        )
+        res = fit(model, x, ei, y, split, epochs=6, lr=1e-2, edge_dropout=p, progress=False)
+        train = [k for t, k in seen if t]
+        evals = [k for t, k in seen if not t]
+        assert len(train) == 6 and evals and all(k == m for k in evals)
+        if p == 0:
+            assert all(k == m for k in train)
+        else:
+            assert all(k < m for k in train) and len(set(train)) > 1  # fresh subsets
+            assert abs(sum(train) / len(train) / m - (1 - p)) < 0.1
+        assert 0.0 <= res.test_acc_strict <= 1.0
+    with pytest.raises(ValueError, match="edge_dropout"):
+        fit(model, x, ei, y, split, epochs=1, edge_dropout=1.0)

@@ -43,9 +43,9 @@ def _acc(logits: Tensor, y: Tensor) -> float:
 
 
 @torch.no_grad()
-def _evaluate(model: UnifewsGNN, x, ei, y, idx: Tensor, lock: bool) -> float:
+def _evaluate(model: UnifewsGNN, x, ei, y, idx: Tensor, lock: bool, edge_scheme: str = "keep") -> float:
     model.eval()
-    model.set_scheme("keep", "keep")  # reuse the last training forward's masks (official protocol)
+    model.set_scheme(edge_scheme, "keep")  # reuse the last training forward's masks (official protocol)
     out = model(x, ei, lock=idx if lock else None)
     return _acc(out[idx], y[idx])
 
@@ -62,6 +62,7 @@ def fit(
     weight_decay: float = 1e-5,
     eval_lock: bool | None = None,
     patience: int = 15,
+    edge_dropout: float = 0.0,
     progress: bool | None = None,
 ) -> FitResult:
     """Full-batch training with the official schedule (spec 3.5).
@@ -70,9 +71,18 @@ def fit(
     (edges ``prune_inc`` too when ``config.edge_prune_inc``). Evaluation reuses the masks (``keep``) with
     ``lock`` = the evaluated nodes when ``eval_lock`` (default: ``model.config.eval_lock``). Adam,
     ``ReduceLROnPlateau(max, 0.5, patience)`` on validation accuracy, best-validation checkpoint for test.
+
+    ``edge_dropout = p > 0`` is the DropEdge baseline: every training forward sees a fresh random subset of the
+    input edges, each kept independently with probability ``1 − p`` (as ``torch_geometric.utils.dropout_edge``;
+    the global torch RNG), and evaluation sees the whole graph. The training graph then differs from the evaluated
+    one, so evaluation recomputes the edge mask (edge scheme ``prune_all``) instead of reusing it; weights still
+    ``keep``.
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
+    if isinstance(edge_dropout, bool) or not isinstance(edge_dropout, (int, float)) or not 0.0 <= edge_dropout < 1.0:
+        raise ValueError(f"edge_dropout must lie in [0, 1), got {edge_dropout!r}")
+    eval_edges = "prune_all" if edge_dropout > 0 else "keep"
     lock = model.config.eval_lock if eval_lock is None else eval_lock
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=0.5, patience=patience)
@@ -84,11 +94,14 @@ def fit(
         edge_scheme = "prune_inc" if late and model.config.edge_prune_inc else "prune_all"
         model.set_scheme(edge_scheme, "prune_inc" if late else "prune_all")
         opt.zero_grad()
-        out = model(x, edge_index)
+        ei_train = edge_index
+        if edge_dropout > 0:
+            ei_train = edge_index[:, torch.rand(edge_index.size(1), device=edge_index.device) >= edge_dropout]
+        out = model(x, ei_train)
         loss = F.cross_entropy(out[split.train], y[split.train])
         loss.backward()
         opt.step()
-        val = _evaluate(model, x, edge_index, y, split.val, lock)
+        val = _evaluate(model, x, edge_index, y, split.val, lock, eval_edges)
         sched.step(val)
         hist.append(val)
         if val > best:
@@ -96,8 +109,8 @@ def fit(
             best_state = copy.deepcopy(model.state_dict())
         bar.set_postfix(loss=float(loss.detach()), val=val)
     model.load_state_dict(best_state)
-    test = _evaluate(model, x, edge_index, y, split.test, lock)
-    strict = _evaluate(model, x, edge_index, y, split.test, False)
+    test = _evaluate(model, x, edge_index, y, split.test, lock, eval_edges)
+    strict = _evaluate(model, x, edge_index, y, split.test, False, eval_edges)
     sp = model.sparsity()
     macs = model.macs()  # the strict forward above: kept edges only
     log.info("fit: best val %.4f at epoch %d, test %.4f (strict %.4f)", best, best_epoch, test, strict)
