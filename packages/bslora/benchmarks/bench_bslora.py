@@ -64,6 +64,15 @@ def ours(base, n_adapters: int = 1):
     return m.eval()
 
 
+def _payload(path: Path) -> tuple[int, int]:
+    """``(tensor bytes, number of tensors)`` of a safetensors file: the file minus its 8-byte length and header."""
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    header.pop("__metadata__", None)
+    return len(raw) - 8 - n, len(header)
+
+
 def bench_size(hidden: int, repeats: int, batch: int, seq: int, mixed_ns: list[int]) -> dict:
     base, cfg = llama(hidden)
     out: dict = {"hidden": hidden}
@@ -73,11 +82,24 @@ def bench_size(hidden: int, repeats: int, batch: int, seq: int, mixed_ns: list[i
     with tempfile.TemporaryDirectory() as d:
         m.save_pretrained(Path(d) / "ours")
         pm.save_pretrained(str(Path(d) / "peft"))
-        b_ours = (Path(d) / "ours" / "adapter_model.safetensors").stat().st_size
+        f_ours = Path(d) / "ours" / "adapter_model.safetensors"
         # peft writes non-"default" adapters into a sub-folder named after the adapter
-        b_peft = sum(f.stat().st_size for f in (Path(d) / "peft").rglob("adapter_model.safetensors"))
+        (f_peft,) = (Path(d) / "peft").rglob("adapter_model.safetensors")
+        b_ours, b_peft = f_ours.stat().st_size, f_peft.stat().st_size
+        (p_ours, n_ours), (p_peft, n_peft) = _payload(f_ours), _payload(f_peft)
     analytic = count_bslora_parameters(cfg, BSLoRAConfig(2, 4, 16))["total"] / count_lora_parameters(cfg, 8)
-    out["adapter_file_bytes"] = {"ours": b_ours, "peft": b_peft, "ratio": b_ours / b_peft, "analytic": analytic}
+    out["adapter_file_bytes"] = {
+        "ours": b_ours,
+        "peft": b_peft,
+        "ratio": b_ours / b_peft,
+        "analytic": analytic,
+        # the tensor bytes alone (file minus the safetensors JSON header, which holds one entry per tensor name)
+        "payload_ours": p_ours,
+        "payload_peft": p_peft,
+        "payload_ratio": p_ours / p_peft,
+        "tensors_ours": n_ours,
+        "tensors_peft": n_peft,
+    }
 
     with torch.no_grad():
         c = compare(lambda: pm(input_ids=ids), lambda: m(input_ids=ids), names=("peft", "ours"), repeats=repeats)
@@ -157,8 +179,9 @@ def main() -> None:
         res[h] = bench_size(h, args.repeats, args.batch, args.seq, [int(n) for n in args.mixed.split(",")])
         r = res[h]
         lines = [
-            f"hidden {h}: adapter bytes ours/peft {r['adapter_file_bytes']['ratio']:.3f} "
-            f"(analytic {r['adapter_file_bytes']['analytic']:.3f})",
+            f"hidden {h}: adapter file bytes ours/peft {r['adapter_file_bytes']['ratio']:.4f}, tensor bytes "
+            f"{r['adapter_file_bytes']['payload_ratio']:.4f} (analytic {r['adapter_file_bytes']['analytic']:.4f}; "
+            f"{r['adapter_file_bytes']['tensors_ours']} vs {r['adapter_file_bytes']['tensors_peft']} tensors)",
             f"  unmerged forward ours/peft {r['unmerged_forward']['ratio_b_over_a']:.2f}x, "
             f"merged {r['merged_forward']['ratio_b_over_a']:.2f}x, "
             f"train step {r['train_step']['ratio_b_over_a']:.2f}x, "

@@ -159,20 +159,22 @@ def test_tying_one_tensor_grad_is_sum_and_base_frozen():
             assert not p.requires_grad
 
 
-def test_shared_projection_reuse_matches_without_reuse():
+def test_shared_projection_reuse_matches_without_reuse(monkeypatch):
+    from bslora.layer import SharedPair
+
     m = get_bslora_model(tiny_llama(), bs_config("slice")).eval()
     randomize(m)
     calls = {"n": 0}
-    inter = m.bslora_shared["default"]["inter"]
-    orig = inter.project_slice
+    orig = SharedPair.project_slices
 
-    def counting(x, start, reuse):
-        before = inter._cache
-        out = orig(x, start, reuse)
-        calls["n"] += int(inter._cache is None or inter._cache is not before)
+    def counting(pairs, x, start, reuse):
+        before = pairs[0]._cache
+        out = orig(pairs, x, start, reuse)
+        calls["n"] += int(pairs[0]._cache is None or pairs[0]._cache is not before)  # computed, not reused
+        assert len(pairs) == 2  # intra and inter projected by one matmul
         return out
 
-    inter.project_slice = counting
+    monkeypatch.setattr(SharedPair, "project_slices", staticmethod(counting))
     with torch.no_grad():
         y = m(input_ids=IDS).logits
     # per layer: q, k, v share one projection (3 -> 1); up and down have other inputs: 3 per layer

@@ -57,6 +57,25 @@ class SharedPair(nn.Module):
         self._cache = (x, key, out) if reuse else None
         return out
 
+    @staticmethod
+    def project_slices(pairs: list[SharedPair], x: torch.Tensor, start: int, reuse: bool) -> torch.Tensor:
+        """``x @ [A_1; A_2; ...][:, start:start+in].T`` for pairs of equal ``n_in`` (the intra and inter pairs of
+        slice mode): one matmul for both shared branches, kept on the first pair for the next caller with the same
+        ``x`` object and window when ``reuse`` (q, k and v read the same hidden state)."""
+        if len(pairs) == 1:
+            return pairs[0].project_slice(x, start, reuse)
+        head = pairs[0]
+        n = x.shape[-1]
+        if reuse:
+            key = (start, n, torch.is_grad_enabled(), x.dtype, tuple((id(p), p.A._version) for p in pairs))
+            c = head._cache
+            if c is not None and c[0] is x and c[1] == key:
+                return c[2]
+        A = torch.cat([p.A[:, start : start + n] for p in pairs], 0)
+        out = x @ A.t()
+        head._cache = (x, key, out) if reuse else None
+        return out
+
     def clear_cache(self) -> None:
         """Drop the kept projection (called after every model forward)."""
         self._cache = None
@@ -260,14 +279,19 @@ class BSLoRALinear(nn.Module):
 
         if cfg.r_local > 0:
             add(self.lora_B[adapter_name](self.lora_A[adapter_name](xd)))
-        for pair, extra in self._branches(adapter_name):
-            if cfg.share_mode == "slice":
-                c = F.slice_offset(pair.n_in, self.in_features, cfg.slice_align)
-                co = F.slice_offset(pair.n_out, self.out_features, cfg.slice_align)
+        if cfg.share_mode == "slice":
+            pairs = [p for p in self._shared[adapter_name] if p is not None]
+            if pairs:  # intra and inter have the same (n_out, n_in) here: one A-matmul and one B-matmul for both
+                c = F.slice_offset(pairs[0].n_in, self.in_features, cfg.slice_align)
+                co = F.slice_offset(pairs[0].n_out, self.out_features, cfg.slice_align)
                 # without dropout every module reading the same x shares one A-projection (spec §8)
-                z = pair.project_slice(xd, c, reuse=not dropping)
-                add(z @ pair.B[co : co + self.out_features].t())
-            elif cfg.share_mode == "kron":
+                z = SharedPair.project_slices(pairs, xd, c, reuse=not dropping)
+                bs = [p.B[co : co + self.out_features] for p in pairs]
+                add(z @ (bs[0] if len(bs) == 1 else torch.cat(bs, 1)).t())
+            assert out is not None
+            return cfg.scale * out
+        for pair, extra in self._branches(adapter_name):
+            if cfg.share_mode == "kron":
                 add(F.kron_apply(xd if cfg.kron_shared_dropout else x, pair.A, pair.B, extra.a, extra.b))
             else:
                 add(F.gate_apply(xd, pair.A, pair.B, *extra.tensors()))
@@ -298,12 +322,19 @@ class BSLoRALinear(nn.Module):
         d = torch.bmm(z, B_stack[idx].transpose(1, 2))  # (batch, tokens, out)
         return y + d.reshape(y.shape).to(y.dtype)
 
+    def _base_forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        base = self.base_layer
+        # a plain nn.Linear without hooks: call the kernel directly (merged inference costs exactly the base's)
+        if type(base) is nn.Linear and not (args or kwargs or base._forward_hooks or base._forward_pre_hooks):
+            return torch.nn.functional.linear(x, base.weight, base.bias)
+        return base(x, *args, **kwargs)
+
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        y = self.base_layer(x, *args, **kwargs)
-        if self.disable_adapters or self.merged:
-            if self._mixed_rows is not None and self.merged:
+        if self.disable_adapters or self.merged_adapters:
+            if self._mixed_rows is not None and self.merged_adapters:
                 raise ValueError("forward with adapter_names is not possible while an adapter is merged; unmerge first")
-            return y
+            return self._base_forward(x, *args, **kwargs)
+        y = self._base_forward(x, *args, **kwargs)
         if self._mixed_rows is not None:
             return self._mixed_forward(x, y, self._mixed_rows)
         name = self.active_adapter

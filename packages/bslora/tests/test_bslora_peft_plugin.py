@@ -1,0 +1,81 @@
+"""``bslora.peft_plugin``: peft's ``get_peft_model`` builds a BSLoRA model equal to ``get_bslora_model``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from bslora import BSLoRAConfig, get_bslora_model
+from bslora.testing import bs_config, randomize, tiny_llama
+
+peft = pytest.importorskip("peft")
+plugin = pytest.importorskip("bslora.peft_plugin")
+
+pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+
+IDS = torch.randint(0, 64, (3, 7), generator=torch.Generator().manual_seed(0))
+
+
+def _peft_cfg(mode: str) -> plugin.BSLoRAPeftConfig:
+    return plugin.BSLoRAPeftConfig(**vars(bs_config(mode)))
+
+
+def test_config_is_a_peft_config_with_the_same_validation():
+    cfg = plugin.BSLoRAPeftConfig(r_local=2, r_intra=4, r_inter=16)
+    assert isinstance(cfg, peft.PeftConfig) and isinstance(cfg, BSLoRAConfig)
+    assert cfg.peft_type == "BSLORA" and cfg.task_type == "CAUSAL_LM"
+    assert cfg.to_bslora_config() == BSLoRAConfig(r_local=2, r_intra=4, r_inter=16)
+    with pytest.raises(ValueError, match="share_mode"):
+        plugin.BSLoRAPeftConfig(share_mode="tile")
+
+
+def test_get_peft_model_equals_get_bslora_model(mode):
+    with plugin.registered():
+        assert plugin.is_registered()
+        pm = peft.get_peft_model(tiny_llama(), _peft_cfg(mode))
+        assert isinstance(pm.base_model, plugin.BSLoRAPeftTuner)
+        randomize(pm)
+        ours = get_bslora_model(tiny_llama(), bs_config(mode)).eval()
+        ours.load_adapter_state_dict(pm.base_model.adapter_state_dict())
+        pm.eval()
+        ref = ours(input_ids=IDS).logits
+        assert torch.equal(pm(input_ids=IDS).logits, ref)
+        # trainable count: each shared tensor once, as in BSLoRAModel
+        assert pm.get_nb_trainable_parameters()[0] == ours.get_nb_trainable_parameters()[0]
+        # mixed batch through peft's adapter_names hook, with a "__base__" row
+        base_logits = tiny_llama()(IDS).logits
+        mixed = pm(input_ids=IDS, adapter_names=["default", "__base__", "default"]).logits
+        torch.testing.assert_close(mixed[[0, 2]], ref[[0, 2]], rtol=0, atol=1e-5)
+        torch.testing.assert_close(mixed[1], base_logits[1], rtol=0, atol=1e-5)
+        # training step reaches the shared tensors; merge_and_unload gives the plain model
+        pm.train()
+        pm(input_ids=IDS, labels=IDS).loss.backward()
+        assert pm.base_model.bslora_shared["default"]["inter"].B.grad is not None
+        pm.eval()
+        merged = pm.merge_and_unload()
+        assert type(merged).__name__ == "LlamaForCausalLM"
+        torch.testing.assert_close(merged(IDS).logits, ref, rtol=0, atol=1e-5)
+    assert not plugin.is_registered()
+
+
+def test_unsupported_peft_checkpoint_path_raises_clearly(tmp_path):
+    with plugin.registered():
+        pm = peft.get_peft_model(tiny_llama(), _peft_cfg("slice"))
+        with pytest.raises(NotImplementedError, match="export_to_lora"):
+            pm.save_pretrained(str(tmp_path))
+        # our own checkpoint format works from the peft wrapper
+        pm.base_model.save_pretrained(tmp_path / "ours")
+        assert (tmp_path / "ours" / "adapter_model.safetensors").is_file()
+
+
+def test_register_is_idempotent_and_refuses_a_foreign_entry():
+    from peft.mapping import PEFT_TYPE_TO_TUNER_MAPPING
+
+    with plugin.registered():
+        plugin.register()
+        assert PEFT_TYPE_TO_TUNER_MAPPING["BSLORA"] is plugin.BSLoRAPeftTuner
+    PEFT_TYPE_TO_TUNER_MAPPING["BSLORA"] = object
+    try:
+        with pytest.raises(KeyError, match="BSLORA"):
+            plugin.register()
+    finally:
+        del PEFT_TYPE_TO_TUNER_MAPPING["BSLORA"]
