@@ -9,7 +9,6 @@ shuffled-modality control; the efficiency sweep against the PID-CVX (BROJA) base
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from lsmi.estimator import LSMIEstimator
 from lsmi.functional import lsmi_discrete, lsmi_from_terms, mean_shift
 
 TOL = 0.05
+DIRECT_TIME_LIMIT = 60.0  # seconds per solve of the spec's (dense) BROJA program in --full
 EXACT = {g: lsmi_discrete(gate_joint(g)).means for g in ("xor", "or")}
 
 
@@ -144,35 +144,50 @@ def _real_data() -> list[Claim]:
     return claims
 
 
-def _efficiency(out_dir: Path) -> tuple[Claim, str]:
-    from lsmi.baselines import broja_cvx
+def _efficiency(out_dir: Path) -> tuple[list[Claim], str]:
+    from lsmi.efficiency import efficiency_sweep
 
-    rows = []
-    for c in (2, 10, 30):
-        x1, x2, y = gaussian_modalities(4000, c, 0.5, 0.5, seed=0)
-        t0 = time.perf_counter()
-        _fit_score(x1, x2, y, c, 3200)
-        t_lsmi = time.perf_counter() - t0
-        for k in (10, 20):
-            t0 = time.perf_counter()
-            broja_cvx(x1, x2, y, k=k, n_classes=c)
-            rows.append({"C": c, "k": k, "Ck2": c * k * k, "lsmi_s": t_lsmi, "broja_s": time.perf_counter() - t0})
-    for r in rows:
-        r["ratio"] = r["broja_s"] / r["lsmi_s"]
+    rows = efficiency_sweep(direct_time_limit=DIRECT_TIME_LIMIT)
+    rows.sort(key=lambda r: r["Ck2"])
+    ck2 = [r["Ck2"] for r in rows]
     fig, ax = subplots()
-    ax.plot([r["Ck2"] for r in rows], [r["ratio"] for r in rows], "o-")
+    ax.plot(ck2, [r["ratio_aux_wall"] for r in rows], "o-", label="PID-CVX (sparse 'aux' program)")
+    ax.plot(ck2, [r["ratio_direct_wall"] for r in rows], "s--", label="PID-CVX (spec's 'direct' program)")
+    for r in rows:
+        if r["ratio_direct_lower_bound"]:
+            ax.annotate(f"> {r['ratio_direct_wall']:.0f}x (time limit)", (r["Ck2"], r["ratio_direct_wall"]))
+        ax.annotate(f"C={r['C']},k={r['k']}", (r["Ck2"], r["ratio_aux_wall"]), fontsize=7)
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="C k^2", ylabel="time(PID-CVX) / time(LSMI)", title="efficiency")
+    ax.set(xscale="log", yscale="log", xlabel="C k^2", ylabel="time(PID-CVX) / time(LSMI fit+transform)")
+    ax.set_title(f"efficiency at N = {rows[0]['n']}")
+    ax.legend()
     path = save_figure(fig, out_dir, "efficiency")
-    ratios = [r["ratio"] for r in sorted(rows, key=lambda r: r["Ck2"])]
-    return Claim(
-        "efficiency: PID-CVX / LSMI time ratio grows with C k^2",
-        "3.7x to 43.7x vs PID-Batch (real data)",
-        f"{ratios[0]:.2f}x .. {ratios[-1]:.1f}x",
-        ratios[-1] > ratios[0] and ratios[-1] >= 10,
-        rule="largest C k^2 ratio >= 10 and above the smallest",
-        details={"rows": rows},
-    ), str(path)
+
+    def fmt(r, key):
+        lb = "> " if key == "direct" and r["ratio_direct_lower_bound"] else ""
+        return f"{lb}{r[f'ratio_{key}_wall']:.2f}x"
+
+    table = "; ".join(f"C={r['C']},k={r['k']}: {fmt(r, 'aux')} / {fmt(r, 'direct')}" for r in rows)
+    last = max(rows, key=lambda r: (r["C"], r["k"]))
+    lsmi_c = {r["C"]: r["lsmi_wall_s"] for r in rows}
+    claims = [
+        Claim(
+            "efficiency: PID-CVX / LSMI time ratio grows with C k^2 (equal N = 4,000; ratios aux / direct, wall)",
+            "3.7x to 43.7x vs PID-Batch (real data; not reproducible offline)",
+            f"{table}; LSMI {min(lsmi_c.values()):.1f}-{max(lsmi_c.values()):.1f} s for C = 2..30",
+            rows[-1]["ratio_aux_wall"] > rows[0]["ratio_aux_wall"] and last["ratio_aux_wall"] > 1,
+            rule="aux ratio at the largest C k^2 above the smallest's and above 1",
+            details={"rows": rows, "direct_time_limit_s": DIRECT_TIME_LIMIT},
+        ),
+        Claim(
+            "efficiency: ratio >= 10 at C = 30, k = 20 (spec's aim)",
+            ">= 10x",
+            f"{fmt(last, 'aux')} vs the sparse program; {fmt(last, 'direct')} vs the spec's program",
+            last["ratio_aux_wall"] >= 10,
+            rule="judged against the sparse (efficient) program; the direct one is shown",
+        ),
+    ]
+    return claims, str(path)
 
 
 def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
@@ -202,8 +217,8 @@ def _reproduce(full: bool, out_dir: Path) -> ReproResult:
         claims.append(c)
         artifacts.append(p)
         claims += _real_data()
-        c, p = _efficiency(out_dir)
-        claims.append(c)
+        cs, p = _efficiency(out_dir)
+        claims += cs
         artifacts.append(p)
     return ReproResult(
         "lsmi",
