@@ -35,7 +35,8 @@ def main() -> None:
             else ""
         )
         print(
-            f"C={r['C']:>2} k={r['k']:>2} Ck2={r['Ck2']:>6}: LSMI {r['lsmi_wall_s']:.2f} s wall / {r['lsmi_cpu_s']:.2f} s"
+            f"C={r['C']:>2} k={r['k']:>2} Ck2={r['Ck2']:>6}: LSMI {r['lsmi_wall_s']:.2f} s wall"
+            f" / {r['lsmi_cpu_s']:.2f} s"
             f" cpu; PID-CVX aux {r['cvx_aux_wall_s']:.2f} s / {r['cvx_aux_cpu_s']:.2f} s cpu"
             f" (ratio {r['ratio_aux_wall']:.2f}x wall, {r['ratio_aux_cpu']:.2f}x cpu);{direct};"
             f" transform {r['transform_samples_per_s']:.0f} samples/s",
