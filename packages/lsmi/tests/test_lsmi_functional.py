@@ -139,6 +139,9 @@ def test_broja_formulations_agree():
         vals = np.array([aux[k] for k in ("R", "U1", "U2", "S")])
         np.testing.assert_allclose(vals, [direct[k] for k in ("R", "U1", "U2", "S")], atol=1e-5)
         assert (vals > -1e-6).all()
+    big = np.random.default_rng(0).dirichlet(np.ones(640)).reshape(8, 8, 10)
+    cut = broja_discrete(big, formulation="direct", time_limit=1e-3)  # stops at the limit: a lower bound
+    assert cut["status"] == "time_limit" and math.isnan(cut["S"]) and cut["solve_s"] >= 1e-3
     with pytest.raises(ValueError, match="formulation"):
         broja_discrete(p, formulation="dense")
     with pytest.raises(ValueError, match="time_limit"):

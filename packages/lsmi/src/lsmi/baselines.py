@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,9 @@ def broja_discrete(
         opts["time_limit"] = float(time_limit)
     t0 = time.perf_counter()
     try:
-        prob.solve(solver=solver, **opts)
+        with warnings.catch_warnings():  # reported through the returned "status" instead
+            warnings.filterwarnings("ignore", "Solution may be inaccurate", UserWarning)
+            prob.solve(solver=solver, **opts)
     except cp.error.SolverError:
         if time_limit is None:
             raise
