@@ -43,10 +43,12 @@ def efficiency_sweep(
     seed: int = 0,
     log: Callable[[dict], None] | None = None,
     throughput: bool = False,
+    direct_max_ck2: int | None = None,
 ) -> list[dict[str, Any]]:
     """One row per (C, k): LSMI and PID-CVX times (wall and CPU), their ratios, and the baseline's (R, U1, U2, S).
 
-    ``direct_time_limit=None`` skips the ``direct`` formulation; with ``throughput=True`` each row also has the
+    ``direct_time_limit=None`` skips the ``direct`` formulation (so does ``C k^2 > direct_max_ck2``: its KKT system
+    needs gigabytes beyond C = 30, k = 20); with ``throughput=True`` each row also has the
     ``transform`` throughput (samples/s, median of 5 calls on the N samples). LSMI runs with one torch thread (the
     models are tiny; the previous setting is restored)."""
     rows = []
@@ -86,7 +88,7 @@ def efficiency_sweep(
                     "ratio_aux_wall": aw / lw,
                     "ratio_aux_cpu": ac / lc,
                 }
-                if direct_time_limit is not None:
+                if direct_time_limit is not None and (direct_max_ck2 is None or c * k * k <= direct_max_ck2):
                     d, dw, dc = _timed(
                         broja_cvx,
                         x1,
