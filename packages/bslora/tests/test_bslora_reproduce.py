@@ -9,12 +9,18 @@ from bslora import reproduce as R
 
 
 def test_tasks_and_answers():
-    assert R.TASKS["reverse"].line("abcdef") == "rev:abcdef=fedcba\n"
-    assert R.TASKS["sort"].line("fbdaec") == "sort:fbdaec=abcdef\n"
-    assert R.TASKS["add"].line("999+001") == "add:999+001=1000\n"
+    assert R.TASKS["reverse"].line("abcdef") == "rev:abcdef=fedcba"
+    assert R.TASKS["sort"].line("fbdaec") == "sort:fbdaec=abcdef"
+    assert R.TASKS["add"].line("999+001") == "add:999+001=1000"
+    assert R.Task("swp").answer("abcdef") == "badcfe" and R.Task("rot").answer("abcdef") == "bcdefa"
+    # the pre-training tasks are neither of the fine-tuning tasks
+    s = "gcahfb"
+    pre = {R.Task(t).answer(s) for t in R.PRETRAIN_TASKS}
+    assert R.TASKS["reverse"].answer(s) not in pre and R.TASKS["sort"].answer(s) not in pre
     test = R._test_set(R.TASKS["sort"], 0)
     val = R._val_set(R.TASKS["sort"], test)
-    assert len(test) == len(set(test)) == 512 and not set(test) & set(val)
+    assert len(test) == len(set(test)) == R.N_TEST and len(val) == R.N_VAL and not set(test) & set(val)
+    assert all(len(set(t)) == R.STR_LEN and set(t) <= set(R.LETTERS) for t in test)
 
 
 def test_teacher_forced_score_equals_greedy_decoding():
@@ -50,8 +56,8 @@ def test_finetune_runs_and_calibration_stops_early():
     state = LlamaForCausalLM(R.base_config()).state_dict()
     task = R.TASKS["reverse"]
     test = R._test_set(task, 0)[:32]
-    m, acc, p, done = R.finetune(state, BSLoRAConfig(2, 4, 16), task, test, 0, steps=2)
-    assert p == 24_576 and done == 2 and 0.0 <= acc <= 1.0
+    m, (em, tok), p, done = R.finetune(state, BSLoRAConfig(2, 4, 16), task, test, 0, steps=2)
+    assert p == 24_576 and done == 2 and 0.0 <= em <= tok <= 1.0
     # target 0.0 is reached at the first checkpoint
     old = R.CALIB_TARGET, R.CALIB_EVERY
     R.CALIB_TARGET, R.CALIB_EVERY = 0.0, 1
