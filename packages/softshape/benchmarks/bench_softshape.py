@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from softshape import SoftShapeClassifier, ucr_shape_size
 from softshape.evaluate import cv_protocol
 from softshape.layers import SharedMoE, moe_dispatch_loop
-from softshape.reproduce import _load, _step_time_ratio
+from softshape.reproduce import _load, _step_times
 
 from icml25_shared.bench import compare, measure
 
@@ -72,14 +72,22 @@ def inference_throughput() -> dict:
 
 
 def moe_dispatch() -> dict:
-    torch.manual_seed(0)
+    """Vectorised top-1 dispatch vs the per-expert loop (forward + backward, 1920 tokens, D = 128), with the
+    routing spread over E experts (random gate) and in the zero-init regime (every token on expert 0)."""
     res = {}
-    for label, spread in (("routing spread over 4 experts", True), ("zero-init routing (1 expert)", False)):
-        moe = SharedMoE(128, n_experts=4)
+    cases = [(f"spread over {e} experts", e, True) for e in (2, 4, 16, 64)] + [
+        ("zero-init routing, 4 experts", 4, False)
+    ]
+    for label, n_experts, spread in cases:
+        torch.manual_seed(0)
+        moe = SharedMoE(128, n_experts=n_experts).eval()
         if spread:
             with torch.no_grad():
                 moe.w_gate.normal_()
         h = torch.randn(120 * 16, 128, requires_grad=True)
+        with torch.no_grad():
+            ti, g = moe.route(h)
+            err = float((moe.dispatch(h, ti, g) - moe_dispatch_loop(moe, h, ti, g)).abs().max())
 
         def run(fn, moe=moe, h=h):
             def f():
@@ -94,7 +102,13 @@ def moe_dispatch() -> dict:
             names=("vectorised", "loop"),
             repeats=20,
         )
-        res[label] = {"vectorised_ms": 1e3 * cmp.a.median, "loop_ms": 1e3 * cmp.b.median, "speedup": cmp.ratio}
+        res[label] = {
+            "vectorised_ms": 1e3 * cmp.a.median,
+            "loop_ms": 1e3 * cmp.b.median,
+            "speedup": cmp.ratio,
+            "max_abs_diff": err,
+            "max_expert_load": int(torch.bincount(ti[:, 0], minlength=n_experts).max()),
+        }
     return res
 
 
@@ -127,8 +141,10 @@ def main() -> None:
     report: dict = {"threads": args.threads, "epochs": args.epochs}
     report["moe_dispatch"] = moe_dispatch()
     report["inception_capping"] = inception_capping()
+    rates = {"dense": 0.0, "soft": 0.5}
     report["step_time_sparse_over_dense"] = {
-        ds: _step_time_ratio(ds, {"shape_size": ucr_shape_size(ds), "random_state": 0}, 10) for ds in DATASETS
+        ds: _step_times(ds, {"shape_size": ucr_shape_size(ds), "random_state": 0, "batch_size": 100_000}, rates, 10)
+        for ds in DATASETS
     }
     report["inference"] = inference_throughput()
     if not args.skip_peers:

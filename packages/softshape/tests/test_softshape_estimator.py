@@ -171,3 +171,22 @@ def test_gunpoint_smoke_beats_080():
     # batch 16: the older setting of the paper, min(0.06 n, 16); one full-batch step per epoch needs more epochs
     est = SoftShapeClassifier(shape_size=32, epochs=30, warmup_epochs=10, batch_size=16, random_state=0)
     assert est.fit(X, y).score(Xt, yt) > 0.8
+
+
+def test_shared_warmup_equals_separate_fits(data):
+    from softshape.estimator import fit_shared_warmup
+
+    X, y = data
+    base = tiny(epochs=6, warmup_epochs=3, batch_size=16, validation_fraction=0.25)
+    variants = {"soft": {}, "dense": {"sparse_rate": 0.0}, "hard": {"sparsify": "hard"}}
+    shared = fit_shared_warmup(base, variants, X, y)
+    for name, params in variants.items():
+        alone = clone(base).set_params(**params).fit(X, y)
+        np.testing.assert_array_equal(shared[name].predict_proba(X), alone.predict_proba(X))
+        assert shared[name].best_epoch_ == alone.best_epoch_ and len(shared[name].history_) == len(alone.history_)
+    # the variants really differ after warm-up
+    assert not np.array_equal(shared["soft"].predict_proba(X), shared["hard"].predict_proba(X))
+    with pytest.raises(ValueError, match="use_moe"):
+        fit_shared_warmup(base, {"a": {"use_moe": False}}, X, y)
+    with pytest.raises(ValueError, match="random_state"):
+        fit_shared_warmup(tiny(random_state=None), variants, X, y)

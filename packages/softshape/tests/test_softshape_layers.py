@@ -186,22 +186,51 @@ def test_aux_loss_zero_when_balanced_positive_otherwise():
     assert float(cv_squared(torch.tensor([5.0]))) == 0.0
 
 
-@pytest.mark.parametrize("top_k", [1, 2])
-def test_vectorised_dispatch_equals_loop(top_k):
+@pytest.mark.parametrize(
+    ("top_k", "n_experts", "skew"),
+    [(1, 5, False), (2, 5, False), (1, 16, False), (1, 64, False), (1, 8, True)],
+)
+def test_vectorised_dispatch_equals_loop(top_k, n_experts, skew):
+    """Padded batched path (balanced loads), grouped-block path (skewed: one expert takes most tokens, so padding
+    would triple the work), top-2 (loop) and the single-expert path all equal the per-expert loop, with gradients."""
     torch.manual_seed(0)
-    moe = SharedMoE(16, n_experts=5, top_k=top_k).eval()
+    moe = SharedMoE(16, n_experts=n_experts, top_k=top_k).eval()
     with torch.no_grad():
         moe.w_gate.normal_(std=1.0)  # spread the tokens over the experts
-    h = torch.randn(300, 16)
+        moe.b1.normal_()
+        moe.b2.normal_()
+    h = torch.randn(300, 16, dtype=torch.float64, requires_grad=True)
+    moe = moe.double()
     top_i, gates = moe.route(h)
-    assert len(set(top_i[:, 0].tolist())) > 1
-    torch.testing.assert_close(
-        moe.dispatch(h, top_i, gates), moe_dispatch_loop(moe, h, top_i, gates), atol=1e-6, rtol=0
-    )
+    if skew:  # most tokens on expert 0
+        top_i = torch.where(torch.arange(300)[:, None] < 250, 0, top_i)
+    counts = torch.bincount(top_i[:, 0], minlength=n_experts)
+    assert int((counts > 0).sum()) > 1
+    if skew:
+        assert n_experts * int(counts.max()) > 3 * len(h)  # the grouped-block path
+    out, ref = moe.dispatch(h, top_i, gates), moe_dispatch_loop(moe, h, top_i, gates)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=0)
+    g_out = torch.autograd.grad(out.square().sum(), [h, moe.w1, moe.b2], retain_graph=True)
+    g_ref = torch.autograd.grad(ref.square().sum(), [h, moe.w1, moe.b2])
+    for a, b in zip(g_out, g_ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     # single used expert (the zero-init regime) takes the one-matmul path
-    moe0 = SharedMoE(16, n_experts=5, top_k=1).eval()
+    moe0 = SharedMoE(16, n_experts=5, top_k=1).eval().double()
     ti, g = moe0.route(h)
     torch.testing.assert_close(moe0.dispatch(h, ti, g), moe_dispatch_loop(moe0, h, ti, g), atol=1e-6, rtol=0)
+
+
+def test_rmsnorm_equals_normalize_form():
+    from softshape.layers import RMSNorm
+
+    norm = RMSNorm(32)
+    with torch.no_grad():
+        norm.gamma.uniform_(0.5, 2.0)
+    z = torch.randn(4, 7, 32, dtype=torch.float64) * 3
+    z[0, 0] = 0.0  # a zero token stays zero
+    norm = norm.double()
+    ref = F.normalize(z, dim=-1) * math.sqrt(32) * norm.gamma
+    torch.testing.assert_close(norm(z), ref, atol=1e-9, rtol=1e-9)
 
 
 # ---------------------------------------------------------------- Inception

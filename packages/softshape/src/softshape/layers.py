@@ -43,7 +43,9 @@ class RMSNorm(nn.Module):
         self.gamma = nn.Parameter(torch.ones(dim))
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return F.normalize(z, dim=-1) * self.scale * self.gamma
+        # = F.normalize(z, dim=-1) * sqrt(D) * gamma, as torch's rms_norm z / sqrt(mean(z^2) + eps) * gamma (fewer
+        # passes over z; tested equal to the normalize form); eps keeps a zero token at zero as normalize does
+        return F.rms_norm(z, (z.shape[-1],), self.gamma, eps=1e-24)
 
 
 class ContributionScorer(nn.Module):
@@ -164,18 +166,38 @@ class SharedMoE(nn.Module):
         return cv_squared(dense.sum(0)) + cv_squared((dense > 0).sum(0))
 
     def dispatch(self, h: torch.Tensor, top_i: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
-        """sum_e gate_e expert_e(h) for tokens h [n, D], vectorised: tokens are grouped by expert with one sort, each
-        used expert runs on one contiguous block, and one scatter puts them back (one matmul when all tokens share
-        an expert, which is the case at zero-initialised gates)."""
+        """sum_e gate_e expert_e(h) for tokens h [n, D], vectorised (top-1).
+
+        One expert used (the zero-initialised gate routes every token to expert 0): one pair of matmuls. Several
+        experts: every token gets a slot ``expert * cap + rank within its expert`` (one stable sort), the tokens are
+        copied into an [E, cap, D] buffer, all experts run as two batched matmuls (``baddbmm``), and the outputs
+        are read back from the same slots; ``cap`` is the largest expert load. When that padding would more than
+        triple the work (very unbalanced routing), the tokens are grouped by expert and each used expert runs on
+        one contiguous block instead. Equal to :func:`moe_dispatch_loop` (tested to 1e-6); in training mode the
+        expert dropout draws its masks in a different layout than the loop (same distribution).
+        """
         if self.top_k != 1:
             return moe_dispatch_loop(self, h, top_i, gates)
         idx = top_i[:, 0]
-        counts = torch.bincount(idx, minlength=self.n_experts)
-        used = torch.nonzero(counts).flatten().tolist()
-        if len(used) == 1:
-            return self.expert(used[0], h) * gates
+        n, e_count = idx.shape[0], self.n_experts
+        counts = torch.bincount(idx, minlength=e_count)
+        n_used = int((counts > 0).sum())
+        if n_used == 1:
+            return self.expert(int(idx[0]), h) * gates
         order = torch.argsort(idx, stable=True)
+        cap = int(counts.max())
+        if e_count * cap <= 3 * n:
+            starts = torch.cumsum(counts, 0) - counts
+            sorted_e = idx.index_select(0, order)
+            slot_sorted = sorted_e * cap + torch.arange(n, device=h.device) - starts.index_select(0, sorted_e)
+            slot = torch.empty_like(slot_sorted).index_copy_(0, order, slot_sorted)
+            buf = h.new_zeros(e_count * cap, h.shape[1]).index_copy(0, slot, h).view(e_count, cap, -1)
+            hid = torch.baddbmm(self.b1.unsqueeze(1), buf, self.w1.transpose(1, 2))
+            hid = self.dropout(F.gelu(hid))
+            out_p = torch.baddbmm(self.b2.unsqueeze(1), hid, self.w2.transpose(1, 2))
+            return out_p.reshape(e_count * cap, -1).index_select(0, slot) * gates
         blocks = h.index_select(0, order).split(counts.tolist())
+        used = torch.nonzero(counts).flatten().tolist()
         out_sorted = torch.cat([self.expert(e, blocks[e]) for e in used], dim=0)
         out = torch.empty_like(out_sorted).index_copy_(0, order, out_sorted)
         return out * gates
@@ -206,6 +228,8 @@ def moe_dispatch_loop(moe: SharedMoE, h: torch.Tensor, top_i: torch.Tensor, gate
 def instance_norm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """InstanceNorm1d without affine parameters over the last dim of [B, C, N]; also defined for N = 1 (zero
     output), where ``nn.InstanceNorm1d`` refuses to run in training mode."""
+    if x.shape[-1] > 1:  # torch's fused kernel (about 2x faster, forward + backward, on CPU)
+        return F.instance_norm(x, eps=eps)
     mean = x.mean(dim=-1, keepdim=True)
     var = x.var(dim=-1, keepdim=True, unbiased=False)
     return (x - mean) * torch.rsqrt(var + eps)
