@@ -185,7 +185,8 @@ def main() -> None:
             f"  unmerged forward ours/peft {r['unmerged_forward']['ratio_b_over_a']:.2f}x, "
             f"merged {r['merged_forward']['ratio_b_over_a']:.2f}x, "
             f"train step {r['train_step']['ratio_b_over_a']:.2f}x, "
-            f"train peak RSS {r['train_peak_rss_bytes']['ratio']:.2f}x",
+            f"train peak RSS above baseline {r['train_peak_rss_bytes']['ours'] / 2**20:.1f} MiB vs "
+            f"{r['train_peak_rss_bytes']['peft'] / 2**20:.1f} MiB (RSS deltas: noise below a few MiB)",
         ]
         for n, v in r["mixed_batch"].items():
             lines.append(
