@@ -32,15 +32,15 @@ def main() -> None:
     def log(r: dict) -> None:
         lb = ">" if r.get("ratio_direct_lower_bound") else ""
         direct = (
-            f" direct {r['cvx_direct_wall_s']:.2f} s ({lb}{r['ratio_direct_wall']:.2f}x)"
+            f" direct {r['cvx_direct_wall_s']:.2f} s {r['cvx_direct_status']} ({lb}{r['ratio_direct_wall']:.2f}x);"
             if "ratio_direct_wall" in r
-            else ""
+            else " direct skipped;"
         )
         print(
             f"C={r['C']:>2} k={r['k']:>2} Ck2={r['Ck2']:>6}: LSMI {r['lsmi_wall_s']:.2f} s wall"
             f" / {r['lsmi_cpu_s']:.2f} s"
             f" cpu; PID-CVX aux {r['cvx_aux_wall_s']:.2f} s / {r['cvx_aux_cpu_s']:.2f} s cpu"
-            f" (ratio {r['ratio_aux_wall']:.2f}x wall, {r['ratio_aux_cpu']:.2f}x cpu);{direct};"
+            f" (ratio {r['ratio_aux_wall']:.2f}x wall, {r['ratio_aux_cpu']:.2f}x cpu);{direct}"
             f" transform {r['transform_samples_per_s']:.0f} samples/s",
             flush=True,
         )
