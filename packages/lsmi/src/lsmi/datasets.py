@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import logsumexp
 
 __all__ = ["GATES", "gate_joint", "logic_gate", "gaussian_modalities", "gaussian_exact_terms"]
 
@@ -38,6 +37,12 @@ def logic_gate(gate: str, n: int, noise: float = 0.1, seed: int = 0) -> tuple[np
     x1 = np.eye(2)[b1] + noise * rng.standard_normal((n, 2))
     x2 = np.eye(2)[b2] + noise * rng.standard_normal((n, 2))
     return x1.astype(np.float32), x2.astype(np.float32), GATES[gate](b1, b2)
+
+
+def logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
+    """log sum exp along ``axis`` (numpy only: scipy is not a dependency)."""
+    m = a.max(axis=axis, keepdims=True)
+    return np.squeeze(m, axis) + np.log(np.exp(a - m).sum(axis=axis))
 
 
 def gaussian_modalities(n: int, n_classes: int = 2, sigma: float = 0.5, rho: float = 0.5, seed: int = 0):
