@@ -1,6 +1,6 @@
 """SoftShape timing vs its peers in one run, reported as ratios (not run by pytest).
 
-    python packages/softshape/benchmarks/bench_softshape.py [--epochs 100] [--threads 1] [--json out.json]
+    python packages/softshape/benchmarks/bench_softshape.py [--epochs 60] [--threads 1] [--json out.json]
 
 1. Fit time and accuracy vs aeon MiniRocket and RDST on GunPoint and ItalyPowerDemand (fold 0 of the paper's
    merged 5-fold protocol); numba JIT compilation of the peers is timed separately on a tiny warm-up fit.
@@ -132,7 +132,7 @@ def inception_capping() -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--json", type=str, default=None)
     p.add_argument("--skip-peers", action="store_true")

@@ -178,7 +178,7 @@ def test_shared_warmup_equals_separate_fits(data):
 
     X, y = data
     base = tiny(epochs=6, warmup_epochs=3, batch_size=16, validation_fraction=0.25)
-    variants = {"soft": {}, "dense": {"sparse_rate": 0.0}, "hard": {"sparsify": "hard"}}
+    variants = {"soft": {}, "dense": {"sparse_rate": 0.0}, "hard": {"sparsify": "hard"}, "no_moe": {"use_moe": False}}
     shared = fit_shared_warmup(base, variants, X, y)
     for name, params in variants.items():
         alone = clone(base).set_params(**params).fit(X, y)
@@ -186,7 +186,7 @@ def test_shared_warmup_equals_separate_fits(data):
         assert shared[name].best_epoch_ == alone.best_epoch_ and len(shared[name].history_) == len(alone.history_)
     # the variants really differ after warm-up
     assert not np.array_equal(shared["soft"].predict_proba(X), shared["hard"].predict_proba(X))
-    with pytest.raises(ValueError, match="use_moe"):
-        fit_shared_warmup(base, {"a": {"use_moe": False}}, X, y)
+    with pytest.raises(ValueError, match="use_inception"):
+        fit_shared_warmup(base, {"a": {"use_inception": False}}, X, y)
     with pytest.raises(ValueError, match="random_state"):
         fit_shared_warmup(tiny(random_state=None), variants, X, y)

@@ -517,15 +517,16 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         return tags
 
 
-# parameters that act only after warm-up (every warm-up epoch is dense, whatever their values)
-_POST_WARMUP_PARAMS = frozenset({"sparse_rate", "sparsify", "eval_sparse", "early_stopping"})
+# parameters that act only after warm-up (every warm-up epoch is dense, whatever their values; dense layers do not
+# apply the MoE, whose parameters are created either way, so use_moe too)
+_POST_WARMUP_PARAMS = frozenset({"sparse_rate", "sparsify", "eval_sparse", "early_stopping", "use_moe"})
 
 
 def fit_shared_warmup(
     estimator: SoftShapeClassifier, variants: dict[str, dict[str, Any]], X: Any, y: Any
 ) -> dict[str, SoftShapeClassifier]:
     """Fit several variants of ``estimator`` that differ only in parameters acting after warm-up (``sparse_rate``,
-    ``sparsify``, ``eval_sparse``, ``early_stopping``), running the shared warm-up epochs once.
+    ``sparsify``, ``eval_sparse``, ``early_stopping``, ``use_moe``), running the shared warm-up epochs once.
 
     Every warm-up epoch is dense and validation starts after warm-up, so the variants' first ``warmup_epochs`` epochs
     are the same computation (same initialisation, batches, dropout draws); the loop state (weights, Adam state,

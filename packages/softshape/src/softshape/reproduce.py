@@ -50,12 +50,17 @@ PAPER_UCR_AVG = 93.26  # unverified, 128 UCR sets
 N_FOLDS = 5
 QUICK = {"folds": [0, 1], "epochs": 60, "warmup": 20, "early": None, "batch": 100_000, "step_rounds": 6}
 # the paper: 500 epochs, warm-up 150, early stopping 80, batch min(512, n_train); scaled to run in minutes on 2 cores
-FULL_SCHEDULE = {"epochs": 60, "warmup": 20, "early": 20}
+FULL_SCHEDULE = {"epochs": 40, "warmup": 15, "early": 15}
 FULL = {"folds": list(range(N_FOLDS)), **FULL_SCHEDULE, "batch": 100_000, "step_rounds": 8}
 QUICK_INTERP_EPOCHS = 20
 SHARED = {"soft": {}, "dense": {"sparse_rate": 0.0}, "hard": {"sparsify": "hard"}}
-SHARED_FULL = {**SHARED, "rate_0.25": {"sparse_rate": 0.25}, "rate_0.75": {"sparse_rate": 0.75}}
-SEPARATE_FULL = {"no_moe": {"use_moe": False}, "no_inception": {"use_inception": False}}
+SHARED_FULL = {
+    **SHARED,
+    "rate_0.25": {"sparse_rate": 0.25},
+    "rate_0.75": {"sparse_rate": 0.75},
+    "no_moe": {"use_moe": False},
+}
+SEPARATE_FULL = {"no_inception": {"use_inception": False}}
 RATES = {"dense": 0.0, "rate_0.25": 0.25, "soft": 0.5, "rate_0.75": 0.75}
 
 
