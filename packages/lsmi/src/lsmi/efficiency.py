@@ -47,8 +47,8 @@ def efficiency_sweep(
 ) -> list[dict[str, Any]]:
     """One row per (C, k): LSMI and PID-CVX times (wall and CPU), their ratios, and the baseline's (R, U1, U2, S).
 
-    ``direct_time_limit=None`` skips the ``direct`` formulation (so does ``C k^2 > direct_max_ck2``: its KKT system
-    needs gigabytes beyond C = 30, k = 20); with ``throughput=True`` each row also has the
+    ``direct_time_limit=None`` skips the ``direct`` formulation (so does ``C k^2 > direct_max_ck2``: at C = 30, k = 20
+    its process already holds ~2 GB); with ``throughput=True`` each row also has the
     ``transform`` throughput (samples/s, median of 5 calls on the N samples). LSMI runs with one torch thread (the
     models are tiny; the previous setting is restored)."""
     rows = []
