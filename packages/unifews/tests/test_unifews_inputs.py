@@ -121,3 +121,18 @@ def test_propagate_generator_type():
     x, ei = random_graph()
     with pytest.raises(TypeError, match="generator"):
         unifews_propagate(x, ei, 2, 0.5, generator="seed")
+
+
+def test_finite_check_is_exact_when_the_sum_overflows():
+    from unifews.functional import check_edge_weight, check_x
+
+    big = torch.full((4, 3), 3e38)  # finite, but the float32 sum overflows: the exact check must run
+    check_x(big)
+    check_edge_weight(big[:, 0], 4)
+    for bad in (float("nan"), float("inf")):
+        x = big.clone()
+        x[2, 1] = bad
+        with pytest.raises(ValueError, match="NaN or inf"):
+            check_x(x)
+        with pytest.raises(ValueError, match="NaN or inf"):
+            check_edge_weight(x[:, 1], 4)

@@ -33,6 +33,13 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------------------- validation
+def _all_finite(t: Tensor) -> bool:
+    """``torch.isfinite(t).all()`` in one pass for the common case: a NaN or inf anywhere makes the sum
+    non-finite, so a finite sum proves it; only a non-finite sum (a bad entry, or an overflow) runs the exact check."""
+    with torch.no_grad():
+        return bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all())
+
+
 def check_x(x: Tensor, in_channels: int | None = None, name: str = "x") -> None:
     """Raise when ``x`` is not a finite floating 2-D tensor with ``in_channels`` columns and at least one row."""
     if not isinstance(x, Tensor):
@@ -45,7 +52,7 @@ def check_x(x: Tensor, in_channels: int | None = None, name: str = "x") -> None:
         raise ValueError(f"{name} has zero nodes (shape {tuple(x.shape)}); expected at least one row")
     if in_channels is not None and x.size(1) != in_channels:
         raise ValueError(f"{name} must have {in_channels} columns, got shape {tuple(x.shape)}")
-    if not torch.isfinite(x).all():
+    if not _all_finite(x):
         raise ValueError(f"{name} contains NaN or inf values; expected finite features")
 
 
@@ -78,7 +85,7 @@ def check_edge_weight(edge_weight: Tensor | None, num_edges: int) -> None:
         )
     if edge_weight.dim() != 1 or edge_weight.numel() != num_edges:
         raise ValueError(f"edge_weight must have shape [num_edges] = [{num_edges}], got {tuple(edge_weight.shape)}")
-    if not torch.isfinite(edge_weight).all():
+    if not _all_finite(edge_weight):
         raise ValueError("edge_weight contains NaN or inf values; expected finite weights")
 
 
