@@ -6,7 +6,7 @@
 (b) decoupled precompute: seconds per hop versus pushes executed (Cora, and the power-law graph).
 
 η_a is hit by choosing the absolute threshold δa as the η_a-quantile of the first forward's message norms.
-All callables of one η_a are timed interleaved, round-robin with a rotating order, so machine drift hits them
+All callables of one η_a are timed interleaved, each round in a fresh random order, so machine drift hits them
 alike; each ratio is the median over rounds of the per-round ratio (paired), next to the ratio of medians.
 The load average is printed before and after: on a shared machine the ratios are only as good as the quiet.
 
@@ -35,15 +35,18 @@ def _load() -> list[float]:
 
 
 def interleaved(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> dict[str, list[float]]:
-    """Seconds of each callable per round; round ``i`` runs them in the order rotated by ``i``."""
+    """Seconds of each callable per round; each round runs them in a fresh random order (seeded), so that no
+    callable always follows the same one (a fixed rotation let a millisecond SpMM inherit the cache state of the
+    large call before it)."""
     names = list(fns)
     for _ in range(warmup):
         for name in names:
             fns[name]()
     times: dict[str, list[float]] = {name: [] for name in names}
-    for i in range(repeats):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
+    g = torch.Generator().manual_seed(0)
+    for _ in range(repeats):
+        for j in torch.randperm(len(names), generator=g).tolist():
+            name = names[j]
             t0 = time.perf_counter()
             fns[name]()
             times[name].append(time.perf_counter() - t0)
