@@ -1,10 +1,11 @@
 """``icml25 reproduce bslora``: BSLoRA matches LoRA with about half its trainable parameters (spec §7).
 
-A tiny Llama (hidden 64, 8 layers, ASCII bytes as tokens) is pre-trained briefly on Tiny Shakespeare mixed with a
-copy task in the ``task:input=answer`` format; then one adapter per task (reverse / sort 6 letters; full mode adds
-3-digit addition) is fine-tuned with LoRA r = 8, 4, 2 and BSLoRA SS(2, 4, 16) under identical steps, learning rate,
-seed and data order. Exact match on 512 held-out strings is scored with one teacher-forced forward (for a causal LM,
-"argmax right at every answer position" is greedy-decoding exact match).
+A tiny Llama (hidden 64, 8 layers, ASCII bytes as tokens) is pre-trained briefly on three permutation tasks in the
+``task:input=answer`` format (copy, swap adjacent pairs, rotate; answer-token loss); then one adapter per task
+(reverse / sort 6 distinct letters; full mode adds 3-digit addition) is fine-tuned with LoRA r = 8, 4 (full: 2) and
+BSLoRA SS(2, 4, 16) (full: KE, GT, peft LoRA-8) under identical steps, learning rate, seed and data order, the steps
+calibrated once per task on LoRA-8. Exact match on 512 held-out strings is scored with one teacher-forced forward
+(for a causal LM, "argmax right at every answer position" is greedy-decoding exact match).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .config import BSLoRAConfig
 from .counting import count_bslora_parameters, count_lora_parameters
 from .model import get_bslora_model
 
-__all__ = ["reproduce", "TASKS", "base_config", "pretrain_base", "finetune", "evaluate"]
+__all__ = ["reproduce", "TASKS", "base_config", "pretrain_base", "finetune", "run_cell", "score", "evaluate"]
 
 logger = logging.getLogger(__name__)
 
