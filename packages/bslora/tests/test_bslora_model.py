@@ -272,6 +272,23 @@ def test_mixed_batch_equals_each_row_alone(mode):
             torch.testing.assert_close(mixed[i : i + 1], alone, rtol=1e-5, atol=1e-5)
 
 
+def test_mixed_batch_factor_cache_follows_weight_updates():
+    m = get_bslora_model(tiny_llama(), bs_config("slice"), "a")
+    m.add_adapter("b", bs_config("slice"))
+    randomize(m, seed=3)
+    m.eval()
+    rows = ["a", "b", "__base__"]
+    ids = IDS[:3]
+    with torch.no_grad():
+        first = m(input_ids=ids, adapter_names=rows).logits
+        assert torch.equal(m(input_ids=ids, adapter_names=rows).logits, first)  # served from the kept stacks
+        m.bslora_shared["b"]["inter"].B.add_(0.5)  # in-place update of one shared tensor of adapter "b"
+        after = m(input_ids=ids, adapter_names=rows).logits
+        m.set_adapter("b")
+        torch.testing.assert_close(after[1:2], m(input_ids=ids[1:2]).logits, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(after[1], first[1]) and torch.equal(after[0], first[0])
+
+
 def test_gradcheck_float64(mode):
     torch.manual_seed(0)
     m = get_bslora_model(ToyDecoder(d=8, layers=2).double(), bs_config(mode, kron_share_size=4))

@@ -158,6 +158,7 @@ class BSLoRALinear(nn.Module):
         self.disable_adapters = False
         self.merged_adapters: list[str] = []
         self._mixed_rows: list[str] | None = None  # set by BSLoRAModel.forward(adapter_names=...)
+        self._stack_cache: tuple | None = None  # (key, (A_stack, B_stack)) of the last no-grad mixed batch
 
     # ------------------------------------------------------------------ adapters
     @property
@@ -194,6 +195,7 @@ class BSLoRALinear(nn.Module):
                 store[adapter_name] = GateVectors(self.in_features, self.out_features, cfg.gate_share_size, **kw)
         self.configs[adapter_name] = cfg
         self._shared[adapter_name] = (intra, inter)
+        self._stack_cache = None
         if self.active_adapter is None:
             self.active_adapter = adapter_name
 
@@ -206,6 +208,7 @@ class BSLoRALinear(nn.Module):
                 del store[adapter_name]
         self.configs.pop(adapter_name, None)
         self._shared.pop(adapter_name, None)
+        self._stack_cache = None
         if self.active_adapter == adapter_name:
             self.active_adapter = next(iter(self.configs), None)
 
@@ -298,6 +301,35 @@ class BSLoRALinear(nn.Module):
         assert out is not None
         return cfg.scale * out
 
+    def _adapter_tensors(self, adapter_name: str) -> list[torch.Tensor]:
+        ts = [p for store in (self.lora_A, self.lora_B, self.intra_adapt, self.inter_adapt) if adapter_name in store
+              for p in store[adapter_name].parameters()]  # fmt: skip
+        for pair in self._shared[adapter_name]:
+            if pair is not None:
+                ts += [pair.A, pair.B]
+        return ts
+
+    def _stacked_factors(self, names: list[str], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact factors of ``names`` zero-padded to one rank and stacked (slot ``len(names)`` = ``"__base__"``).
+
+        Under ``no_grad`` (serving) the stacks are kept until a tensor of those adapters changes (in-place updates
+        bump ``_version``), so repeated mixed batches do not rebuild them."""
+        key = None
+        if not torch.is_grad_enabled():
+            key = (tuple(names), x.device, tuple((id(t), t._version) for n in names for t in self._adapter_tensors(n)))
+            if self._stack_cache is not None and self._stack_cache[0] == key:
+                return self._stack_cache[1]
+        factors = [self.effective_factors(n) for n in names]
+        R = max(a.shape[0] for a, _ in factors)
+        dt = factors[0][0].dtype
+        A_stack = x.new_zeros(len(names) + 1, R, self.in_features, dtype=dt)
+        B_stack = x.new_zeros(len(names) + 1, self.out_features, R, dtype=dt)
+        for i, (a, b) in enumerate(factors):
+            A_stack[i, : a.shape[0]] = a
+            B_stack[i, :, : b.shape[1]] = b
+        self._stack_cache = (key, (A_stack, B_stack)) if key is not None else None
+        return A_stack, B_stack
+
     def _mixed_forward(self, x: torch.Tensor, y: torch.Tensor, rows: list[str]) -> torch.Tensor:
         """Each row of the batch with its own adapter: one gathered ``bmm`` pair over the stacked exact factors."""
         if x.shape[0] != len(rows):
@@ -307,14 +339,8 @@ class BSLoRALinear(nn.Module):
         names = [n for n in dict.fromkeys(rows) if n != BASE_ADAPTER]
         if not names:
             return y
-        factors = [self.effective_factors(n) for n in names]
-        R = max(a.shape[0] for a, _ in factors)
-        dt = factors[0][0].dtype
-        A_stack = x.new_zeros(len(names) + 1, R, self.in_features, dtype=dt)  # slot len(names) = "__base__"
-        B_stack = x.new_zeros(len(names) + 1, self.out_features, R, dtype=dt)
-        for i, (a, b) in enumerate(factors):
-            A_stack[i, : a.shape[0]] = a
-            B_stack[i, :, : b.shape[1]] = b
+        A_stack, B_stack = self._stacked_factors(names, x)
+        dt = A_stack.dtype
         slot = {n: i for i, n in enumerate(names)}
         idx = torch.tensor([slot.get(n, len(names)) for n in rows], device=x.device)
         x3 = x.reshape(x.shape[0], -1, self.in_features).to(dt)
