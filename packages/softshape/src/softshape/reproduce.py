@@ -1,6 +1,6 @@
 """``icml25 reproduce softshape``: small-scale checks of SoftShape's claims on aeon's bundled UCR sets.
 
-Quick (CPU, about a minute of two workers): GunPoint and ItalyPowerDemand under the paper's merged stratified
+Quick (CPU; budget < 60 s on 2 idle cores): GunPoint and ItalyPowerDemand under the paper's merged stratified
 5-fold protocol, folds 0 and 1, 60 epochs (warm-up 20) of one full-batch step (batch = n_train), m from the UCR
 table (32, 4), one torch thread per worker, two workers.
 
