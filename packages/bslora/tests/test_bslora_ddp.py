@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import socket
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from icml25_shared.distributed import launch
 
 STEPS, BATCH = 3, 4
 
@@ -29,35 +26,24 @@ def _adapter(m) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in m.adapter_state_dict().items()}
 
 
-def _worker(rank: int, world: int, port: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        from torch.nn.parallel import DistributedDataParallel as DDP
+def _worker(rank: int, world: int) -> dict[str, torch.Tensor]:
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
-        m = _model()
-        ddp = DDP(m)
-        opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.5)
-        for ids in _data():
-            part = ids.chunk(world)[rank]
-            loss = ddp(input_ids=part, labels=part).loss
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        torch.save(_adapter(m), f"{out}/rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+    m = _model()
+    ddp = DDP(m)
+    opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.5)
+    for ids in _data():
+        part = ids.chunk(world)[rank]
+        loss = ddp(input_ids=part, labels=part).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return _adapter(m)
 
 
 @pytest.mark.slow
-def test_ddp_two_gloo_processes_equal_single_process(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
-    r0 = torch.load(tmp_path / "rank0.pt", weights_only=True)
-    r1 = torch.load(tmp_path / "rank1.pt", weights_only=True)
+def test_ddp_two_gloo_processes_equal_single_process():
+    r0, r1 = launch(_worker, 2)
     # one process on the full batch; equal-size halves make the DDP mean of the two half-batch means the same loss
     m = _model()
     opt = torch.optim.SGD([p for p in m.parameters() if p.requires_grad], lr=0.5)

@@ -21,6 +21,7 @@ import socket
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -128,8 +129,10 @@ def launch(
         ctx.Process(target=_child, args=(fn, r, world_size, tuple(args), backend, port, timeout, threads, results))
         for r in range(world_size)
     ]
-    for p in procs:
-        p.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # Python 3.12+: fork of a multi-threaded process
+        for p in procs:
+            p.start()
     collected: dict[int, tuple[bool, Any]] = {}
     deadline = time.monotonic() + timeout
     try:
