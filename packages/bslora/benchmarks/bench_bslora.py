@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from bslora import BSLoRAConfig, count_bslora_parameters, count_lora_parameters, get_bslora_model
 
-from icml25_shared.bench import compare, measure, peak_memory
+from icml25_shared.bench import compare, peak_memory
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj"]
 
@@ -145,21 +145,23 @@ def bench_size(hidden: int, repeats: int, batch: int, seq: int, mixed_ns: list[i
                 sel = [i for i, r in enumerate(rows) if r == name]
                 mo(input_ids=mids[sel])
 
-        with torch.no_grad():
-            t_mixed = measure(
-                lambda mo=mo, rows=rows, mids=mids: mo(input_ids=mids, adapter_names=rows), repeats=repeats
-            )
-            t_swap = measure(swap_loop, repeats=repeats)
-            t_peft = measure(
-                lambda mp=mp, rows=rows, mids=mids: mp(input_ids=mids, adapter_names=rows), repeats=repeats
-            )
+        def run_mixed(mo=mo, rows=rows, mids=mids):
+            return mo(input_ids=mids, adapter_names=rows)
+
+        def run_peft(mp=mp, rows=rows, mids=mids):
+            return mp(input_ids=mids, adapter_names=rows)
+
+        with torch.no_grad():  # interleaved pairs: machine drift hits both sides of each ratio alike
+            c_swap = compare(swap_loop, run_mixed, names=("swap_loop", "mixed"), repeats=repeats)
+            c_peft = compare(run_peft, run_mixed, names=("peft", "mixed"), repeats=repeats)
+        t_mixed, t_swap, t_peft = c_swap.b, c_swap.a, c_peft.a
         mixed[n] = {
             "rows": len(rows),
             "ours_mixed_s": t_mixed.median,
             "ours_swap_loop_s": t_swap.median,
             "peft_adapter_names_s": t_peft.median,
-            "speedup_vs_swap": t_swap.median / t_mixed.median,
-            "speedup_vs_peft": t_peft.median / t_mixed.median,
+            "speedup_vs_swap": 1.0 / c_swap.ratio,
+            "speedup_vs_peft": 1.0 / c_peft.ratio,
         }
     out["mixed_batch"] = mixed
     return out
