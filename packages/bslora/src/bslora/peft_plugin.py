@@ -12,9 +12,11 @@ enum, so the plain string ``"BSLORA"`` is a valid key there. :func:`register` wr
 what ``register_peft_method`` would write, without altering the enum.
 
 What works through peft: ``get_peft_model``, forward (also ``adapter_names=[...]`` mixed batches), training,
-``print_trainable_parameters``, ``disable_adapter()``, ``merge_and_unload`` and every ``BSLoRAModel`` method via
-``peft_model.base_model``. What does not: peft's own ``PeftModel.save_pretrained`` / ``from_pretrained`` (its
-checkpoint code branches on ``PeftType`` members); they raise ``NotImplementedError``. Save with
+``print_trainable_parameters``, ``merge_and_unload`` and every ``BSLoRAModel`` method via
+``peft_model.base_model`` (``peft_model.base_model.disable_adapter()`` included). What does not: peft's own
+``PeftModel.save_pretrained`` / ``from_pretrained`` (its checkpoint code branches on ``PeftType`` members; they
+raise ``NotImplementedError``), ``PeftModel.disable_adapter()`` and ``get_model_status()`` (they need peft's
+``BaseTuner``). Save with
 ``peft_model.base_model.save_pretrained(dir)`` (shared tensors once) or export to plain LoRA with
 :func:`bslora.export_to_lora`, which peft's ``LoraModel`` loads natively.
 """
