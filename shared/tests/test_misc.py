@@ -33,6 +33,26 @@ def test_device_override(monkeypatch):
         device.resolve_dtype("int3")
 
 
+@device.torch_threads(2)  # a known starting count other than 1, so that restoring is observable
+def test_torch_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    assert before == 2
+    with device.torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), device.torch_threads(1):
+        raise RuntimeError("restored on error too")
+    assert torch.get_num_threads() == before
+
+    @device.torch_threads(1)
+    def inner() -> int:
+        return torch.get_num_threads()
+
+    assert inner() == 1 and torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="n must be an int >= 1"), device.torch_threads(0):
+        pass
+
+
 def test_warmup_cosine_shape():
     f = training.warmup_cosine(100, warmup=0.1, final=0.1)
     assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0)

@@ -6,13 +6,15 @@ present, and ``ICML25_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``) override
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["get_device", "resolve_dtype", "default_float_dtype", "synchronize"]
+__all__ = ["get_device", "resolve_dtype", "default_float_dtype", "synchronize", "torch_threads"]
 
 _DTYPES = {
     "float32": "float32",
@@ -86,3 +88,22 @@ def synchronize(device: torch.device | str | None = None) -> None:
         torch.cuda.synchronize(dev)
     elif dev is not None and dev.type == "mps":
         torch.mps.synchronize()
+
+
+@contextlib.contextmanager
+def torch_threads(n: int = 1) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads and restore the previous count afterwards (also on error).
+
+    The packages' models are tiny: on a shared 2-core machine two OpenMP threads spin-wait far longer than they
+    compute, so reproductions, benchmarks and test fits run on one thread. Usable as a decorator too.
+    """
+    import torch
+
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -26,6 +26,7 @@ from bisection_proj.ipnn import IPNN, TrainHistory, train_ipnn
 from bisection_proj.metrics import feasible_mask, optimality_gap
 from bisection_proj.problems import JCCIM, ConvexQCQP, ConvexQP, Problem, toys
 from bisection_proj.solver import NNSolver, train_nn_solver
+from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
 from icml25_shared.seed import seed_everything
 
@@ -224,9 +225,13 @@ def _ratio_steps(prob: Problem) -> dict[str, Any]:
 
 def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
     """Run the reproduction (quick by default) and return its claims; writes plots into ``out_dir``."""
+    with torch_threads(max(1, min(torch.get_num_threads(), 2))):  # at most 2 threads, restored afterwards
+        return _reproduce(full, out_dir)
+
+
+def _reproduce(full: bool, out_dir: Path | None) -> ReproResult:
     out_dir = Path(out_dir) if out_dir is not None else results_dir("bisection_proj")
     t0 = time.perf_counter()
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     claims: list[Claim] = []
     arts: list[str] = []
     settings: dict[str, Any] = {}

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
 from icml25_shared.seed import seed_everything
 from icml25_shared.training import count_parameters, warmup_cosine
@@ -357,12 +358,8 @@ def reproduce(full: bool = False, out_dir: Path | None = None, workers: int | No
     out_dir.mkdir(parents=True, exist_ok=True)
     if workers is None:
         workers = min(2, os.cpu_count() or 1)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: one thread is faster than two here
-    try:
+    with torch_threads(1):  # tiny matmuls: one thread is faster than two here
         return _reproduce(full, out_dir, t0, c0, workers)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _children_cpu() -> float:

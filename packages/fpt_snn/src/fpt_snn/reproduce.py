@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from icml25_shared.device import torch_threads
 from icml25_shared.metrics import accuracy
 from icml25_shared.progress import track
 from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
@@ -226,15 +227,10 @@ def _timings(T: int, N: int, repeats: int) -> dict[str, float]:
 def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
     """Run the reproduction (quick by default) and return its claims; writes plots into ``out_dir``."""
     out_dir = Path(out_dir) if out_dir is not None else results_dir("fpt_snn")
-    threads = torch.get_num_threads()
     # one thread: the SNN's GEMMs are tiny, and several OpenMP threads on a busy CPU spin-wait far longer than
     # they compute (spec §6 "thread pathology"); it also makes the timings comparable between machines
-    torch.set_num_threads(1)
-    t_start = time.perf_counter()
-    try:
-        return _run(full, out_dir, t_start)
-    finally:
-        torch.set_num_threads(threads)
+    with torch_threads(1):
+        return _run(full, out_dir, time.perf_counter())
 
 
 def _run(full: bool, out_dir: Path, t_start: float) -> ReproResult:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
 from icml25_shared.seed import seed_everything
 
@@ -98,12 +98,8 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
     t0 = time.perf_counter()
     out_dir = Path(out_dir) if out_dir is not None else results_dir("fsl_sage")
     out_dir.mkdir(parents=True, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: extra threads only add synchronisation (restored below)
-    try:
+    with torch_threads(1):  # tiny models: extra threads only add synchronisation
         return _reproduce(full, out_dir, t0)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _reproduce(full: bool, out_dir: Path, t0: float) -> ReproResult:

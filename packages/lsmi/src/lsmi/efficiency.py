@@ -14,8 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
+from icml25_shared.device import torch_threads
 from lsmi.baselines import broja_cvx
 from lsmi.config import LSMIConfig
 from lsmi.datasets import gaussian_modalities
@@ -52,9 +51,7 @@ def efficiency_sweep(
     ``transform`` throughput (samples/s, median of 5 calls on the N samples). LSMI runs with one torch thread (the
     models are tiny; the previous setting is restored)."""
     rows = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         # warm-up: first-call imports (sklearn, cvxpy, torch.distributed) are not part of either method's cost
         wx1, wx2, wy = gaussian_modalities(64, 2, 0.5, 0.5, seed=seed)
         LSMIEstimator(LSMIConfig(n_classes=2, epochs_clf=1, epochs_entropy=1)).fit(wx1, wx2, wy, verbose=False)
@@ -113,6 +110,4 @@ def efficiency_sweep(
                 rows.append(row)
                 if log is not None:
                     log(row)
-    finally:
-        torch.set_num_threads(threads)
     return rows

@@ -12,8 +12,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-import torch
 
+from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
 from icml25_shared.seed import seed_everything
 from lsmi.config import LSMIConfig
@@ -202,12 +202,8 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
     """Run the reproduction (see the module docstring)."""
     out_dir = out_dir or results_dir("lsmi")
     seed_everything(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: one thread avoids contention overhead (several x faster on 2 cores)
-    try:
+    with torch_threads(1):  # tiny models: one thread avoids contention overhead (several x faster on 2 cores)
         return _reproduce(full, out_dir)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _reproduce(full: bool, out_dir: Path) -> ReproResult:

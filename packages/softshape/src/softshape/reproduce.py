@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
 from softshape.config import ucr_shape_size
 from softshape.estimator import SoftShapeClassifier, fit_shared_warmup
@@ -206,16 +207,12 @@ def _plot_interpretability(res: dict[str, Any], out_dir: Path) -> str:
 
 def _task(kind: str, *args: Any) -> Any:
     """One unit of work for the worker pool, with one torch thread (restored afterwards)."""
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         if kind == "fit":
             return _fit_group(*args)
         if kind == "steps":
             return _step_times(*args)
         return _interpretability(*args)
-    finally:
-        torch.set_num_threads(n_threads)
 
 
 def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
@@ -258,21 +255,16 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
         tasks.append(("steps", name, params(name), rates, mode["step_rounds"]))
     tasks.append(("interp", 150 if full else QUICK_INTERP_EPOCHS, 400 if full else 160))
     # the main process does no torch work, but keep it to one thread too while the workers run
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     progress = out_dir / f"progress_{'full' if full else 'quick'}.jsonl"
     outs = []
-    try:
-        with progress.open("w") as fh:  # every finished task as one JSON line, in task order
-            for t, o in zip(
-                tasks, Parallel(n_jobs=2, return_as="generator")(delayed(_task)(*t) for t in tasks), strict=True
-            ):
-                outs.append(o)
-                if t[0] == "fit":
-                    fh.write(json.dumps(o) + "\n")
-                    fh.flush()
-    finally:
-        torch.set_num_threads(n_threads)
+    with torch_threads(1), progress.open("w") as fh:  # every finished task as one JSON line, in task order
+        for t, o in zip(
+            tasks, Parallel(n_jobs=2, return_as="generator")(delayed(_task)(*t) for t in tasks), strict=True
+        ):
+            outs.append(o)
+            if t[0] == "fit":
+                fh.write(json.dumps(o) + "\n")
+                fh.flush()
     rows = [r for t, o in zip(tasks, outs, strict=True) if t[0] == "fit" for r in o]
     steps = {o["dataset"]: o for t, o in zip(tasks, outs, strict=True) if t[0] == "steps"}
     interp = next(o for t, o in zip(tasks, outs, strict=True) if t[0] == "interp")

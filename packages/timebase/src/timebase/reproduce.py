@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
 
 from .baselines import DLinear, SeasonalNaive
@@ -294,18 +295,14 @@ def reproduce(
     out_dir = Path(out_dir) if out_dir is not None else results_dir("timebase")
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    threads = torch.get_num_threads()
     # these models are tiny: one thread is as fast and immune to oversubscription on a shared machine
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         claims, settings, art = _quick(out_dir, seeds, epochs)
         if full:
             c2, s2, a2 = _full(out_dir, seeds, epochs, **(_full_kwargs or {}))
             claims += c2
             settings["full"] = s2
             art += a2
-    finally:
-        torch.set_num_threads(threads)
     mode = "full" if full else "quick"
     res = ReproResult(
         "timebase", claims, mode=mode, runtime_s=time.perf_counter() - t0, settings=settings, artifacts=art

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
 from icml25_shared.seed import seed_everything
 
@@ -306,12 +307,8 @@ def reproduce(full: bool = False, out_dir: Path | None = None) -> ReproResult:
 
     Runs on one torch thread (restored afterwards): the ops are small, and extra threads only spin on a shared
     machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _reproduce(full, out_dir)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _reproduce(full: bool, out_dir: Path | None) -> ReproResult:
