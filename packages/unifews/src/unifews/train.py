@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.utils import dropout_edge
 
 from icml25_shared.metrics import accuracy
 from icml25_shared.progress import track
@@ -73,8 +74,8 @@ def fit(
     ``ReduceLROnPlateau(max, 0.5, patience)`` on validation accuracy, best-validation checkpoint for test.
 
     ``edge_dropout = p > 0`` is the DropEdge baseline: every training forward sees a fresh random subset of the
-    input edges, each kept independently with probability ``1 − p`` (as ``torch_geometric.utils.dropout_edge``;
-    the global torch RNG), and evaluation sees the whole graph. The training graph then differs from the evaluated
+    input edges, each kept independently with probability ``1 − p`` (``torch_geometric.utils.dropout_edge``, the
+    global torch RNG), and evaluation sees the whole graph. The training graph then differs from the evaluated
     one, so evaluation recomputes the edge mask (edge scheme ``prune_all``) instead of reusing it; weights still
     ``keep``.
     """
@@ -94,9 +95,8 @@ def fit(
         edge_scheme = "prune_inc" if late and model.config.edge_prune_inc else "prune_all"
         model.set_scheme(edge_scheme, "prune_inc" if late else "prune_all")
         opt.zero_grad()
-        ei_train = edge_index
-        if edge_dropout > 0:
-            ei_train = edge_index[:, torch.rand(edge_index.size(1), device=edge_index.device) >= edge_dropout]
+        # DropEdge: PyG's own edge dropout (each edge kept with probability 1 - p, global torch RNG)
+        ei_train = dropout_edge(edge_index, p=edge_dropout)[0] if edge_dropout > 0 else edge_index
         out = model(x, ei_train)
         loss = F.cross_entropy(out[split.train], y[split.train])
         loss.backward()
