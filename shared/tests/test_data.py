@@ -14,6 +14,7 @@ def toy(tmp_path, monkeypatch):
     ds = data.register(data.Dataset("toyset", "toy", (data.DataFile("toy.csv", sha, "file:///nowhere"),), "t", "x"))
     monkeypatch.setenv("ICML25_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("ICML25_DATA", raising=False)
+    monkeypatch.setattr(data, "bundled_root", lambda: tmp_path / "bundled")
     yield ds, content, sha
     data.REGISTRY.pop("toyset")
 
@@ -43,6 +44,8 @@ def test_resolution_order(toy, tmp_path, monkeypatch):
     _, content, _ = toy
     cache = _write(tmp_path / "cache" / "toy", content)
     assert data.resolve("toyset") == cache
+    bundled = _write(tmp_path / "bundled" / "toy", content)
+    assert data.resolve("toyset") == bundled  # the bundled copy before the cache
     env = _write(tmp_path / "env" / "toy", content)
     monkeypatch.setenv("ICML25_DATA", str(tmp_path / "env"))
     assert data.resolve("toyset") == env  # ICML25_DATA before the cache
@@ -75,9 +78,10 @@ def test_download_verifies_and_lands_in_cache(toy, tmp_path, monkeypatch):
     )
     with pytest.raises(data.DataNotFoundError):
         data.resolve("toyset")  # never implicitly
-    monkeypatch.setenv("ICML25_DOWNLOAD", "1")  # what `icml25 reproduce --download` sets
-    folder = data.resolve("toyset")
-    monkeypatch.delenv("ICML25_DOWNLOAD")
+    monkeypatch.setenv("ICML25_DOWNLOAD", "1")  # the old environment switch no longer downloads anything
+    with pytest.raises(data.DataNotFoundError):
+        data.resolve("toyset")
+    folder = data.resolve("toyset", download=True)  # what `icml25 reproduce --download` passes
     assert folder == tmp_path / "cache" / "toy" and (folder / "toy.csv").read_bytes() == content
     # a corrupt download is refused and removed
     bad = tmp_path / "bad.csv"
@@ -98,11 +102,25 @@ def test_copy_to(toy, tmp_path, monkeypatch):
     assert (dest / "toy" / "toy.csv").read_bytes() == content
 
 
-def test_real_data_when_available():
-    import os
+def test_bundled_copy_holds_every_registered_file(monkeypatch, tmp_path):
+    # the root project installs icml25-datasets: a clone resolves every set offline, sha256-verified, with no
+    # ICML25_DATA and an empty cache
+    root = data.bundled_root()
+    if root is None:
+        pytest.skip("icml25-datasets is not installed (package installed without its [data] extra)")
+    monkeypatch.delenv("ICML25_DATA", raising=False)
+    monkeypatch.setenv("ICML25_CACHE", str(tmp_path / "empty-cache"))
+    for name in ("ETTh1", "ETTh2", "Cora", "CiteSeer", "tinyshakespeare"):
+        folder = data.resolve(name)
+        assert folder.is_relative_to(root)
+    assert data.file_path("ETTh1").name == "ETTh1.csv"
+    for sub in ("ett", "planetoid"):
+        assert (root / sub / "LICENSE").is_file()
 
-    if not os.environ.get("ICML25_DATA"):
-        pytest.skip("ICML25_DATA not set")
-    p = data.file_path("ETTh1")
-    assert p.name == "ETTh1.csv"
-    assert data.resolve("Cora").name == "Cora"
+
+def test_not_installed_and_offline_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv("ICML25_DATA", raising=False)
+    monkeypatch.setenv("ICML25_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr(data, "bundled_root", lambda: None)
+    with pytest.raises(data.DataNotFoundError, match="icml25-datasets"):
+        data.resolve("ETTh1")

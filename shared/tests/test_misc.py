@@ -102,9 +102,11 @@ def test_char_corpus_batches():
 
 
 def test_tinyshakespeare_when_available():
-    import os
+    from icml25_shared.data import DataNotFoundError
 
-    if not os.environ.get("ICML25_DATA"):
-        pytest.skip("ICML25_DATA not set")
+    try:
+        c = CharCorpus.tinyshakespeare()
+    except DataNotFoundError:
+        pytest.skip("Tiny Shakespeare not installed (icml25-datasets) and ICML25_DATA not set")
     c = CharCorpus.tinyshakespeare()
     assert c.vocab_size == 65 and len(c.text) == 1_115_394

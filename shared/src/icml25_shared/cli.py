@@ -1,10 +1,16 @@
 """The ``icml25`` command.
 
-``icml25 list`` shows the installed reproductions; ``icml25 reproduce NAME... | --all [--full] [--out DIR]`` runs
-them. Reproductions are discovered through the ``icml25.reproductions`` entry-point group: each package registers
-``NAME = "pkg.reproduce:reproduce"``, a function ``reproduce(full: bool = False, out_dir: Path | None = None) ->
-ReproResult``. A claim that does not hold is reported, not an error; a reproduction that crashes makes the command
-exit non-zero.
+- ``icml25 list``: the installed reproductions.
+- ``icml25 reproduce NAME... | --all [--full] [-j N] [--out DIR] [--download]``: runs them, each in its own
+  process on one torch thread, ``N`` at a time (default: the usable cores), with a live progress display; prints
+  one compact row per claim and writes ``<out>/<package>/result_<mode>.json``, ``<out>/claims.json`` and the
+  self-contained report ``<out>/index.html``.
+- ``icml25 report [--out DIR]``: rebuilds ``claims.json`` and ``index.html`` from the result files in ``DIR``.
+
+Reproductions are discovered through the ``icml25.reproductions`` entry-point group: each package registers
+``NAME = "pkg.reproduce:reproduce"``, a function ``reproduce(full, out_dir, *, download=False) -> ReproResult``
+(see :mod:`icml25_shared.report`). A claim that does not hold is reported, not an error; a reproduction that
+crashes makes the command exit 1; usage errors exit 2.
 """
 
 from __future__ import annotations
@@ -13,14 +19,16 @@ import argparse
 import os
 import sys
 import time
-import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
 from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
-from icml25_shared.report import Claim, ReproResult, claims_table, results_dir
+from icml25_shared.report import ReproResult, claims_table, load_results
+from icml25_shared.runner import Job, result_path, run_jobs, usable_cpus
 
 __all__ = ["main", "discover", "run_reproductions", "GROUP"]
 
@@ -41,44 +49,99 @@ def _summary(ep: EntryPoint) -> str:
     return f"{dist.metadata['Name']} {dist.version}: {summary}"
 
 
+def _results_root(out: Path | None) -> Path:
+    return Path(out) if out is not None else Path(os.environ.get("ICML25_RESULTS", "results"))
+
+
+def _last_runtime(out_dir: Path, mode: str) -> float:
+    """The previous run's wall time (to start the longest first), 0 when unknown."""
+    try:
+        return ReproResult.load_json(result_path(out_dir, mode)).runtime_s
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
+def _progress_table(jobs: Sequence[Job], t0: float) -> Table:
+    table = Table(box=None, pad_edge=False, show_header=False)
+    for _ in range(4):
+        table.add_column(no_wrap=True)
+    colour = {"queued": "dim", "running": "cyan", "done": "green", "crashed": "red"}
+    for j in jobs:
+        claims = ""
+        if j.result is not None:
+            ok = sum(c.holds is True for c in j.result.claims)
+            bad = sum(c.holds is False for c in j.result.claims)
+            claims = f"{ok} hold, {bad} do not"
+        time_s = f"{j.elapsed:6.1f} s" if j.state != "queued" else ""
+        table.add_row(j.name, f"[{colour[j.state]}]{j.state}[/]", time_s, claims)
+    done = sum(j.state in ("done", "crashed") for j in jobs)
+    table.add_row("", f"[bold]{done}/{len(jobs)}[/]", f"{time.perf_counter() - t0:6.1f} s", "")
+    return table
+
+
 def run_reproductions(
     names: Sequence[str],
     *,
     full: bool = False,
     out: Path | None = None,
+    n_jobs: int | None = None,
+    download: bool = False,
     console: Console | None = None,
-    registry: dict[str, Callable[..., ReproResult]] | None = None,
+    targets: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[list[ReproResult], list[str]]:
-    """Run the named reproductions; returns the results and the names that crashed."""
+    """Run the named reproductions in subprocesses; returns their results (in ``names`` order) and the crashed.
+
+    ``targets`` maps a name to ``module:function`` (default: the entry points' values).
+    """
     console = console or Console(stderr=True)
-    if registry is None:
+    root = _results_root(out)
+    if targets is None:
         eps = discover()
-        registry = {n: eps[n].load for n in names}  # load lazily: a broken import is that package's crash
-        loaders = True
-    else:
-        loaders = False
-    results: list[ReproResult] = []
-    crashed: list[str] = []
-    for i, name in enumerate(names, 1):
-        mode = "full" if full else "quick"
-        out_dir = results_dir(name, out)
-        t0 = time.perf_counter()
-        try:
-            with console.status(f"[{i}/{len(names)}] reproducing [bold]{name}[/] ({mode})"):
-                fn = registry[name]() if loaders else registry[name]
-                res = fn(full=full, out_dir=out_dir)
-            if not isinstance(res, ReproResult):
-                raise TypeError(f"reproduce() of {name} returned {type(res).__name__}, expected ReproResult")
-        except Exception:
-            crashed.append(name)
-            console.print(f"[red]{name} crashed:[/]\n{traceback.format_exc()}")
-            res = ReproResult(name, [Claim("reproduction ran", None, "crashed", False)], mode)
-        res.mode = mode
-        if not res.runtime_s:
-            res.runtime_s = time.perf_counter() - t0
-        res.save_json(out_dir / f"result_{mode}.json")
-        console.print(f"[{i}/{len(names)}] {name}: {len(res.claims)} claims, {res.runtime_s:.1f} s -> {out_dir}")
-        results.append(res)
+        targets = {n: eps[n].value for n in names}
+    mode = "full" if full else "quick"
+    jobs = [Job(n, targets[n], root / n) for n in names]
+    order = sorted(jobs, key=lambda j: -_last_runtime(j.out_dir, mode))  # longest first: the pool ends together
+    n_jobs = n_jobs or usable_cpus()
+    t0 = time.perf_counter()
+    console.print(
+        f"reproducing {len(jobs)} package(s) ({mode}), {n_jobs} at a time, results in {root}/", soft_wrap=True
+    )
+    if console.is_terminal:
+        with Live(_progress_table(jobs, t0), console=console, refresh_per_second=4, transient=False) as live:
+            run_jobs(
+                order,
+                full=full,
+                download=download,
+                n_jobs=n_jobs,
+                extra_env=extra_env,
+                on_change=lambda _: live.update(_progress_table(jobs, t0)),
+            )
+    else:  # logs and CI: one line when a reproduction starts and when it ends
+        seen: dict[str, str] = {}
+
+        def report(_: Sequence[Job]) -> None:
+            for j in jobs:
+                if seen.get(j.name) == j.state:
+                    continue
+                seen[j.name] = j.state
+                if j.state == "running":
+                    console.print(f"  started  {j.name}")
+                elif j.state in ("done", "crashed") and j.result is not None:
+                    ok = sum(c.holds is True for c in j.result.claims)
+                    console.print(
+                        f"  {j.state:<8} {j.name}: {ok}/{len(j.result.claims)} claims hold, "
+                        f"{j.result.runtime_s:.1f} s wall, {j.result.cpu_s:.1f} CPU-s"
+                    )
+
+        run_jobs(order, full=full, download=download, n_jobs=n_jobs, extra_env=extra_env, on_change=report)
+    results = [j.result for j in jobs if j.result is not None]
+    crashed = [j.name for j in jobs if j.state == "crashed"]
+    for name in crashed:
+        console.print(f"[red]{name} crashed[/]: see {root / name / f'log_{mode}.txt'}", soft_wrap=True)
+    wall = time.perf_counter() - t0
+    cpu = sum(r.cpu_s for r in results)
+    console.print(f"{len(results)} reproduction(s) in {wall:.1f} s wall, {cpu:.1f} CPU-s")
     return results, crashed
 
 
@@ -86,23 +149,41 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="icml25", description="Reproduce ICML 2025 papers' headline claims.")
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="list the installed reproductions")
-    r = sub.add_parser("reproduce", help="run reproductions and print the claims table")
+    r = sub.add_parser("reproduce", help="run reproductions; print the claims, write JSON and an HTML report")
     r.add_argument("names", nargs="*", help="package names (see `icml25 list`)")
     r.add_argument("--all", action="store_true", help="run every installed reproduction")
     r.add_argument("--full", action="store_true", help="closer to the paper; takes minutes per package")
+    r.add_argument("-j", "--jobs", type=int, default=None, help="reproductions at once (default: usable cores)")
     r.add_argument("--out", type=Path, default=None, help="results folder (default $ICML25_RESULTS or ./results)")
     r.add_argument(
         "--download",
         action="store_true",
         help="download missing registered data sets (sha256-verified) into ~/.cache/icml25",
     )
+    rep = sub.add_parser("report", help="rebuild index.html and claims.json from the results folder")
+    rep.add_argument("--out", type=Path, default=None, help="results folder (default $ICML25_RESULTS or ./results)")
     return p
+
+
+def _write_report(console: Console, root: Path) -> None:
+    from icml25_shared.html_report import write_report
+
+    index, claims, _ = write_report(root)
+    console.print(f"report: {index}  (open it in a browser; all claims: {claims})", soft_wrap=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``icml25`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = Console() if sys.stdout.isatty() else Console(width=120)
+    err = Console(stderr=True)
+    if args.cmd == "report":
+        root = _results_root(args.out)
+        if not load_results(root):
+            err.print(f"[red]no result_<mode>.json under {root}/[/]: run `icml25 reproduce` first")
+            return 2
+        _write_report(console, root)
+        return 0
     eps = discover()
     if args.cmd == "list":
         if not eps:
@@ -111,21 +192,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"[bold]{name}[/]  {_summary(ep)}")
         return 0
     if args.all and args.names:
-        console.print("[red]give package names or --all, not both[/]")
+        err.print("[red]give package names or --all, not both[/]")
         return 2
-    names = list(eps) if args.all else list(args.names)
+    if args.jobs is not None and args.jobs < 1:
+        err.print(f"[red]-j/--jobs must be a positive int, got {args.jobs}[/]")
+        return 2
+    names = list(eps) if args.all else list(dict.fromkeys(args.names))
     if not names:
-        console.print("[red]name at least one reproduction, or pass --all[/]; installed: " + ", ".join(eps))
+        err.print("[red]name at least one reproduction, or pass --all[/]; installed: " + ", ".join(eps))
         return 2
     unknown = [n for n in names if n not in eps]
     if unknown:
-        console.print(f"[red]unknown reproduction(s): {', '.join(unknown)}[/]; installed: {', '.join(eps)}")
+        err.print(f"[red]unknown reproduction(s): {', '.join(unknown)}[/]; installed: {', '.join(eps)}")
         return 2
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    if args.download:
-        os.environ["ICML25_DOWNLOAD"] = "1"
-    results, crashed = run_reproductions(names, full=args.full, out=args.out, console=Console(stderr=True))
+    results, crashed = run_reproductions(
+        names, full=args.full, out=args.out, n_jobs=args.jobs, download=args.download, console=err
+    )
     console.print(claims_table(results))
+    _write_report(console, _results_root(args.out))
     if crashed:
         console.print(f"[red]crashed: {', '.join(crashed)}[/]")
         return 1

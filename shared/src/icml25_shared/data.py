@@ -6,10 +6,12 @@ Shakespeare).
 Resolution order for a data set's files (:func:`resolve`):
 
 1. an explicit ``path`` argument (the data set's folder, or the file itself for one-file sets);
-2. ``$ICML25_DATA/<subdir>`` (CI and developer machines point it at the project's ``shared/data``);
-3. the user cache ``$ICML25_CACHE`` or ``~/.cache/icml25``/``<subdir>``;
-4. a download from the canonical source into the cache, **only** when the caller asks (``download`` true, or
-   ``ICML25_DOWNLOAD=1``, which ``icml25 reproduce --download`` sets).
+2. ``$ICML25_DATA/<subdir>`` (a folder laid out like the bundled copy);
+3. the bundled copy: the ``icml25-datasets`` distribution (the root project and every package's ``[data]`` extra
+   install it, so a clone runs offline);
+4. the user cache ``$ICML25_CACHE`` or ``~/.cache/icml25``/``<subdir>``;
+5. a download from the canonical source into the cache, **only** when the caller passes ``download=True``
+   (``icml25 reproduce --download`` passes it to every reproduction).
 
 Every file found is checked against its sha256; a mismatch raises :class:`ChecksumError`, a missing file raises
 :class:`DataNotFoundError` naming the expected file, its hash and how to obtain it.
@@ -38,6 +40,7 @@ __all__ = [
     "copy_to",
     "sha256sum",
     "cache_dir",
+    "bundled_root",
 ]
 
 
@@ -216,8 +219,22 @@ def _candidates(dataset: Dataset, path: str | os.PathLike[str] | None) -> list[t
     env = os.environ.get("ICML25_DATA")
     if env:
         out.append(("ICML25_DATA", Path(env).expanduser() / dataset.subdir))
+    bundled = bundled_root()
+    if bundled is not None:
+        out.append(("bundled icml25-datasets", bundled / dataset.subdir))
     out.append(("user cache", cache_dir() / dataset.subdir))
     return out
+
+
+def bundled_root() -> Path | None:
+    """The folder of the installed ``icml25-datasets`` distribution, or ``None`` when it is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("icml25_datasets") is None:
+        return None
+    import icml25_datasets
+
+    return icml25_datasets.root()
 
 
 def _download(df: DataFile, dest: Path, dataset: Dataset) -> None:
@@ -241,7 +258,6 @@ def resolve(name: str, path: str | os.PathLike[str] | None = None, *, download: 
     :class:`ChecksumError` when a file is found but its sha256 differs.
     """
     dataset = get(name)
-    download = download or os.environ.get("ICML25_DOWNLOAD") == "1"
     tried: list[str] = []
     for origin, folder in _candidates(dataset, path):
         present = [folder / f.relpath for f in dataset.files]
@@ -262,7 +278,8 @@ def resolve(name: str, path: str | os.PathLike[str] | None = None, *, download: 
     expected = "; ".join(f"{f.relpath} (sha256 {f.sha256}, from {f.url})" for f in dataset.files)
     raise DataNotFoundError(
         f"data set {dataset.name!r} not found. Looked in: {'; '.join(tried)}. Expected files: {expected}. "
-        f"Pass path=..., set ICML25_DATA to a folder holding '{dataset.subdir}/', "
+        "Install the bundled copy (pip install icml25-datasets, or the package's [data] extra), pass path=..., "
+        f"set ICML25_DATA to a folder holding '{dataset.subdir}/', "
         "or pass download=True (icml25 reproduce --download)."  # downloads-on-request
     )
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["get_device", "resolve_dtype", "default_float_dtype", "synchronize", "torch_threads"]
+__all__ = ["get_device", "resolve_dtype", "default_float_dtype", "synchronize", "torch_threads", "worker_count"]
 
 _DTYPES = {
     "float32": "float32",
@@ -107,3 +107,25 @@ def torch_threads(n: int = 1) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def worker_count(default: int | None = None) -> int:
+    """How many worker processes a reproduction or benchmark may fan out to.
+
+    ``ICML25_WORKERS`` when set (the ``icml25`` command sets it to cores // reproductions running at once, so
+    that ``reproduce --all -j 2`` on 2 cores never runs four busy processes), else ``default``, else the usable
+    cores. Always at least 1.
+    """
+    env = os.environ.get("ICML25_WORKERS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"ICML25_WORKERS must be a positive int, got {env!r}") from None
+        if n < 1:
+            raise ValueError(f"ICML25_WORKERS must be a positive int, got {env!r}")
+        return n
+    if default is not None:
+        return max(1, int(default))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores)

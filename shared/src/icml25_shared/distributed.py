@@ -23,9 +23,12 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["free_port", "launch"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["free_port", "launch", "shard_bounds", "all_gather_uneven"]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -164,3 +167,44 @@ def launch(
         rank, msg = min(failed.items())
         raise RuntimeError(f"launch: rank {rank} of {world_size} raised:\n{msg}")
     return [torch.load(io.BytesIO(collected[r][1]), weights_only=False) for r in range(world_size)]
+
+
+def shard_bounds(n: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``[start, stop)`` of ``rank``'s contiguous shard of ``n`` items; shards differ in size by at most one (the
+    first ``n % world_size`` ranks get one more). Used to split rows (bisection_proj) or columns (unifews)."""
+    from icml25_shared.validate import check_int
+
+    n = check_int("n", n, min=0)
+    world_size = check_int("world_size", world_size, min=1)
+    rank = check_int("rank", rank, min=0, max=world_size - 1)
+    base, extra = divmod(n, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def all_gather_uneven(t: torch.Tensor, n: int, dim: int = 0, group: Any = None) -> torch.Tensor:
+    """Every rank's shard of ``t`` along ``dim`` (sized by :func:`shard_bounds` of ``n``), gathered in rank order.
+
+    ``torch.distributed.all_gather`` needs equal sizes: each shard is zero-padded to the largest, gathered, and
+    the padding cut off, so every rank returns the whole ``n``-long tensor.
+    """
+    import torch
+    import torch.distributed as dist
+
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    dim = dim % t.dim()
+    lo, hi = shard_bounds(n, rank, world)
+    if t.shape[dim] != hi - lo:
+        raise ValueError(f"rank {rank}'s shard must have {hi - lo} entries along dim {dim}, got {t.shape[dim]}")
+    width = -(-n // world)
+    shape = list(t.shape)
+    shape[dim] = width
+    padded = t.new_zeros(shape)
+    padded.narrow(dim, 0, hi - lo).copy_(t)
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded.contiguous(), group=group)
+    pieces = []
+    for r, part in enumerate(parts):
+        a, b = shard_bounds(n, r, world)
+        pieces.append(part.narrow(dim, 0, b - a))
+    return torch.cat(pieces, dim=dim)

@@ -4,14 +4,19 @@ Every package's ``reproduce`` entry point returns a :class:`ReproResult`; the ``
 
 A reproduction function has the signature::
 
-    def reproduce(full: bool = False, out_dir: pathlib.Path | None = None) -> ReproResult
+    def reproduce(full: bool, out_dir: pathlib.Path, *, download: bool = False) -> ReproResult
 
-``out_dir`` is the folder for this package's JSON and plots (``results/<package>/`` by default, see
-:func:`results_dir`); quick mode (``full=False``) must finish in under a minute on 2 CPU cores.
+It runs the experiments, compares them with the paper's figures and returns the claims, the settings it used and
+the paths of the plots it saved into ``out_dir``. It does not write JSON, time itself or decide where results go:
+the ``icml25`` command resolves ``out_dir``, runs each reproduction in its own process on one torch thread, stamps
+mode, runtime, CPU time, versions and machine (:meth:`ReproResult.stamp`) and writes ``result_<mode>.json``.
+``download`` allows fetching registered data sets (sha256-verified) that are not on the machine. Quick mode
+(``full=False``) must finish in under a minute of CPU time on one torch thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -30,6 +35,7 @@ __all__ = [
     "claims_table",
     "verdict_text",
     "Stopwatch",
+    "load_results",
 ]
 
 
@@ -48,10 +54,19 @@ class Claim:
     rule: str = ""
     unit: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    short: str = ""
+    """A name of at most 32 characters for one-line tables (``"MSE vs DLinear"``); defaults to ``text`` cut."""
 
     def __post_init__(self) -> None:
         if self.holds is not None and not isinstance(self.holds, bool):
             self.holds = bool(self.holds)
+
+    @property
+    def label(self) -> str:
+        """``short`` when given, else ``text`` cut to 32 characters."""
+        if self.short:
+            return self.short
+        return self.text if len(self.text) <= 32 else self.text[:31].rstrip() + "…"
 
 
 def verdict_text(holds: bool | None) -> str:
@@ -87,6 +102,29 @@ class ReproResult:
     runtime_s: float = 0.0
     settings: dict[str, Any] = field(default_factory=dict)
     artifacts: list[str] = field(default_factory=list)
+    cpu_s: float = 0.0
+    started: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+    crashed: bool = False
+
+    def stamp(self, *, mode: str, runtime_s: float, cpu_s: float, started: str, out_dir: Path | None = None) -> None:
+        """Record how the run went (the ``icml25`` command calls this; a ``reproduce`` never does).
+
+        Artefact paths are made relative to ``out_dir`` so that a results folder can be moved or served as is.
+        """
+        self.mode, self.runtime_s, self.cpu_s, self.started = mode, float(runtime_s), float(cpu_s), started
+        self.versions = _versions(self.package)
+        self.machine = _machine()
+        if out_dir is not None:
+            rel = []
+            for a in self.artifacts:
+                p = Path(a)
+                try:
+                    rel.append(str(p.resolve().relative_to(Path(out_dir).resolve())))
+                except ValueError:
+                    rel.append(str(p))
+            self.artifacts = rel
 
     @property
     def all_hold(self) -> bool:
@@ -95,9 +133,9 @@ class ReproResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for c in d["claims"]:
+        for c, claim in zip(d["claims"], self.claims):
             c["verdict"] = verdict_text(c["holds"])
-        d["environment"] = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
+            c["label"] = claim.label
         return _jsonable(d)
 
     def save_json(self, path: str | os.PathLike[str]) -> Path:
@@ -105,8 +143,6 @@ class ReproResult:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        if str(p) not in self.artifacts:
-            self.artifacts.append(str(p))
         return p
 
     @classmethod
@@ -116,15 +152,49 @@ class ReproResult:
         claims = []
         for c in d["claims"]:
             c.pop("verdict", None)
+            c.pop("label", None)
             claims.append(Claim(**c))
-        return cls(
-            d["package"],
-            claims,
-            d.get("mode", "quick"),
-            d.get("runtime_s", 0.0),
-            d.get("settings", {}),
-            d.get("artifacts", []),
-        )
+        known = {f for f in cls.__dataclass_fields__ if f not in ("package", "claims")}
+        return cls(d["package"], claims, **{k: v for k, v in d.items() if k in known})
+
+
+def load_results(folder: str | os.PathLike[str]) -> list[ReproResult]:
+    """Every ``<package>/result_<mode>.json`` under ``folder``, sorted by package then mode (quick first)."""
+    out = []
+    for p in sorted(Path(folder).glob("*/result_*.json")):
+        try:
+            out.append(ReproResult.load_json(p))
+        except (ValueError, KeyError, TypeError):  # not one of ours, or from an older layout: skip
+            continue
+    return sorted(out, key=lambda r: (r.package, r.mode != "quick"))
+
+
+def _versions(package: str) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    dists = [f"icml25-{package.replace('_', '-')}", "icml25-shared", "numpy", "torch"]
+    for dist in dists:
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    info: dict[str, Any] = {"system": platform.system(), "arch": platform.machine(), "cpus": cpus}
+    with contextlib.suppress(OSError):
+        info["load_1min"] = round(os.getloadavg()[0], 2)
+    import sys
+
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    return info
 
 
 def _fmt(x: Any) -> str:
@@ -138,23 +208,31 @@ def _fmt(x: Any) -> str:
 
 
 def claims_table(results: list[ReproResult], title: str = "icml25 reproductions"):
-    """A ``rich.table.Table`` with one row per claim: package, claim, paper, measured, rule, verdict."""
+    """A compact ``rich.table.Table``, one row per claim, that fits 120 columns.
+
+    Columns: package, the claim's short label, paper, measured, verdict. The long text and the rule of each claim
+    are in the JSON and the HTML report (:mod:`icml25_shared.html_report`).
+    """
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title, show_lines=True)
-    for col in ("package", "claim", "paper", "measured", "rule", "verdict"):
-        table.add_column(col, overflow="fold")
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
+    table.add_column("package", no_wrap=True, max_width=16, overflow="ellipsis", style="bold")
+    table.add_column("claim", no_wrap=True, max_width=34, overflow="ellipsis")
+    table.add_column("paper", no_wrap=True, max_width=20, overflow="ellipsis", justify="right")
+    table.add_column("measured", no_wrap=True, max_width=20, overflow="ellipsis", justify="right")
+    table.add_column("verdict", no_wrap=True)
     styles = {True: "green", False: "red", None: "yellow"}
     for r in results:
-        for c in r.claims:
+        for i, c in enumerate(r.claims):
             unit = f" {c.unit}" if c.unit else ""
             table.add_row(
-                r.package,
-                c.text,
+                r.package + ("" if r.mode == "quick" else f" ({r.mode})") if i == 0 else "",
+                c.label,
                 _fmt(c.paper) + (unit if c.paper is not None else ""),
                 _fmt(c.measured) + (unit if c.measured is not None else ""),
-                c.rule,
                 f"[{styles[c.holds]}]{verdict_text(c.holds)}[/]",
+                end_section=i == len(r.claims) - 1,
             )
     return table
 
