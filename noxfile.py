@@ -27,13 +27,20 @@ PYTHON = "3.11"
 
 
 def _env() -> dict[str, str]:
-    env = {"ICML25_PROGRESS": "0"}
-    data = ROOT.parent / "shared" / "data"
-    if "ICML25_DATA" in os.environ:
-        env["ICML25_DATA"] = os.environ["ICML25_DATA"]
-    elif data.is_dir():
-        env["ICML25_DATA"] = str(data)
-    return env
+    # real data comes from the bundled icml25-datasets (installed through a package's `data` extra)
+    return {"ICML25_PROGRESS": "0"}
+
+
+def _extras(package: str) -> dict[str, list[str]]:
+    meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
+    return meta.get("optional-dependencies", {})
+
+
+def _with_extras(package: str, *extras: str) -> list[str]:
+    """`-e packages/<package>[extras present]`, plus the local icml25-datasets when the `data` extra is asked."""
+    have = [e for e in extras if e in _extras(package)]
+    spec = f"packages/{package}" + (f"[{','.join(have)}]" if have else "")
+    return (["-e", "shared/datasets"] if "data" in have else []) + ["-e", spec]
 
 
 @nox.session(python=PYTHON)
@@ -46,15 +53,14 @@ def shared(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 @nox.parametrize("package", PACKAGES, ids=PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    """One package's tests in its own venv: that package, its test extra and icml25-shared only."""
-    session.install("-e", "shared", "-e", f"packages/{package}[test]", "pytest")
+    """One package's tests in its own venv: that package, its test (and data) extras and icml25-shared only."""
+    session.install("-e", "shared", *_with_extras(package, "test", "data"), "pytest")
     session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_env())
 
 
 def _core_test_requirements(package: str) -> list[str]:
     """The package's `test` extra minus everything that one of its other (optional) extras brings."""
-    meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
-    extras = meta.get("optional-dependencies", {})
+    extras = _extras(package)
     optional = {req for name, reqs in extras.items() if name != "test" for req in reqs}
     return [req for req in extras.get("test", []) if req not in optional]
 
@@ -62,7 +68,7 @@ def _core_test_requirements(package: str) -> list[str]:
 @nox.session(python=PYTHON)
 @nox.parametrize("package", PACKAGES, ids=PACKAGES)
 def core(session: nox.Session, package: str) -> None:
-    """One package without its optional extras: tests that need an extra must skip, the rest must pass."""
+    """One package without its optional extras (and without the bundled data): tests that need one must skip."""
     session.install("-e", "shared", "-e", f"packages/{package}", "pytest", *_core_test_requirements(package))
     session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_env())
 
@@ -71,7 +77,7 @@ def core(session: nox.Session, package: str) -> None:
 @nox.parametrize("package", PACKAGES, ids=PACKAGES)
 def bench(session: nox.Session, package: str) -> None:
     """Run a package's benchmarks (timing against its peer in one run, reported as ratios)."""
-    session.install("-e", "shared", "-e", f"packages/{package}[test]")
+    session.install("-e", "shared", *_with_extras(package, "test", "data"))
     scripts = sorted((ROOT / "packages" / package / "benchmarks").glob("bench_*.py"))
     if not scripts:
         session.skip(f"packages/{package}/benchmarks has no bench_*.py")

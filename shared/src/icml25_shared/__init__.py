@@ -12,7 +12,12 @@ Modules (import them directly; nothing heavy happens at import time):
 - :mod:`icml25_shared.report`   -- ``Claim``/``ReproResult`` records, rich tables, JSON, plots.
 - :mod:`icml25_shared.distributed` -- run a function on local gloo ranks on loopback (DDP and sharding tests).
 - :mod:`icml25_shared.progress` -- progress bars that stay quiet in CI and in non-interactive runs.
-- :mod:`icml25_shared.cli`      -- the ``icml25`` command (``list``, ``reproduce``).
+- :mod:`icml25_shared.validate` -- argument checks naming argument, value and expectation.
+- :mod:`icml25_shared.runner`   -- run reproductions in subprocesses (one torch thread each), several at once.
+- :mod:`icml25_shared.html_report` -- the self-contained ``index.html`` and ``claims.json`` of a results folder.
+- :mod:`icml25_shared.cli`      -- the ``icml25`` command (``list``, ``reproduce``, ``report``).
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import version as _version
+
+__version__ = _version("icml25-shared")
