@@ -30,14 +30,15 @@ section{background:#fff;border:1px solid #dde1e5;border-radius:8px;padding:16px 
 table{border-collapse:collapse;width:100%;margin:8px 0}
 th,td{border-bottom:1px solid #e6e9ec;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#f0f2f4;font-weight:600;font-size:12.5px;text-transform:uppercase;letter-spacing:.02em}
-td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
+table.claims{table-layout:fixed}table.claims td{overflow-wrap:anywhere}
 .v{font-weight:600;white-space:nowrap;border-radius:4px;padding:1px 7px}
 .holds{background:#dcf5e3;color:#116329}.fails{background:#fde2e1;color:#a40e26}.shown{background:#fff4cc;color:#7a5b00}
 .crashed{background:#a40e26;color:#fff}
 .rule{color:#5b6770;font-size:12.5px}
 .plots{display:flex;flex-wrap:wrap;gap:12px;margin-top:10px}
-.plots figure{margin:0;flex:1 1 340px;max-width:560px}
-.plots img{width:100%;border:1px solid #e6e9ec;border-radius:4px}
+.plots figure{margin:0;flex:0 1 auto;max-width:100%}
+.plots img{max-width:100%;max-height:460px;border:1px solid #e6e9ec;border-radius:4px}
 figcaption{font-size:12px;color:#5b6770}
 details{margin-top:8px}summary{cursor:pointer;color:#3d4a55}
 pre{background:#f6f7f9;padding:8px;overflow:auto;font-size:12px}
@@ -92,7 +93,9 @@ def _package_section(folder: Path, r: ReproResult) -> str:
             f'<td><span class="v {_CLASS[c.holds]}">{_e(verdict_text(c.holds))}</span></td></tr>'
         )
     table = (
-        "<table><thead><tr><th>claim</th><th>paper</th><th>measured</th><th>verdict</th></tr></thead>"
+        '<table class="claims"><colgroup><col style="width:46%"><col style="width:20%"><col style="width:22%">'
+        '<col style="width:12%"></colgroup>'
+        "<thead><tr><th>claim</th><th class='num'>paper</th><th class='num'>measured</th><th>verdict</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
     plots = [f for a in r.artifacts if (f := _plot(folder, r.package, a))]
@@ -124,8 +127,9 @@ def write_index_html(folder: str | os.PathLike[str], results: Sequence[ReproResu
         "<main><h1>icml25 reproductions</h1>"
         f'<div class="meta">{len(results)} runs · {total[True]} claims hold · {total[False]} do not hold · '
         f"{total[None]} shown · report written {now}</div>"
-        "<section><h2>Summary</h2><table><thead><tr><th>package</th><th>mode</th><th>hold</th>"
-        "<th>do not hold</th><th>shown</th><th>wall s</th><th>CPU s</th><th></th></tr></thead>"
+        "<section><h2>Summary</h2><table><thead><tr><th>package</th><th>mode</th><th class='num'>hold</th>"
+        "<th class='num'>do not hold</th><th class='num'>shown</th><th class='num'>wall s</th>"
+        "<th class='num'>CPU s</th><th></th></tr></thead>"
         f"<tbody>{''.join(summary_rows)}</tbody></table></section>"
         + "".join(_package_section(folder, r) for r in results)
         + "</main>"
