@@ -10,9 +10,10 @@ machine drift hits all alike):
 Also reported: optimizer-state bytes (exact) and the peak transient memory of one step (CUDA allocator, or CPU
 RSS above the level before the call, which is coarse). Usage::
 
-    OMP_NUM_THREADS=2 python packages/swan/benchmarks/bench_swan_step.py [--layers 1] [--repeats 10] [--json out.json]
+    OMP_NUM_THREADS=2 python packages/swan/benchmarks/bench_swan_step.py [--layers 1] [--repeats 10] [--out PATH]
 
-Not run by pytest.
+writes ``benchmarks/results/bench_swan_step.json`` and the printed table to ``.log`` beside it (the README's figures
+come from there). Not run by pytest.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ import argparse
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
-from swan import SWAN, param_groups
 from torch import nn
 
 from icml25_shared.bench import Timing, peak_memory
 from icml25_shared.device import get_device, synchronize
 from icml25_shared.training import optimizer_state_bytes
+from swan import SWAN, param_groups
+
+RESULTS = Path(__file__).parent / "results" / "bench_swan_step.json"
 
 
 class _Pair:
@@ -44,8 +48,9 @@ class _Pair:
 
 
 def _tiny_llama(device: torch.device) -> nn.Module:
-    from swan.reproduce import tiny_llama_config
     from transformers import LlamaForCausalLM
+
+    from swan.experiments import tiny_llama_config
 
     torch.manual_seed(0)
     model = LlamaForCausalLM(tiny_llama_config()).to(device)
@@ -135,36 +140,39 @@ def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> di
     }
 
 
-def _print(res: dict[str, Any]) -> None:
-    print(f"\n== {res['setting']} on {res['device']} ({res['parameters']:,} parameters, {res['repeats']} rounds)")
-    print(f"{'optimizer':<20}{'step ms':>10}{'x AdamW':>9}{'state bytes':>14}{'peak transient':>16}")
+def _table(res: dict[str, Any]) -> list[str]:
+    lines = [
+        f"== {res['setting']} on {res['device']} ({res['parameters']:,} parameters, {res['repeats']} rounds)",
+        f"{'optimizer':<20}{'step ms':>10}{'x AdamW':>9}{'state bytes':>14}{'peak transient':>16}",
+    ]
     for k, r in res["rows"].items():
-        print(
+        lines.append(
             f"{k:<20}{1e3 * r['median_s']:>10.2f}{r['ratio_to_adamw']:>9.2f}{r['state_bytes']:>14,}"
             f"{r['peak_transient_bytes']:>16,}"
         )
-    print(
+    lines.append(
         f"SWAN K=10 / Muon: loop {res['ns10_over_muon']:.2f}, foreach {res['ns10_foreach_over_muon']:.2f} "
         f"(aim <= 2);  NSDS / AdamW {res['nsds_over_adamw']:.2f} (aim <= 1.5)"
     )
+    return lines
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--layers", type=int, default=1, help="LLaMA-60M blocks in the matrix stack (the model has 8)")
     ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--json", type=str, default=None)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON path; the table goes to the same name .log")
     args = ap.parse_args()
     device = get_device()
     results = [
         bench("tiny-llama", _tiny_llama(device), device, args.repeats),
         bench(f"llama60m x{args.layers} layers", _Stack(args.layers, device), device, args.repeats),
     ]
-    for r in results:
-        _print(r)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+    lines = [line for r in results for line in ["", *_table(r)]]
+    print("\n".join(lines))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    args.out.with_suffix(".log").write_text("\n".join(lines).lstrip() + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

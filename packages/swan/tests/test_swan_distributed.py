@@ -8,10 +8,10 @@ import sys
 import pytest
 import torch
 import torch.distributed as dist
-from swan import SWAN, param_groups
 from torch import nn
 
 from icml25_shared.distributed import launch
+from swan import SWAN, param_groups
 
 pytestmark = [
     pytest.mark.skipif(not dist.is_available() or sys.platform != "linux", reason="needs torch.distributed and fork"),

@@ -1,4 +1,4 @@
-"""GradNorm and GradWhitening against closed forms, the SVD and exact symmetries (spec §8, items 1-6)."""
+"""GradNorm (Alg. 3) and GradWhitening (Alg. 2) against closed forms, the SVD and exact symmetries."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from swan import grad_norm, grad_whitening, rescale_to_unit_rms, swan_direction
 
 f64 = torch.float64
@@ -160,7 +161,7 @@ def test_rank_deficient_and_zero_inputs_stay_finite():
 
 
 def test_nsds_collapses_to_gradnorm_after_row_normalisation():
-    """Spec §2.2 caution: every row of Gn has norm sqrt(n), so diag(X Xᵀ) ∝ I and NSDS is a scalar multiple."""
+    """NSDS caveat (README): every row of Gn has norm sqrt(n), so diag(X Xᵀ) ∝ I and NSDS is a scalar multiple."""
     G = torch.randn(32, 96, generator=_gen(13))
     Gn = grad_norm(G)
     nsds = swan_direction(G, whitening="nsds")

@@ -1,4 +1,4 @@
-"""The SWAN optimizer: the step rule, statelessness, the AdamW side, groups, dtypes and bad input (spec §8-9)."""
+"""The SWAN optimizer: the step rule, statelessness, the AdamW side, groups, dtypes and bad input (paper Alg. 1)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 
 import pytest
 import torch
-from swan import SWAN, SWANConfig, grad_norm, grad_whitening, param_groups, swan_direction
 from torch import nn
+
+from swan import SWAN, SWANConfig, grad_norm, grad_whitening, param_groups, swan_direction
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -260,7 +261,7 @@ def test_param_groups_routes_hidden_matrices_to_swan():
 
 def test_param_groups_on_tiny_llama():
     transformers = pytest.importorskip("transformers")
-    from swan.reproduce import tiny_llama_config
+    from swan.experiments import tiny_llama_config
 
     model = transformers.LlamaForCausalLM(tiny_llama_config())
     groups = param_groups(model)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from swan import SWAN, param_groups
-from swan.reproduce import expected_state_bytes, llama_memory_bytes, reproduce, tiny_llama_config, tokens_to_reach
 
 from icml25_shared.training import optimizer_state_bytes
+from swan import SWAN, param_groups
+from swan.experiments import QUICK, expected_state_bytes, llama_memory_bytes, tiny_llama_config, tokens_to_reach
+from swan.reproduce import reproduce
 
 transformers = pytest.importorskip("transformers")
 
@@ -27,7 +29,7 @@ def _loss(model, x, y):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
-def test_tiny_llama_has_the_spec_parameter_count(tiny_llama):
+def test_tiny_llama_has_108992_parameters(tiny_llama):
     assert sum(p.numel() for p in tiny_llama.parameters()) == 108_992
 
 
@@ -95,7 +97,7 @@ def test_tokens_to_reach_interpolates_linearly():
 
 
 def test_reproduce_reduced_writes_claims_plot_and_json(tmp_path):
-    result = reproduce(out_dir=tmp_path, steps=6, val_batches=2)
+    result = reproduce(False, tmp_path, setup=dataclasses.replace(QUICK, steps=6, val_batches=2))
     assert result.package == "swan" and result.mode == "quick"
     texts = [c.text for c in result.claims]
     assert any("80% of AdamW's tokens" in t for t in texts)

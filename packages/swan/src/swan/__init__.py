@@ -8,6 +8,8 @@ them. Embeddings, the output head, norms and biases use AdamW in the same optimi
 >>> opt = SWAN(param_groups(model, lr=3e-3))  # doctest: +SKIP
 """
 
+import importlib.metadata
+
 from swan.config import SWANConfig
 from swan.functional import grad_norm, grad_whitening, rescale_to_unit_rms, swan_direction
 from swan.optimizer import SWAN, param_groups
@@ -21,4 +23,4 @@ __all__ = [
     "rescale_to_unit_rms",
     "swan_direction",
 ]
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("icml25-swan")

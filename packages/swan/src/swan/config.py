@@ -2,127 +2,131 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 
-from swan.functional import WHITENING_METHODS
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
+from swan.functional import WHITENING_METHODS, Whitening
 
-__all__ = ["SWANConfig", "ALGORITHMS", "NONFINITE_POLICIES", "validate_hparams"]
+__all__ = [
+    "SWANConfig",
+    "ALGORITHMS",
+    "NONFINITE_POLICIES",
+    "Algorithm",
+    "NonfinitePolicy",
+    "Whitening",
+    "validate_hparams",
+]
 
-ALGORITHMS = ("swan", "adamw")
-NONFINITE_POLICIES = ("raise", "skip")
+Algorithm = Literal["swan", "adamw"]
+NonfinitePolicy = Literal["raise", "skip"]
 
-
-def _is_real(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+ALGORITHMS: tuple[Algorithm, ...] = get_args(Algorithm)
+NONFINITE_POLICIES: tuple[NonfinitePolicy, ...] = get_args(NonfinitePolicy)
 
 
 def validate_hparams(h: dict[str, Any]) -> None:
     """Raise ``ValueError`` naming the field and the value for every invalid entry of ``h`` (keys absent from
     ``h`` are not checked). Shared by :class:`SWANConfig` and every parameter group of :class:`swan.SWAN`."""
     lr = h.get("lr", 0.0)
-    if isinstance(lr, torch.Tensor):
+    if isinstance(lr, torch.Tensor):  # torch.optim accepts a 1-element tensor lr
         if lr.numel() != 1:
             raise ValueError(f"Tensor lr must be 1-element, got shape {tuple(lr.shape)}")
         lr = float(lr)
-    if not _is_real(lr) or lr < 0:
-        raise ValueError(f"lr must be a finite float >= 0, got {lr!r}")
-    if "algorithm" in h and h["algorithm"] not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {h['algorithm']!r}")
-    ns_steps = h.get("ns_steps")
-    if ns_steps is not None and (isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1):
-        raise ValueError(f"ns_steps must be an int >= 1 (or None for the method's preset), got {ns_steps!r}")
-    ns_beta = h.get("ns_beta")
-    if ns_beta is not None and not (_is_real(ns_beta) and 0.0 < ns_beta <= 1.0):
-        raise ValueError(f"ns_beta must be in (0, 1] (or None for the method's preset), got {ns_beta!r}")
-    if "whitening" in h and h["whitening"] not in WHITENING_METHODS:
-        raise ValueError(f"whitening must be one of {WHITENING_METHODS}, got {h['whitening']!r}")
-    if "norm_dim" in h and (isinstance(h["norm_dim"], bool) or h["norm_dim"] not in (-1, -2)):
-        raise ValueError(f"norm_dim must be -1 (rows, the paper) or -2 (columns), got {h['norm_dim']!r}")
-    if "eps" in h and not (_is_real(h["eps"]) and h["eps"] > 0):
-        raise ValueError(f"eps must be a finite float > 0, got {h['eps']!r}")
-    for key in ("weight_decay", "adamw_weight_decay"):
-        if key in h and h[key] is not None and not (_is_real(h[key]) and h[key] >= 0):
-            raise ValueError(f"{key} must be a finite float >= 0, got {h[key]!r}")
-    if "momentum" in h and not (_is_real(h["momentum"]) and 0.0 <= h["momentum"] < 1.0):
-        raise ValueError(f"momentum must be in [0, 1), got {h['momentum']!r}")
+    check_float("lr", lr, min=0.0)
+    if "algorithm" in h:
+        check_choice("algorithm", h["algorithm"], ALGORITHMS)
+    check_int("ns_steps", h.get("ns_steps"), min=1, allow_none=True)  # None: the preset of ``whitening``
+    check_float("ns_beta", h.get("ns_beta"), min=0.0, max=1.0, min_open=True, allow_none=True)
+    if "whitening" in h:
+        check_choice("whitening", h["whitening"], WHITENING_METHODS)
+    if "norm_dim" in h:
+        check_choice("norm_dim", h["norm_dim"], (-1, -2))  # rows (the paper) or columns
+    if "eps" in h:
+        check_float("eps", h["eps"], min=0.0, min_open=True)
+    for key in ("weight_decay", "adamw_weight_decay", "adamw_lr"):  # adamw_lr None: ``lr``
+        if key in h:
+            check_float(key, h[key], min=0.0, allow_none=True)
+    if "momentum" in h:
+        check_float("momentum", h["momentum"], min=0.0, max=1.0, max_open=True)
     if "whiten_dtype" in h and (
         not isinstance(h["whiten_dtype"], torch.dtype) or not h["whiten_dtype"].is_floating_point
     ):
         raise ValueError(f"whiten_dtype must be a floating torch.dtype, got {h['whiten_dtype']!r}")
-    if "nonfinite" in h and h["nonfinite"] not in NONFINITE_POLICIES:
-        raise ValueError(f"nonfinite must be one of {NONFINITE_POLICIES}, got {h['nonfinite']!r}")
-    if "adamw_lr" in h and h["adamw_lr"] is not None and not (_is_real(h["adamw_lr"]) and h["adamw_lr"] >= 0):
-        raise ValueError(f"adamw_lr must be a finite float >= 0 (or None for lr), got {h['adamw_lr']!r}")
+    if "nonfinite" in h:
+        check_choice("nonfinite", h["nonfinite"], NONFINITE_POLICIES)
     if "adamw_betas" in h:
         betas = h["adamw_betas"]
-        if not (
-            isinstance(betas, (tuple, list)) and len(betas) == 2 and all(_is_real(b) and 0 <= b < 1 for b in betas)
-        ):
-            raise ValueError(f"adamw_betas must be a pair of floats in [0, 1), got {betas!r}")
-    if "adamw_eps" in h and not (_is_real(h["adamw_eps"]) and h["adamw_eps"] >= 0):
-        raise ValueError(f"adamw_eps must be a finite float >= 0, got {h['adamw_eps']!r}")
+        try:
+            if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+                raise ValueError("not a pair")
+            for i, b in enumerate(betas):
+                check_float(f"adamw_betas[{i}]", b, min=0.0, max=1.0, max_open=True)
+        except ValueError as err:
+            raise ValueError(f"adamw_betas must be a pair of floats in [0, 1), got {betas!r}") from err
+    if "adamw_eps" in h:
+        check_float("adamw_eps", h["adamw_eps"], min=0.0)
     for key in ("normalize", "whiten", "rescale", "norm_center", "distributed_whitening"):
-        if key in h and not isinstance(h[key], bool):
-            raise ValueError(f"{key} must be a bool, got {h[key]!r}")
-    if "foreach" in h and h["foreach"] is not None and not isinstance(h["foreach"], bool):
-        raise ValueError(f"foreach must be None or a bool, got {h['foreach']!r}")
+        if key in h:
+            check_bool(key, h[key])
+    if h.get("foreach") is not None:
+        check_bool("foreach", h["foreach"])
 
 
 @dataclass
 class SWANConfig:
-    """Hyper-parameters of :class:`swan.SWAN` (spec §2.4). ``SWAN.from_config(params, cfg)`` builds the optimizer.
+    """Hyper-parameters of :class:`swan.SWAN`; ``SWAN.from_config(params, cfg)`` builds the optimizer.
 
-    Attributes:
-        lr: step size of the SWAN matrices; after the rescale each entry moves by about ``lr`` (GaLore scale).
-        ns_steps: Newton-Schulz iterations ``K``; ``None`` = preset of ``whitening`` (10; NSDS 2).
-        ns_beta: Newton-Schulz scale ``β`` in (0, 1]; ``None`` = preset (0.8, attributed to the paper,
-            unverified; NSDS 0.4). ``0.5`` converges to the exact polar factor ``U Vᵀ``.
-        whitening: ``"newton_schulz"`` (paper), ``"nsds"`` (experimental), ``"svd"`` (exact, slow reference).
-        normalize: apply GradNorm (paper §5.2 ablation switch).
-        whiten: apply GradWhitening (ablation switch).
-        rescale: scale the direction to element RMS 1, ``Δ · sqrt(mn) / ||Δ||_F``.
-        norm_dim: GradNorm axis: -1 standardises each output row across inputs (paper), -2 columns (deviation).
-        norm_center: subtract the mean in GradNorm (paper); ``False`` is the RMS-only deviation.
-        eps: inside GradNorm's square root; also guards the whitening pre-scaling of an all-zero gradient.
-        weight_decay: decoupled weight decay of the SWAN matrices, ``W <- W (1 - lr wd)``, not rescaled.
-        momentum: extension, not in the paper: an SGD buffer ``b <- μ b + g`` fed to GradNorm (makes SWAN stateful).
-        whiten_dtype: lower bound of the compute dtype (the wider of it and the parameter dtype is used).
-        nonfinite: ``"raise"`` a ``FloatingPointError`` on a NaN/Inf gradient, or ``"skip"`` that matrix with a
-            warning.
-        foreach: ``True`` stacks same-shaped matrices (tall ones transposed) and whitens them with one batched
-            matmul chain; ``None`` = ``True`` (measured faster, also on CPU; see benchmarks/); ``False`` whitens
-            one matrix at a time, so the transient memory is one matrix rather than one bucket.
-        distributed_whitening: with ``torch.distributed`` initialised, each rank whitens a round-robin share of
-            the matrices and broadcasts the result (same weights, less compute per rank).
-        adamw_lr: learning rate of groups with ``algorithm="adamw"`` that set none (``None``: ``lr``).
-        adamw_betas, adamw_eps: Adam moments of the AdamW side (embeddings, LM head, norms, biases).
-        adamw_weight_decay: decoupled weight decay of AdamW groups that set none.
+    The paper's Algorithm 1 fixes the update; the defaults below follow it where it is explicit, and the README
+    ("Defaults and their provenance") says where each other choice comes from.
     """
 
     lr: float = 1e-3
+    """Step size of the SWAN matrices; after the rescale each entry moves by about ``lr`` (GaLore's scale)."""
     ns_steps: int | None = None
+    """Newton-Schulz iterations ``K`` of GradWhitening (Alg. 2); ``None``: the preset of ``whitening`` (10; NSDS 2)."""
     ns_beta: float | None = None
-    whitening: str = "newton_schulz"
+    """Newton-Schulz scale ``β`` in (0, 1]; ``None``: the preset (0.8, attributed to the paper by
+    re-implementations, unverified; NSDS 0.4). ``0.5`` converges to the exact polar factor ``U Vᵀ``."""
+    whitening: Whitening = "newton_schulz"
+    """``"newton_schulz"`` (Alg. 2), ``"nsds"`` (diagonal substitution, experimental), ``"svd"`` (exact, slow)."""
     normalize: bool = True
+    """Apply GradNorm (Alg. 3); switched off in the ablation of Sec. 5.2."""
     whiten: bool = True
+    """Apply GradWhitening (Alg. 2); switched off in the ablation of Sec. 5.2."""
     rescale: bool = True
+    """Scale the direction to element RMS 1, ``Δ · sqrt(mn) / ||Δ||_F``."""
     norm_dim: int = -1
+    """GradNorm axis: -1 standardises each output row across its inputs (the paper), -2 columns (deviation)."""
     norm_center: bool = True
+    """Subtract the mean in GradNorm (the paper); ``False`` is the RMS-only deviation."""
     eps: float = 1e-8
+    """Inside GradNorm's square root; also guards the whitening pre-scaling of an all-zero gradient."""
     weight_decay: float = 0.0
+    """Decoupled weight decay of the SWAN matrices, ``W <- W (1 - lr wd)``, not rescaled."""
     momentum: float = 0.0
+    """Extension, not in the paper: an SGD buffer ``b <- μ b + g`` fed to GradNorm (makes SWAN stateful)."""
     whiten_dtype: torch.dtype = torch.float32
-    nonfinite: str = "raise"
+    """Lower bound of the compute dtype: the wider of it and the parameter dtype is used (bf16 whitens in fp32)."""
+    nonfinite: NonfinitePolicy = "raise"
+    """On a NaN/Inf gradient: ``"raise"`` a ``FloatingPointError``, or ``"skip"`` that matrix with a warning."""
     foreach: bool | None = None
+    """``True`` stacks same-shaped matrices (tall ones transposed) and whitens them with one batched matmul chain;
+    ``None`` = ``True`` (measured faster, also on CPU: benchmarks/); ``False`` whitens one matrix at a time, so the
+    transient memory is one matrix rather than one bucket."""
     distributed_whitening: bool = False
+    """With ``torch.distributed`` initialised, each rank whitens a round-robin share of the matrices and
+    broadcasts the result (same weights, less compute per rank)."""
     adamw_lr: float | None = None
+    """Learning rate of ``algorithm="adamw"`` groups that set none (``None``: ``lr``)."""
     adamw_betas: tuple[float, float] = (0.9, 0.999)
+    """Adam's moment coefficients on the AdamW side (embeddings, LM head, norms, biases)."""
     adamw_eps: float = 1e-8
+    """Adam's epsilon on the AdamW side."""
     adamw_weight_decay: float = 0.0
+    """Decoupled weight decay of AdamW groups that set none."""
 
     def __post_init__(self) -> None:
         self.adamw_betas = tuple(self.adamw_betas)  # type: ignore[assignment]

@@ -12,12 +12,16 @@ All functions take ``(..., m, n)`` tensors and never touch optimizer state.
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
+from icml25_shared.validate import check_choice, check_float, check_int, check_tensor
+
 __all__ = [
     "WHITENING_METHODS",
+    "Whitening",
     "WHITENING_PRESETS",
     "grad_norm",
     "grad_whitening",
@@ -26,19 +30,18 @@ __all__ = [
     "compute_dtype",
 ]
 
-WHITENING_METHODS = ("newton_schulz", "nsds", "svd")
-#: ``(ns_steps, ns_beta)`` used when they are left as ``None``: the paper's reported settings (unverified,
-#: attributed to the paper by re-implementations; spec §2.2). ``svd`` ignores them.
+Whitening = Literal["newton_schulz", "nsds", "svd"]
+WHITENING_METHODS: tuple[Whitening, ...] = get_args(Whitening)
+#: ``(ns_steps, ns_beta)`` used when they are left as ``None``: (10, 0.8) for Algorithm 2 and (2, 0.4) for its
+#: diagonal-substitution variant, the settings re-implementations attribute to the paper (unverified: no official
+#: code was released). ``svd`` ignores them.
 WHITENING_PRESETS: dict[str, tuple[int, float]] = {"newton_schulz": (10, 0.8), "nsds": (2, 0.4), "svd": (0, 1.0)}
 
 
 def _check_matrix(name: str, G: Tensor) -> None:
-    if not isinstance(G, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(G).__name__}")
+    check_tensor(name, G, dtype="floating")
     if G.dim() < 2:
         raise ValueError(f"{name} must have at least 2 dimensions (..., m, n), got shape {tuple(G.shape)}")
-    if not G.is_floating_point():
-        raise ValueError(f"{name} must be a real floating-point tensor, got dtype {G.dtype}")
 
 
 def compute_dtype(dtype: torch.dtype, whiten_dtype: torch.dtype = torch.float32) -> torch.dtype:
@@ -63,16 +66,11 @@ def grad_norm(G: Tensor, dim: int = -1, eps: float = 1e-8, center: bool = True) 
     Returns:
         A new tensor of ``G``'s shape and dtype.
     """
-    if not isinstance(G, Tensor):
-        raise TypeError(f"G must be a torch.Tensor, got {type(G).__name__}")
+    check_tensor("G", G, dtype="floating")
     if G.dim() < 1:
         raise ValueError(f"G must have at least 1 dimension, got shape {tuple(G.shape)}")
-    if not G.is_floating_point():
-        raise ValueError(f"G must be a real floating-point tensor, got dtype {G.dtype}")
-    if not (isinstance(eps, (int, float)) and eps >= 0 and math.isfinite(eps)):
-        raise ValueError(f"eps must be a finite float >= 0, got {eps!r}")
-    if not -G.dim() <= dim < G.dim():
-        raise ValueError(f"dim must index one of the {G.dim()} dimensions of G, got {dim}")
+    eps = check_float("eps", eps, min=0.0)
+    dim = check_int("dim", dim, min=-G.dim(), max=G.dim() - 1)
     Gc = G - G.mean(dim=dim, keepdim=True) if center else G
     var = Gc.square().mean(dim=dim, keepdim=True)
     return Gc * torch.rsqrt(var + eps) if eps > 0 else Gc / var.sqrt()
@@ -112,7 +110,7 @@ def grad_whitening(
     G: Tensor,
     ns_steps: int | None = None,
     ns_beta: float | None = None,
-    method: str = "newton_schulz",
+    method: Whitening = "newton_schulz",
     *,
     whiten_dtype: torch.dtype = torch.float32,
     eps: float = 1e-8,
@@ -137,16 +135,13 @@ def grad_whitening(
         The whitened tensor, same shape and dtype as ``G``.
     """
     _check_matrix("G", G)
-    if method not in WHITENING_METHODS:
-        raise ValueError(f"method must be one of {WHITENING_METHODS}, got {method!r}")
+    check_choice("method", method, WHITENING_METHODS)
     preset_steps, preset_beta = WHITENING_PRESETS[method]
     ns_steps = preset_steps if ns_steps is None else ns_steps
     ns_beta = preset_beta if ns_beta is None else ns_beta
     if method != "svd":
-        if isinstance(ns_steps, bool) or not isinstance(ns_steps, int) or ns_steps < 1:
-            raise ValueError(f"ns_steps must be an int >= 1, got {ns_steps!r}")
-        if not (isinstance(ns_beta, (int, float)) and 0.0 < ns_beta <= 1.0):
-            raise ValueError(f"ns_beta must be in (0, 1], got {ns_beta!r}")
+        ns_steps = check_int("ns_steps", ns_steps, min=1)
+        ns_beta = check_float("ns_beta", ns_beta, min=0.0, max=1.0, min_open=True)
     shape, in_dtype = G.shape, G.dtype
     m, n = shape[-2], shape[-1]
     X = G.reshape(-1, m, n).to(compute_dtype(in_dtype, whiten_dtype))
@@ -182,7 +177,7 @@ def swan_direction(
     rescale: bool = True,
     ns_steps: int | None = None,
     ns_beta: float | None = None,
-    whitening: str = "newton_schulz",
+    whitening: Whitening = "newton_schulz",
     norm_dim: int = -1,
     norm_center: bool = True,
     eps: float = 1e-8,
@@ -190,7 +185,7 @@ def swan_direction(
 ) -> Tensor:
     """The SWAN update direction of paper Algorithm 1 for ``(..., m, n)`` gradients, in the compute dtype (the
     wider of ``G.dtype`` and ``whiten_dtype``): GradNorm, then GradWhitening, then the rescale to element RMS 1.
-    Each stage can be switched off (the ablations of the paper's §5.2)."""
+    Each stage can be switched off (the ablations of the paper's Sec. 5.2)."""
     _check_matrix("G", G)
     D = G.to(compute_dtype(G.dtype, whiten_dtype))
     if normalize:

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim.adamw import adamw as _adamw_functional
 
-from swan.config import SWANConfig, validate_hparams
-from swan.functional import compute_dtype, swan_direction
+from swan.config import NonfinitePolicy, SWANConfig, validate_hparams
+from swan.functional import Whitening, compute_dtype, swan_direction
 
 __all__ = ["SWAN", "param_groups"]
 
@@ -80,7 +80,7 @@ class SWAN(torch.optim.Optimizer):
         lr: float = 1e-3,
         ns_steps: int | None = None,
         ns_beta: float | None = None,
-        whitening: str = "newton_schulz",
+        whitening: Whitening = "newton_schulz",
         normalize: bool = True,
         whiten: bool = True,
         rescale: bool = True,
@@ -89,7 +89,7 @@ class SWAN(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         momentum: float = 0.0,
         whiten_dtype: torch.dtype = torch.float32,
-        nonfinite: str = "raise",
+        nonfinite: NonfinitePolicy = "raise",
         foreach: bool | None = None,
         distributed_whitening: bool = False,
         *,
