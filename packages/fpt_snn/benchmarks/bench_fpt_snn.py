@@ -3,9 +3,11 @@
     python packages/fpt_snn/benchmarks/bench_fpt_snn.py                       # the issue's grid (long on CPU)
     python packages/fpt_snn/benchmarks/bench_fpt_snn.py --T 8 32 128 512 --N 4096 --threads 1 2
 
-Every timing is the median of ``--repeats`` fwd+bwd calls after a warm-up, with torch threads pinned, and is reported
-as a ratio to spikingjelly's multi-step ``LIFNode`` (its hand-written CPU op, or its CUDA kernels on a GPU). Cases
-whose estimated cost is too large are skipped (``--max-seconds``) and printed as such. JSON goes to ``--out``.
+Every case is timed interleaved with spikingjelly's multi-step ``LIFNode`` (its hand-written CPU op, or its CUDA
+kernels on a GPU) by ``icml25_shared.bench.compare`` (median of ``--repeats`` fwd+bwd calls after a warm-up, torch
+threads pinned) and reported as the ratio of the two medians. Cases
+whose estimated cost is too large are skipped (``--max-seconds``) and printed as such. JSON goes to ``--out``
+(default ``benchmarks/results/bench_fpt_snn.json`` next to this script, the file the README's table is copied from).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from fpt_snn.functional import fpt_lif, lif_reference
 
-from icml25_shared.bench import measure, peak_memory
+from fpt_snn.functional import fpt_lif, lif_reference
+from icml25_shared.bench import compare, measure, peak_memory
 from icml25_shared.device import get_device, synchronize
 
 
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-seconds", type=float, default=5.0, help="skip a case whose estimated time exceeds this")
     ap.add_argument("--memory", action="store_true", help="also measure peak memory (one extra call per case)")
     ap.add_argument("--device", default=None)
-    ap.add_argument("--out", type=Path, default=Path("results/fpt_snn/bench.json"))
+    ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_fpt_snn.json")
     args = ap.parse_args(argv)
     try:
         import spikingjelly  # noqa: F401
@@ -90,12 +92,19 @@ def main(argv: list[str] | None = None) -> int:
                 cases = _cases(x, T)
                 res: dict[str, float | None] = {}
                 mem: dict[str, int | None] = {}
+                ratio: dict[str, float | None] = {"spikingjelly_lif": 1.0}
+                sj = cases["spikingjelly_lif"]
                 for name, fn in cases.items():
                     if _estimate(name, T, N, gpu) > args.max_seconds:
                         res[name] = None
                         continue
                     try:
-                        res[name] = measure(fn, warmup=1, repeats=args.repeats, device=dev if gpu else None).median
+                        kw = {"warmup": 1, "repeats": args.repeats, "device": dev if gpu else None}
+                        if name == "spikingjelly_lif":
+                            res[name] = measure(fn, **kw).median
+                        else:  # interleaved with the peer, so that machine drift hits both alike
+                            c = compare(sj, fn, names=("spikingjelly_lif", name), **kw)
+                            res[name], ratio[name] = c.b.median, c.ratio
                         if args.memory:
                             mem[name] = peak_memory(fn, device=dev if gpu else None)
                     except RuntimeError as err:  # out of memory on a big case
@@ -104,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                     x.grad = None
                 ref = res.get("spikingjelly_lif")
                 row = {"threads": threads, "N": N, "T": T, "seconds": res, "peak_bytes": mem}
-                row["ratio_to_spikingjelly"] = {k: (v / ref if v and ref else None) for k, v in res.items()}
+                row["ratio_to_spikingjelly"] = {k: ratio.get(k) if v else None for k, v in res.items()}
                 naive, chunk = res.get("naive_loop"), res.get("fpt_chunked")
                 row["chunked_speedup_over_naive"] = naive / chunk if naive and chunk else None
                 rows.append(row)

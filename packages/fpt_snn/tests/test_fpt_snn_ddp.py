@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from fpt_snn.config import FPTConfig
-from fpt_snn.reproduce import FPTNeuron, SNNClassifier
 
+from fpt_snn.config import FPTConfig
+from fpt_snn.experiments import FPTNeuron, SNNClassifier
 from icml25_shared.distributed import launch
 
 STEPS, B, T = 5, 16, 6

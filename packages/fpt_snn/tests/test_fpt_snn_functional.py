@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from fpt_snn.config import FPTConfig, auto_chunk_size
 from fpt_snn.functional import (
     apply_lambda,
@@ -124,7 +125,8 @@ def test_K_auto_reaches_lif_and_stops_early():
 
 
 def test_fidelity_table_lambda_half():
-    """The spec §2.6 calibration: λ = 0.5, x ~ N(0.5, 1): mismatch(K=3) ≤ 3%, and mismatch falls with K."""
+    """The README's fidelity table (hard mode vs the sequential LIF): λ = 0.5, x ~ N(0.5, 1): mismatch(K=3) ≤ 3%,
+    and mismatch falls with K."""
     x = _x(64, 4096, seed=5)
     ref = lif_reference(x, decay=0.5)
     rates = [mismatch_rate(fpt_lif(x, decay=0.5, K=k, mode="hard"), ref) for k in range(1, 7)]

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 sj = pytest.importorskip("spikingjelly.activation_based")
+from spikingjelly.activation_based import functional, layer, neuron, surrogate  # noqa: E402
+
 from fpt_snn import FPTLIFNode, convert_fpt_to_lif, convert_lif_to_fpt  # noqa: E402
 from fpt_snn.functional import lif_reference  # noqa: E402
-from spikingjelly.activation_based import functional, layer, neuron, surrogate  # noqa: E402
 
 
 def _x(T: int, N: int = 64, F: int = 5, seed: int = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:

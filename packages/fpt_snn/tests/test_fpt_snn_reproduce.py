@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from fpt_snn.baselines import LIFSequential
 from fpt_snn.config import FPTConfig
-from fpt_snn.reproduce import FPTNeuron, LIFSequential, fidelity_table, train_digits
+from fpt_snn.experiments import FPTNeuron, fidelity_table, train_digits
 
 
 def test_fidelity_table_reduced():
@@ -42,7 +44,7 @@ def test_train_digits_reduced_runs_and_learns():
 def test_quick_reproduce_end_to_end(tmp_path):
     from fpt_snn.reproduce import reproduce
 
-    res = reproduce(out_dir=tmp_path)
+    res = reproduce(False, tmp_path)
     assert len(res.claims) == 5
     assert res.claims[0].holds is True  # fidelity at tau = 2
     assert all((tmp_path / f"{n}.png").exists() for n in ("fidelity_mismatch_vs_K", "timing", "accuracy_digits"))

@@ -6,16 +6,17 @@ lazily, so ``import fpt_snn`` and ``import fpt_snn.functional`` work without spi
 
 from __future__ import annotations
 
+import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
-from .config import FPTConfig, decay_from_tau, tau_from_decay
-from .functional import fpt_lif, lambda_matrix, lif_reference
+from fpt_snn.config import FPTConfig, decay_from_tau, tau_from_decay
+from fpt_snn.functional import fpt_lif, lambda_matrix, lif_reference
 
 if TYPE_CHECKING:
-    from .convert import convert_fpt_to_lif, convert_lif_to_fpt
-    from .neuron import FPTLIFNode
+    from fpt_snn.convert import convert_fpt_to_lif, convert_lif_to_fpt
+    from fpt_snn.neuron import FPTLIFNode
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("icml25-fpt-snn")
 
 __all__ = [
     "FPTConfig",
@@ -34,7 +35,5 @@ _LAZY = {"FPTLIFNode": "neuron", "convert_lif_to_fpt": "convert", "convert_fpt_t
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        return getattr(importlib.import_module(f"fpt_snn.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

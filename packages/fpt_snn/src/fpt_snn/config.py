@@ -7,8 +7,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
+
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "FPTConfig",
@@ -28,7 +31,8 @@ SURROGATES = ("flat_sigmoid", "sigmoid")
 
 Mode = Literal["soft", "hard"]
 Output = Literal["bernoulli", "heaviside", "soft"]
-Path = Literal["auto", "dense", "chunked"]
+LambdaPath = Literal["auto", "dense", "chunked"]
+Surrogate = Literal["flat_sigmoid", "sigmoid"]
 
 
 DENSE_MAX_T = 32
@@ -42,21 +46,17 @@ def auto_chunk_size(T: int) -> int:
 
 
 def _is_real(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def validate_tau(tau: object) -> float:
     """Return ``tau`` as a float; it must be a finite number > 1 (spikingjelly's rule, λ = 1 − 1/τ ∈ (0, 1))."""
-    if not _is_real(tau) or not math.isfinite(tau) or tau <= 1.0:
-        raise ValueError(f"tau must be a finite number > 1 (decay = 1 - 1/tau in (0, 1)), got {tau!r}")
-    return float(tau)
+    return check_float("tau", tau, min=1.0, min_open=True)  # type: ignore[return-value]
 
 
 def validate_decay(decay: object) -> float:
     """Return ``decay`` as a float; it must lie in (0, 1] (λ = 1 is the IF neuron)."""
-    if not _is_real(decay) or not math.isfinite(decay) or not 0.0 < decay <= 1.0:
-        raise ValueError(f"decay must be a number in (0, 1], got {decay!r}")
-    return float(decay)
+    return check_float("decay", decay, min=0.0, max=1.0, min_open=True)  # type: ignore[return-value]
 
 
 def decay_from_tau(tau: float) -> float:
@@ -72,11 +72,12 @@ def tau_from_decay(decay: float) -> float:
 
 def validate_K(K: object) -> int | str:
     """``K`` must be a positive int or the string ``"auto"``."""
-    if K == "auto":
+    if isinstance(K, str) and K == "auto":
         return "auto"
-    if isinstance(K, bool) or not isinstance(K, int) or K < 1:
-        raise ValueError(f"K must be a positive int or 'auto', got {K!r}")
-    return K
+    try:
+        return check_int("K", K, min=1)  # type: ignore[return-value]
+    except ValueError as err:  # the shared message, with the "auto" alternative named
+        raise type(err)(f"K must be a positive int or 'auto', got {K!r}") from None
 
 
 OFFICIAL_ALPHAS = (2.0, 6.0, 12.0)
@@ -99,60 +100,53 @@ def validate_alpha_schedule(alpha_schedule: object, K: int | str) -> tuple[float
         raise ValueError(f"alpha_schedule must be a sequence of positive numbers, got {alpha_schedule!r}") from None
     if len(alphas) == 0:
         raise ValueError("alpha_schedule must not be empty, got ()")
-    for a in alphas:
-        if not _is_real(a) or not math.isfinite(a) or a <= 0:
-            raise ValueError(f"alpha_schedule entries must be positive finite numbers, got {alphas!r}")
+    alphas = tuple(check_float(f"alpha_schedule[{i}]", a, min=0.0, min_open=True) for i, a in enumerate(alphas))
     if isinstance(K, int) and len(alphas) not in (1, K):
         raise ValueError(f"alpha_schedule must have 1 or K={K} entries, got {len(alphas)}: {alphas!r}")
-    return tuple(float(a) for a in alphas)
-
-
-def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-    return value  # type: ignore[return-value]
+    return alphas  # type: ignore[return-value]
 
 
 @dataclass
 class FPTConfig:
-    """Every hyper-parameter of the FPT iteration (spec §2.3-§2.5).
+    """Every hyper-parameter of the FPT iteration: the fixed-point sweeps, their spike functions and the output.
 
-    Attributes:
-        tau: membrane time constant τ > 1; the leak is λ = 1 − 1/τ (spikingjelly's ``LIFNode(tau=...)``).
-        decay: the leak λ ∈ (0, 1] given directly (overrides ``tau``; λ = 1 is the IF neuron).
-        decay_input: scale the input by 1/τ (spikingjelly's ``decay_input=True``).
-        v_threshold: firing threshold θ > 0; the reset subtracts θ (soft reset, ``v_reset=None``).
-        K: number of fixed-point iterations, or ``"auto"``: iterate hard spikes until they stop changing
-            (then exactly the LIF solution), at most T times. ``"auto"`` needs ``mode="hard"``.
-        alpha_schedule: sigmoid slopes α_k of the soft iterates, one per iteration (or one for all). ``None``: the
-            official ImageNet schedule (2, 6, 12), cut to K < 3 entries, its last slope repeated for K > 3.
-        mode: ``"soft"`` (sigmoid iterates, the official training rule) or ``"hard"`` (Heaviside iterates with a
-            surrogate gradient; prefix-exact: after k iterations the first k steps equal the sequential LIF).
-        output: what the neuron emits from the last iterate: ``"bernoulli"`` (sample of the soft probability,
-            straight-through gradient; the official training output), ``"heaviside"`` (Θ of the last
-            pre-activation, straight-through gradient of the soft probability) or ``"soft"`` (the probability).
-            ``mode="hard"`` emits Heaviside spikes and so needs ``output="heaviside"``.
-        surrogate_backward: backward of each iterate: ``"flat_sigmoid"`` (official: the derivative of a sigmoid
-            of slope max(1, α/3)) or ``"sigmoid"`` (the exact derivative of σ(α z)).
-        detach_reset: stop the gradient through the reset term A·S.
-        path: how Λ·Y is computed: ``"dense"`` (one T×T GEMM), ``"chunked"`` (blocked linear scan, O(T·B) work)
-            or ``"auto"`` (dense for T ≤ 32, or T ≤ 256 on CUDA; chunked above).
-        chunk_size: the block length B of the chunked scan; ``None`` picks B ≈ √T, a power of 2 in [16, 64]
-            (measured best on CPU).
+    Shared by :func:`fpt_snn.functional.fpt_lif` and :class:`fpt_snn.FPTLIFNode`, so a bad value is refused with the
+    same message wherever it comes in.
     """
 
     tau: float = 2.0
+    """Membrane time constant τ > 1; the leak is λ = 1 − 1/τ (spikingjelly's ``LIFNode(tau=...)``)."""
     decay: float | None = None
+    """The leak λ ∈ (0, 1] given directly (overrides ``tau``; λ = 1 is the IF neuron)."""
     decay_input: bool = False
+    """Scale the input by 1/τ (spikingjelly's ``decay_input=True``)."""
     v_threshold: float = 1.0
-    K: int | str = 3
+    """Firing threshold θ > 0; the reset subtracts θ (soft reset, ``v_reset=None``)."""
+    K: int | Literal["auto"] = 3
+    """Number of fixed-point iterations, or ``"auto"``: iterate hard spikes until they stop changing (then exactly
+    the LIF solution), at most T times. ``"auto"`` needs ``mode="hard"``."""
     alpha_schedule: tuple[float, ...] | None = None
-    mode: str = "soft"
-    output: str = "bernoulli"
-    surrogate_backward: str = "flat_sigmoid"
+    """Sigmoid slopes α_k of the soft iterates, one per iteration (or one for all). ``None``: the official ImageNet
+    schedule (2, 6, 12), cut to K < 3 entries, its last slope repeated for K > 3."""
+    mode: Mode = "soft"
+    """``"soft"`` (sigmoid iterates, the official training rule) or ``"hard"`` (Heaviside iterates with a surrogate
+    gradient; prefix-exact: after k iterations the first k steps equal the sequential LIF)."""
+    output: Output = "bernoulli"
+    """What the neuron emits from the last iterate: ``"bernoulli"`` (sample of the soft probability,
+    straight-through gradient; the official training output), ``"heaviside"`` (Θ of the last pre-activation,
+    straight-through gradient of the soft probability) or ``"soft"`` (the probability). ``mode="hard"`` emits
+    Heaviside spikes and so needs ``output="heaviside"``."""
+    surrogate_backward: Surrogate = "flat_sigmoid"
+    """Backward of each iterate: ``"flat_sigmoid"`` (official: the derivative of a sigmoid of slope max(1, α/3)) or
+    ``"sigmoid"`` (the exact derivative of σ(α z))."""
     detach_reset: bool = False
-    path: str = "auto"
+    """Stop the gradient through the reset term A·S."""
+    path: LambdaPath = "auto"
+    """How Λ·Y is computed: ``"dense"`` (one T×T GEMM), ``"chunked"`` (blocked linear scan, O(T·B) work) or
+    ``"auto"`` (dense for T ≤ 32, or T ≤ 256 on CUDA; chunked above)."""
     chunk_size: int | None = None
+    """The block length B of the chunked scan; ``None`` picks B ≈ √T, a power of 2 in [16, 64] (measured best on
+    CPU)."""
 
     def __post_init__(self) -> None:
         if self.decay is None:
@@ -161,16 +155,13 @@ class FPTConfig:
             self.decay = validate_decay(self.decay)
             if self.decay_input and self.decay == 1.0:
                 raise ValueError("decay_input=True scales the input by 1 - decay, which is 0 for decay=1.0")
-        if not isinstance(self.decay_input, bool):
-            raise ValueError(f"decay_input must be a bool, got {self.decay_input!r}")
-        if not _is_real(self.v_threshold) or not math.isfinite(self.v_threshold) or self.v_threshold <= 0:
-            raise ValueError(f"v_threshold must be a positive finite number, got {self.v_threshold!r}")
-        self.v_threshold = float(self.v_threshold)
+        self.decay_input = check_bool("decay_input", self.decay_input)
+        self.v_threshold = check_float("v_threshold", self.v_threshold, min=0.0, min_open=True)  # type: ignore[assignment]
         self.K = validate_K(self.K)
-        self.mode = _choice("mode", self.mode, MODES)
-        self.output = _choice("output", self.output, OUTPUTS)
-        self.surrogate_backward = _choice("surrogate_backward", self.surrogate_backward, SURROGATES)
-        self.path = _choice("path", self.path, PATHS)
+        self.mode = check_choice("mode", self.mode, MODES)
+        self.output = check_choice("output", self.output, OUTPUTS)
+        self.surrogate_backward = check_choice("surrogate_backward", self.surrogate_backward, SURROGATES)
+        self.path = check_choice("path", self.path, PATHS)
         self.alpha_schedule = validate_alpha_schedule(self.alpha_schedule, self.K)
         if self.K == "auto" and self.mode != "hard":
             raise ValueError(
@@ -178,12 +169,8 @@ class FPTConfig:
             )
         if self.mode == "hard" and self.output != "heaviside":
             raise ValueError(f"mode='hard' emits Heaviside spikes and needs output='heaviside', got {self.output!r}")
-        if not isinstance(self.detach_reset, bool):
-            raise ValueError(f"detach_reset must be a bool, got {self.detach_reset!r}")
-        if self.chunk_size is not None and (
-            isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1
-        ):
-            raise ValueError(f"chunk_size must be None or a positive int, got {self.chunk_size!r}")
+        self.detach_reset = check_bool("detach_reset", self.detach_reset)
+        self.chunk_size = check_int("chunk_size", self.chunk_size, min=1, allow_none=True)
 
     @property
     def leak(self) -> float:

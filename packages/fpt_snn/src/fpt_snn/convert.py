@@ -8,7 +8,7 @@ from typing import Any
 from spikingjelly.activation_based import neuron
 from torch import nn
 
-from .neuron import FPTLIFNode
+from fpt_snn.neuron import FPTLIFNode
 
 __all__ = ["convert_lif_to_fpt", "convert_fpt_to_lif"]
 

@@ -1,19 +1,21 @@
 """The FPT equations in pure torch (no spikingjelly needed).
 
-Soft-reset LIF, spikingjelly convention (spec §2.1), per neuron, t = 0..T-1, v[-1] = 0::
+The paper's discrete soft-reset LIF (spikingjelly's convention), per neuron, t = 0..T-1, v[-1] = 0::
 
     h[t] = λ·v[t-1] + x[t]        s[t] = Θ(h[t] - θ)        v[t] = h[t] - θ·s[t]
 
-Given the spikes, the whole trajectory is one lower-triangular product (spec §2.2), with Λ[i, j] = λ^(i-j) for
-i ≥ j and A = Λ - I::
+Unrolling the recurrence, the whole trajectory given the spikes is one lower-triangular product, with
+Λ[i, j] = λ^(i-j) for i ≥ j and A = Λ - I (the paper's fixed-point form of the LIF over all T steps)::
 
     H = Λ X - θ A S,      S = Θ(H - θ)                     (a fixed-point equation in S)
 
-FPT (spec §2.3) solves it by K Jacobi sweeps over all T steps at once::
+FPT solves it by K parallel (Jacobi) sweeps over all T steps at once, the paper's fixed-point iteration::
 
     C = Λ X;  S⁰ = 0;  H^k = C - θ·A S^(k-1);  S^k = f_k(H^k - θ)
 
-with f_k = Θ ("hard": prefix-exact, K = T is exactly LIF) or σ(α_k ·) ("soft", the official training rule).
+with f_k = Θ ("hard": prefix-exact, K = T is exactly LIF) or σ(α_k ·) ("soft", the official training rule). K = 1
+is Θ(ΛX - θ), the LIF without reset; with a learnable causal Λ and bias it is the parallel spiking neuron (PSN) --
+the paper's "existing parallel spiking neurons are special cases".
 Layout is spikingjelly's: time first, ``[T, N, *]``; every other axis is an independent neuron column.
 """
 
@@ -25,7 +27,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from .config import DENSE_MAX_T, DENSE_MAX_T_CUDA, PATHS, FPTConfig, auto_chunk_size, validate_decay
+from fpt_snn.config import DENSE_MAX_T, DENSE_MAX_T_CUDA, PATHS, FPTConfig, auto_chunk_size, validate_decay
+from icml25_shared.validate import check_choice, check_int, check_tensor
 
 __all__ = [
     "lambda_matrix",
@@ -46,12 +49,6 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------------
 # Λ and the two ways of applying it
 # --------------------------------------------------------------------------------------------------------------
-def _check_T(T: object, name: str = "T") -> int:
-    if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-        raise ValueError(f"{name} must be a positive int, got {T!r}")
-    return T
-
-
 def lambda_matrix(
     T: int, decay: float | Tensor, dtype: torch.dtype | None = None, device: torch.device | str | None = None
 ) -> Tensor:
@@ -60,7 +57,7 @@ def lambda_matrix(
     Built from non-negative powers only (no λ^(-t) tricks), so it is finite for any T (entries underflow to 0).
     ``decay`` may be a 0-d tensor (a learnable leak); the result is then differentiable in it.
     """
-    _check_T(T)
+    check_int("T", T, min=1)
     if isinstance(decay, Tensor):
         if decay.numel() != 1:
             raise ValueError(f"decay must be a scalar, got a tensor of shape {tuple(decay.shape)}")
@@ -138,10 +135,8 @@ def apply_lambda(
         if kernel.shape != (T, T):
             raise ValueError(f"kernel must have shape ({T}, {T}) for T={T}, got {tuple(kernel.shape)}")
         return torch.tril(kernel) @ y
-    if path not in PATHS:
-        raise ValueError(f"path must be 'auto', 'dense' or 'chunked', got {path!r}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be None or a positive int, got {chunk_size!r}")
+    check_choice("path", path, PATHS)
+    check_int("chunk_size", chunk_size, min=1, allow_none=True)
     if path == "dense" or (path == "auto" and (T <= DENSE_MAX_T or (y.is_cuda and T <= DENSE_MAX_T_CUDA))):
         return _leak_matrix(T, decay, y) @ y
     return _chunked_lambda(y, decay, chunk_size if chunk_size is not None else auto_chunk_size(T))
@@ -224,18 +219,12 @@ def straight_through(p: Tensor, s: Tensor) -> Tensor:
 # --------------------------------------------------------------------------------------------------------------
 # input checks
 # --------------------------------------------------------------------------------------------------------------
-def _check_input(x_seq: object, *, finite: bool = True) -> Tensor:
-    if not isinstance(x_seq, Tensor):
-        raise ValueError(f"x_seq must be a torch.Tensor of shape [T, N, *], got {type(x_seq).__name__}")
-    if not x_seq.is_floating_point():
-        raise ValueError(f"x_seq must be a floating-point tensor, got dtype {x_seq.dtype}")
-    if x_seq.dim() < 2:
-        raise ValueError(f"x_seq must have at least 2 dims [T, N, *], got shape {tuple(x_seq.shape)}")
-    if x_seq.numel() == 0:
-        raise ValueError(f"x_seq must not be empty, got shape {tuple(x_seq.shape)}")
-    if finite and not bool(torch.isfinite(x_seq).all()):
-        raise ValueError("x_seq contains NaN or inf values")
-    return x_seq
+def check_input(x_seq: object, *, finite: bool = True) -> Tensor:
+    """``x_seq`` when it is a non-empty floating tensor ``[T, N, *]`` (and, with ``finite``, free of NaN/inf)."""
+    check_tensor("x_seq", x_seq, dtype="floating")
+    if x_seq.dim() < 2:  # type: ignore[union-attr]
+        raise ValueError(f"x_seq must have at least 2 dims [T, N, *], got shape {tuple(x_seq.shape)}")  # type: ignore[union-attr]
+    return check_tensor("x_seq", x_seq, nonempty=True, finite=finite)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -252,7 +241,8 @@ def lif_reference(
     detach_reset: bool = False,
     return_membrane: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """The sequential soft-reset LIF of spec §2.1, one time step after the other (the ground truth).
+    """The sequential soft-reset LIF (the module docstring's recurrence), one time step after the other: the ground
+    truth FPT's fixed point equals.
 
     Equal to spikingjelly ``LIFNode(tau, decay_input, v_threshold, v_reset=None)``. Differentiable: the spike uses
     spikingjelly's default surrogate, the derivative of σ(``surrogate_alpha``·z). This is also the "naive autograd
@@ -271,7 +261,7 @@ def lif_reference(
     Returns:
         spikes ``[T, N, *]`` (and ``v_seq`` of the same shape when ``return_membrane``).
     """
-    x_seq = _check_input(x_seq)
+    x_seq = check_input(x_seq)
     cfg = FPTConfig(tau=tau, decay=decay, decay_input=decay_input, v_threshold=v_threshold, K=1, alpha_schedule=(1.0,))
     lam, scale, theta = cfg.leak, cfg.input_scale, cfg.v_threshold
     v = torch.zeros_like(x_seq[0])
@@ -395,7 +385,7 @@ def fpt_lif(
     generator: torch.Generator | None = None,
     return_info: bool = False,
 ) -> Tensor | tuple[Tensor, FPTInfo]:
-    """FPT: K fixed-point sweeps of the soft-reset LIF over all T steps at once (spec §2.3).
+    """FPT: K fixed-point sweeps of the soft-reset LIF over all T steps at once (the paper's fixed-point iteration).
 
     Args:
         x_seq: input current ``[T, N, *]`` (floating point).
@@ -416,7 +406,7 @@ def fpt_lif(
     Returns:
         spikes of the shape of ``x_seq`` (and :class:`FPTInfo`, reshaped likewise, when ``return_info``).
     """
-    x_seq = _check_input(x_seq)
+    x_seq = check_input(x_seq)
     cfg = FPTConfig(
         tau=tau,
         decay=decay,
@@ -448,4 +438,4 @@ def mismatch_rate(a: Tensor, b: Tensor) -> float:
 
 def dependent_steps(T: int, K: int) -> dict[str, int]:
     """Sequentially dependent steps per layer: T for the LIF recurrence, K for FPT (each a parallel sweep)."""
-    return {"lif": _check_T(T), "fpt": _check_T(K, "K")}
+    return {"lif": check_int("T", T, min=1), "fpt": check_int("K", K, min=1)}  # type: ignore[dict-item]

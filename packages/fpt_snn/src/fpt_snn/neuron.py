@@ -9,13 +9,15 @@ spikes of the same shape. It is stateless across calls (all T steps are solved a
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from spikingjelly.activation_based import base, neuron, surrogate
 from torch import Tensor, nn
 
-from .config import FPTConfig, validate_decay, validate_tau
-from .functional import _check_input, fpt_iterate, lambda_matrix
+from fpt_snn.config import FPTConfig, LambdaPath, Mode, Output, Surrogate, validate_decay, validate_tau
+from fpt_snn.functional import check_input, fpt_iterate, lambda_matrix
+from icml25_shared.validate import check_bool, check_choice, check_int
 
 __all__ = ["FPTLIFNode"]
 
@@ -55,23 +57,22 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         tau: float = 2.0,
         decay_input: bool = False,
         v_threshold: float = 1.0,
-        K: int | str = 3,
+        K: int | Literal["auto"] = 3,
         alpha_schedule: float | tuple[float, ...] | None = None,
-        surrogate_backward: str = "flat_sigmoid",
-        mode: str = "soft",
-        output: str = "bernoulli",
-        eval_output: str = "heaviside",
+        surrogate_backward: Surrogate = "flat_sigmoid",
+        mode: Mode = "soft",
+        output: Output = "bernoulli",
+        eval_output: Output = "heaviside",
         learnable_kernel: bool = False,
         learnable_decay: bool = False,
         detach_reset: bool = False,
         dynamic_T: bool = False,
-        path: str = "auto",
+        path: LambdaPath = "auto",
         chunk_size: int | None = None,
-        step_mode: str = "m",
+        step_mode: Literal["m"] = "m",
     ) -> None:
         super().__init__()
-        if isinstance(T, bool) or not isinstance(T, int) or T < 1:
-            raise ValueError(f"T must be a positive int, got {T!r}")
+        T = check_int("T", T, min=1)  # type: ignore[assignment]
         self.cfg = FPTConfig(
             tau=tau,
             decay_input=decay_input,
@@ -85,19 +86,14 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
             path=path,
             chunk_size=chunk_size,
         )
-        if eval_output not in ("heaviside", "bernoulli", "soft"):
-            raise ValueError(f"eval_output must be 'heaviside', 'bernoulli' or 'soft', got {eval_output!r}")
+        check_choice("eval_output", eval_output, ("heaviside", "bernoulli", "soft"))
         if mode == "hard" and eval_output != "heaviside":
             raise ValueError(
                 f"mode='hard' emits Heaviside spikes and needs eval_output='heaviside', got {eval_output!r}"
             )
-        for name, flag in (
-            ("learnable_kernel", learnable_kernel),
-            ("learnable_decay", learnable_decay),
-            ("dynamic_T", dynamic_T),
-        ):
-            if not isinstance(flag, bool):
-                raise ValueError(f"{name} must be a bool, got {flag!r}")
+        learnable_kernel = check_bool("learnable_kernel", learnable_kernel)
+        learnable_decay = check_bool("learnable_decay", learnable_decay)
+        dynamic_T = check_bool("dynamic_T", dynamic_T)
         if learnable_kernel and learnable_decay:
             raise ValueError("learnable_kernel and learnable_decay are exclusive: a learnable kernel already learns Λ")
         if learnable_kernel and dynamic_T:
@@ -173,7 +169,7 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         In training the output is ``output`` (default Bernoulli straight-through); in ``eval()`` it is
         ``eval_output`` (default the deterministic Heaviside of the last iterate).
         """
-        x_seq = _check_input(x_seq, finite=False)
+        x_seq = check_input(x_seq, finite=False)
         T = x_seq.shape[0]
         if T != self.T and not self.dynamic_T:
             raise ValueError(

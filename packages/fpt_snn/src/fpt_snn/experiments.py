@@ -1,0 +1,343 @@
+"""Tasks, toy SNNs, training loops and figures used by ``icml25 reproduce fpt_snn`` and the benchmarks.
+
+- :func:`fidelity_table`: hard-mode FPT spikes against the sequential LIF, by K, T and λ (synthetic currents).
+- :class:`SNNClassifier` with :class:`FPTNeuron` or :class:`fpt_snn.baselines.LIFSequential`, trained by
+  :func:`train_digits` on scikit-learn's bundled digits (:func:`load_digits`) or aeon's GunPoint
+  (:func:`load_gunpoint`, T = 150).
+- :func:`accuracy_vs_K` and :func:`gunpoint_parity`: the longer sweeps of ``--full``.
+- :func:`layer_timings`: fwd+bwd time of one neuron layer, FPT (dense, chunked) vs the sequential loop and
+  spikingjelly's ``LIFNode``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fpt_snn.baselines import LIFSequential, psn_factory
+from fpt_snn.config import FPTConfig
+from fpt_snn.functional import fpt_iterate, fpt_lif, lif_reference, mismatch_rate
+from icml25_shared.metrics import accuracy
+from icml25_shared.progress import track
+from icml25_shared.report import save_figure, subplots
+from icml25_shared.seed import seed_everything
+from icml25_shared.validate import check_choice
+
+__all__ = [
+    "FPTNeuron",
+    "SNNClassifier",
+    "accuracy_vs_K",
+    "digits_parity",
+    "encode",
+    "fidelity_table",
+    "gunpoint_parity",
+    "layer_timings",
+    "load_digits",
+    "load_gunpoint",
+    "percent_table",
+    "plot_accuracy",
+    "plot_accuracy_vs_K",
+    "plot_fidelity",
+    "plot_timing",
+    "train_digits",
+]
+
+log = logging.getLogger(__name__)
+
+Data = tuple[Tensor, Tensor, Tensor, Tensor]
+
+
+# ---- fidelity ----------------------------------------------------------------------------------------------------
+def fidelity_table(
+    decays: tuple[float, ...] = (0.5, 0.9),
+    Ts: tuple[int, ...] = (4, 16, 64, 256),
+    Ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6),
+    columns: int = 4096,
+    exact_columns: int = 1024,
+    seed: int = 0,
+) -> dict[float, dict[int, dict[Any, float]]]:
+    """Hard-mode spike mismatch vs :func:`lif_reference` (float64, x ~ N(0.5, 1)): ``{λ: {T: {K: rate}}}``.
+
+    Besides the K keys, ``"T"`` is the rate at K = T (must be 0; computed on the first ``exact_columns`` columns,
+    since it costs T sweeps) and ``"auto_iterations"`` the sweeps ``K="auto"`` needed on those columns.
+    """
+    table: dict[float, dict[int, dict[Any, float]]] = {}
+    for lam in decays:
+        table[lam] = {}
+        for T in Ts:
+            g = torch.Generator().manual_seed(seed * 1000 + T)
+            x = torch.randn(T, columns, generator=g, dtype=torch.float64) + 0.5
+            ref = lif_reference(x, decay=lam)
+            row: dict[Any, float] = {K: mismatch_rate(fpt_lif(x, decay=lam, K=K, mode="hard"), ref) for K in Ks}
+            xe, refe = x[:, :exact_columns], ref[:, :exact_columns]
+            row["T"] = mismatch_rate(fpt_lif(xe, decay=lam, K=T, mode="hard"), refe)
+            _, info = fpt_lif(xe, decay=lam, K="auto", mode="hard", return_info=True)
+            row["auto_iterations"] = info.iterations
+            table[lam][T] = row
+    return table
+
+
+def percent_table(rows: dict[int, dict[Any, float]]) -> dict[str, dict[str, float]]:
+    """One λ of :func:`fidelity_table` as ``{"T=..": {"K=..": percent}}`` (rounded to 4 decimals)."""
+    return {
+        f"T={T}": {f"K={k}": round(100 * v, 4) for k, v in r.items() if k != "auto_iterations"} for T, r in rows.items()
+    }
+
+
+# ---- a small SNN ------------------------------------------------------------------------------------------------
+class FPTNeuron(nn.Module):
+    """FPT in pure torch (what ``FPTLIFNode`` does, without the spikingjelly dependency)."""
+
+    def __init__(self, cfg: FPTConfig, eval_output: str = "heaviside") -> None:
+        super().__init__()
+        self.cfg, self.eval_output = cfg, eval_output
+
+    def forward(self, x_seq: Tensor) -> Tensor:
+        out = None if self.training else (self.eval_output if self.cfg.mode == "soft" else "heaviside")
+        s, _ = fpt_iterate(x_seq.reshape(x_seq.shape[0], -1), self.cfg, output=out)
+        return s.view(x_seq.shape)
+
+
+class SNNClassifier(nn.Module):
+    """Linear → spiking neuron → Linear, logits = mean over time of the readout (input ``[T, B, F]``)."""
+
+    def __init__(self, n_in: int, hidden: int, n_out: int, spiking: nn.Module) -> None:
+        super().__init__()
+        self.fc1, self.spiking, self.fc2 = nn.Linear(n_in, hidden), spiking, nn.Linear(hidden, n_out)
+
+    def forward(self, x_seq: Tensor) -> Tensor:
+        return self.fc2(self.spiking(self.fc1(x_seq))).mean(0)
+
+
+def load_digits() -> Data:
+    """scikit-learn's 1797 8×8 digits, intensities in [0, 1], a fixed 1347/450 split: (X_train, y_train, X_test,
+    y_test)."""
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    d = sk_load_digits()
+    X = torch.tensor(d.data / 16.0, dtype=torch.float32)
+    y = torch.tensor(d.target, dtype=torch.long)
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(1234))
+    tr, te = perm[:1347], perm[1347:]
+    return X[tr], y[tr], X[te], y[te]
+
+
+def load_gunpoint() -> Data:
+    """aeon's bundled GunPoint (T = 150, 2 classes), standardised with the training mean and deviation."""
+    from aeon.datasets import load_gunpoint as aeon_load_gunpoint
+
+    Xtr, ytr = aeon_load_gunpoint(split="TRAIN")
+    Xte, yte = aeon_load_gunpoint(split="TEST")
+    mu, sd = Xtr.mean(), Xtr.std()
+
+    def prep(X: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:
+        x = torch.tensor((X[:, 0, :] - mu) / sd, dtype=torch.float32)  # [n, 150]
+        return x, torch.tensor(y.astype(int) - 1, dtype=torch.long)
+
+    return (*prep(Xtr, ytr), *prep(Xte, yte))
+
+
+def encode(X: Tensor, T: int, encoding: Literal["constant", "series"]) -> Tensor:
+    """``[B, F]`` → ``[T, B, F']``: constant current (the F intensities at every step) or the series as time."""
+    check_choice("encoding", encoding, ("constant", "series"))
+    if encoding == "constant":
+        return X.unsqueeze(0).expand(T, -1, -1)
+    return X.t().unsqueeze(-1)  # X is [B, T]: one scalar input per step
+
+
+def train_digits(
+    make_neuron: Callable[[], nn.Module],
+    *,
+    data: Data,
+    T: int = 8,
+    encoding: Literal["constant", "series"] = "constant",
+    hidden: int = 256,
+    epochs: int = 10,
+    batch_size: int = 64,
+    lr: float = 1e-3,
+    seed: int = 0,
+    eval_neurons: dict[str, Callable[[], nn.Module]] | None = None,
+    desc: str = "train",
+) -> dict[str, Any]:
+    """Train :class:`SNNClassifier` with Adam (same init and batches for a given ``seed``); returns the test
+    accuracy, the wall time and, for each of ``eval_neurons``, the accuracy of the trained weights with that
+    neuron swapped in (e.g. the exact LIF for FPT-trained weights)."""
+    Xtr, ytr, Xte, yte = data
+    n_in = Xtr.shape[1] if encoding == "constant" else 1
+    n_out = int(ytr.max()) + 1
+    seed_everything(seed)
+    model = SNNClassifier(n_in, hidden, n_out, make_neuron())
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
+    t0 = time.perf_counter()
+    model.train()
+    for _ in track(range(epochs), desc):
+        perm = torch.randperm(len(ytr), generator=g)
+        for i in range(0, len(ytr), batch_size):
+            idx = perm[i : i + batch_size]
+            loss = nn.functional.cross_entropy(model(encode(Xtr[idx], T, encoding)), ytr[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    train_s = time.perf_counter() - t0
+    model.eval()
+    with torch.no_grad():
+        out = {"acc": accuracy(model(encode(Xte, T, encoding)), yte), "train_s": train_s}
+        for name, make in (eval_neurons or {}).items():
+            model.spiking = make().eval()
+            out[f"acc_{name}"] = accuracy(model(encode(Xte, T, encoding)), yte)
+    return out
+
+
+def digits_parity(T: int = 8, epochs: int = 10, seeds: tuple[int, ...] = (0,)) -> dict[str, Any]:
+    """The 64-256-10 SNN on digits trained with the sequential LIF, with FPT (K = 3, Bernoulli straight-through)
+    and with spikingjelly's PSN (when installed), the same init and batches per seed.
+
+    Returns ``{"acc": {"lif", "fpt", "fpt_as_lif", "psn"}: [per seed], "train_s": {"lif", "fpt"}: [per seed],
+    "psn": bool}``; ``fpt_as_lif`` is the FPT-trained weights run with the exact sequential LIF.
+    """
+    data = load_digits()
+    acc: dict[str, list[float]] = {"lif": [], "fpt": [], "fpt_as_lif": [], "psn": []}
+    times: dict[str, list[float]] = {"lif": [], "fpt": []}
+    psn = psn_factory(T)
+    for seed in seeds:
+        run: dict[str, Any] = {"data": data, "T": T, "epochs": epochs, "seed": seed}
+        r_lif = train_digits(LIFSequential, desc=f"digits LIF s{seed}", **run)
+        fpt = lambda: FPTNeuron(FPTConfig(K=3, output="bernoulli"))  # noqa: E731
+        r_fpt = train_digits(fpt, eval_neurons={"lif": LIFSequential}, desc=f"digits FPT s{seed}", **run)
+        acc["lif"].append(r_lif["acc"])
+        acc["fpt"].append(r_fpt["acc"])
+        acc["fpt_as_lif"].append(r_fpt["acc_lif"])
+        times["lif"].append(r_lif["train_s"])
+        times["fpt"].append(r_fpt["train_s"])
+        if psn is not None:
+            acc["psn"].append(train_digits(psn, desc="digits PSN", **run)["acc"])
+    return {"acc": acc, "train_s": times, "psn": psn is not None}
+
+
+def accuracy_vs_K(
+    data: Data | None = None, seeds: tuple[int, ...] = (0, 1, 2), epochs: int = 15
+) -> dict[str, dict[str, float]]:
+    """Mean test accuracy of the sequential LIF and of FPT with K ∈ {1, 2, 3, "auto"} for T ∈ {8, 64} and
+    λ ∈ {0.5, 0.8} on digits (``data``: :func:`load_digits` when ``None``):
+    ``{"T=8,lam=0.5": {"lif": acc, "1": acc, ..., "auto": acc}, ...}``."""
+    data = load_digits() if data is None else data
+    out: dict[str, dict[str, float]] = {}
+    for Tq in (8, 64):
+        for lam in (0.5, 0.8):
+            res: dict[str, float] = {}
+            lif = [
+                train_digits(lambda lam=lam: LIFSequential(decay=lam), data=data, T=Tq, epochs=epochs, seed=s)["acc"]
+                for s in seeds
+            ]
+            res["lif"] = float(np.mean(lif))
+            for K in (1, 2, 3, "auto"):
+                mode = "hard" if K == "auto" else "soft"
+                output = "heaviside" if K == "auto" else "bernoulli"
+
+                def make(K=K, mode=mode, output=output, lam=lam) -> nn.Module:
+                    return FPTNeuron(FPTConfig(decay=lam, K=K, mode=mode, output=output))
+
+                res[str(K)] = float(
+                    np.mean([train_digits(make, data=data, T=Tq, epochs=epochs, seed=s)["acc"] for s in seeds])
+                )
+            out[f"T={Tq},lam={lam}"] = res
+    return out
+
+
+def gunpoint_parity(seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, list[float]]:
+    """Test accuracy per seed of a 1-64-2 SNN on GunPoint (T = 150), sequential LIF vs FPT (K = 3):
+    ``{"lif": [...], "fpt": [...]}``. Needs aeon (``pip install icml25-fpt-snn[full]``)."""
+    gp = load_gunpoint()
+    kw: dict[str, Any] = {
+        "data": gp,
+        "T": 150,
+        "encoding": "series",
+        "hidden": 64,
+        "epochs": 60,
+        "batch_size": 16,
+        "lr": 3e-3,
+    }
+    lif = [train_digits(LIFSequential, seed=s, **kw)["acc"] for s in seeds]
+    fpt = [train_digits(lambda: FPTNeuron(FPTConfig(K=3, output="bernoulli")), seed=s, **kw)["acc"] for s in seeds]
+    return {"lif": lif, "fpt": fpt}
+
+
+# ---- depth and time ---------------------------------------------------------------------------------------------
+def layer_timings(T: int, N: int, repeats: int) -> dict[str, float]:
+    """Median fwd+bwd seconds of one neuron layer on [T, N] (float32, CPU)."""
+    from icml25_shared.bench import measure
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(T, N, generator=g) + 0.5).requires_grad_(True)
+    fns: dict[str, Callable[[], Any]] = {
+        "fpt_dense": lambda: fpt_lif(x, K=3, output="heaviside", path="dense").sum().backward(),
+        "fpt_chunked": lambda: fpt_lif(x, K=3, output="heaviside", path="chunked").sum().backward(),
+        "naive_loop": lambda: lif_reference(x).sum().backward(),
+    }
+    try:
+        from spikingjelly.activation_based import functional, neuron
+
+        lif = neuron.LIFNode(tau=2.0, decay_input=False, v_reset=None, step_mode="m")
+
+        def sj() -> None:
+            functional.reset_net(lif)
+            lif(x).sum().backward()
+
+        fns["spikingjelly_lif"] = sj
+    except ImportError:
+        log.info("spikingjelly not installed: its LIFNode is left out of the timings")
+    return {k: measure(f, warmup=1, repeats=repeats).median for k, f in fns.items()}
+
+
+# ---- figures ----------------------------------------------------------------------------------------------------
+def plot_fidelity(fid: dict[float, dict[int, dict[Any, float]]], Ks: tuple[int, ...], out_dir: Path) -> Path:
+    """Mismatch (%) vs K, one panel per λ, one line per T."""
+    fig, axes = subplots(1, len(fid), figsize=(4.5 * len(fid), 3.6))
+    for ax, (lam, rows) in zip(np.atleast_1d(axes), fid.items()):
+        for T in rows:
+            ax.plot(Ks, [100 * rows[T][k] for k in Ks], marker="o", label=f"T={T}")
+        ax.axhline(3.0, color="grey", ls=":", lw=1)
+        ax.set(title=f"hard FPT vs LIF, λ={lam}", xlabel="K (fixed-point iterations)", ylabel="spike mismatch (%)")
+        ax.legend(fontsize=8)
+    return save_figure(fig, out_dir, "fidelity_mismatch_vs_K")
+
+
+def plot_accuracy_vs_K(sweep: dict[str, dict[str, float]], out_dir: Path) -> Path:
+    """Accuracy vs K from :func:`accuracy_vs_K`, the LIF as a dashed line."""
+    fig, axes = subplots(1, 2, figsize=(10, 3.6))
+    for ax, Tq in zip(axes, (8, 64)):
+        for lam in (0.5, 0.8):
+            ks = ["1", "2", "3", "auto"]
+            ax.plot(ks, [100 * sweep[f"T={Tq},lam={lam}"][k] for k in ks], marker="o", label=f"FPT λ={lam}")
+            ax.axhline(100 * sweep[f"T={Tq},lam={lam}"]["lif"], ls="--", lw=1, label=f"LIF λ={lam}")
+        ax.set(title=f"digits, T={Tq}", xlabel="K", ylabel="test accuracy (%)")
+        ax.legend(fontsize=8)
+    return save_figure(fig, out_dir, "accuracy_vs_K")
+
+
+def plot_timing(tim: dict[str, float], T: int, N: int, out_dir: Path) -> Path:
+    """Bars of the fwd+bwd milliseconds of :func:`layer_timings`."""
+    fig, ax = subplots(1, 1, figsize=(5.5, 3.4))
+    names = list(tim)
+    ax.bar(names, [1e3 * tim[n] for n in names], color=["C0", "C1", "C3", "C2"][: len(names)])
+    ax.set(ylabel="fwd+bwd ms (median)", title=f"one layer, T={T}, N={N}, {torch.get_num_threads()} threads")
+    ax.tick_params(axis="x", labelrotation=20)
+    return save_figure(fig, out_dir, "timing")
+
+
+def plot_accuracy(mean: dict[str, float], T: int, n_seeds: int, out_dir: Path) -> Path:
+    """Bars of the digits accuracies: LIF, FPT, FPT weights run as the exact LIF, PSN."""
+    fig, ax = subplots(1, 1, figsize=(5.5, 3.4))
+    labels = ["LIF (BPTT)", "FPT K=3", "FPT→exact LIF", "PSN"]
+    vals = [mean["lif"], mean["fpt"], mean["fpt_as_lif"], mean["psn"]]
+    ax.bar(labels, [100 * v for v in vals], color=["C0", "C1", "C2", "C4"])
+    ax.set(ylabel="test accuracy (%)", title=f"digits, T={T}, {n_seeds} seed(s)", ylim=(0, 100))
+    return save_figure(fig, out_dir, "accuracy_digits")
