@@ -2,6 +2,8 @@
 
     python packages/fsl_sage/benchmarks/bench_fsl_sage.py [--repeats 10] [--no-flower] [--json out.json]
 
+writes benchmarks/results/bench_fsl_sage.json (``--json`` elsewhere);
+
 1. client step FSL-SAGE / CSE-FSL (aim ≤ 1.3), digits split and the paper's ResNet-18 split;
 2. first-order estimate vs the official second-order path (create_graph=True) (aim ≥ 1.3× faster);
 3. analytic linear-aux alignment vs double back-propagation (aim ≥ 3×);
@@ -17,15 +19,19 @@ import copy
 import json
 import os
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from fsl_sage import FSLConfig, GradScalarAux, digits_cnn_split, resnet18_split
-from fsl_sage.algorithms import FSLSAGE, make_optimizer, server_step
-from fsl_sage.align import AuxAdamState, align_aux, align_many_vmap, alignment_generator, cut_gradients
 from torch import nn
 
+from fsl_sage import FSLConfig, GradScalarAux, digits_cnn_split, resnet18_split
+from fsl_sage.align import AuxAdamState, align_aux, align_many_vmap, alignment_generator, cut_gradients
+from fsl_sage.runner import make_optimizer, server_step
+from fsl_sage.sage import FSLSAGE
 from icml25_shared.bench import compare
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _client_steps(models, x, y):
@@ -92,7 +98,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--no-flower", action="store_true")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=str(RESULTS / "bench_fsl_sage.json"), help="where to write the results")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (tiny models: 1 is fastest)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -195,13 +201,15 @@ def main() -> None:
     if not args.no_flower:
         rows["6. flower"] = _flower(3)
         print(f"{'6. Flower simulation / in-process lazy (3 rounds)':58s} {rows['6. flower']}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=2, default=str)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=2, default=str) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
 
 
 def _flower(rounds: int) -> dict:
     from flwr.simulation import run_simulation
+
     from fsl_sage.data import client_datasets, load_digits_split
     from fsl_sage.flower import make_client_app, make_server_app
 

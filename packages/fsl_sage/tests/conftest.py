@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from fsl_sage import digits_cnn_split
 
 

@@ -1,7 +1,9 @@
-"""Aggregation, equivalences between methods and modes, determinism, save/load and bad input (spec §10.6-10.11)."""
+"""Aggregation, equivalences between methods and modes, determinism, save/load and bad input."""
 
 import pytest
 import torch
+from torch import nn
+
 from fsl_sage import (
     ALGORITHMS,
     CSEFSL,
@@ -12,7 +14,6 @@ from fsl_sage import (
     SplitFedV1,
     weighted_average,
 )
-from torch import nn
 
 
 def _params(m):

@@ -1,9 +1,10 @@
-"""The byte ledger against the closed form of spec §4, and the schedules of spec §3.3 (spec §10.5, §10.7)."""
+"""The byte ledger against the closed form of expected_bytes, and the upload and alignment schedules."""
 
 import math
 
 import pytest
 import torch
+
 from fsl_sage import ALGORITHMS, FSLSAGE, FSLConfig, RingBuffer, digits_cnn_split, expected_bytes, nbytes
 
 
@@ -68,7 +69,7 @@ def test_labels_and_warm_start_counted(tiny_data, digits_models, small_cfg):
     assert algo.ledger.total_where(round=0, client=0, kind="smashed") == 21 * (512 * 4 + 8)
 
 
-def test_digits_closed_form_numbers_of_spec():
+def test_digits_closed_form_numbers():
     c, s, a = digits_cnn_split()
     assert (nbytes(c), nbytes(s), nbytes(a)) == (19_200, 267_816, 20_520)
     kw = {
@@ -89,7 +90,7 @@ def test_digits_closed_form_numbers_of_spec():
     assert expected_bytes("splitfed_v1", one, **kw) == [2_000_384] * 2
 
 
-def test_digits_ledger_one_round_matches_spec():
+def test_digits_ledger_one_round_matches_hand_count():
     torch.manual_seed(0)
     c, s, a = digits_cnn_split()
     g = torch.Generator().manual_seed(0)

@@ -1,10 +1,12 @@
-"""Partitions, the digits split and the model zoo's parameter counts (spec §2, §8, §10.9)."""
+"""Partitions, the digits split and the model zoo's parameter counts."""
 
 from collections import OrderedDict
 
 import numpy as np
 import pytest
 import torch
+from torch import nn
+
 from fsl_sage import (
     dirichlet_partition,
     iid_partition,
@@ -15,7 +17,6 @@ from fsl_sage import (
 )
 from fsl_sage.metrics import gradient_agreement
 from fsl_sage.models import check_split_shapes
-from torch import nn
 
 
 def _tv_to_global(parts, y):
@@ -56,7 +57,7 @@ def test_digits_split_sizes():
     assert torch.bincount(yte).tolist() == [36] * 10 or abs(torch.bincount(yte).float().std()) < 2
 
 
-def test_resnet18_split_counts_of_spec():
+def test_resnet18_split_counts_of_the_paper():
     c, s, a = resnet18_split(10)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert (count(c), count(s), count(a)) == (683_072, 10_498_570, 2_102_282)

@@ -1,13 +1,14 @@
-"""The gradient estimator and alignment math against closed forms, autograd and gradcheck (spec §10.1-10.4)."""
+"""The gradient estimator and alignment math against closed forms, autograd and gradcheck."""
 
 import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from fsl_sage import FSLSAGE, FSLConfig, GradScalarAux, SplitFedV2, cut_gradients, digits_cnn_split
 from fsl_sage.align import AuxAdamState, adam_step, align_aux, align_many_vmap, alignment_generator
-from torch import nn
 
 
 def _double_models():

@@ -1,11 +1,12 @@
 """Flower: the lazy in-process loop equals the Flower simulation; in-process FedAvg equals Flower's FedAvg
-(spec §10.10). Ray start-up is slow on small machines: these tests are ``slow``."""
+(same weights and payload bytes). Ray start-up is slow on small machines: these tests are ``slow``."""
 
 import gc
 import os
 
 import pytest
 import torch
+
 from fsl_sage import CSEFSL, FSLSAGE, FedAvg, FSLConfig, digits_cnn_split
 
 pytestmark = [
@@ -48,6 +49,7 @@ RAY_BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args"
 
 def _simulate(method, rounds, data):
     from flwr.simulation import run_simulation
+
     from fsl_sage.flower import make_client_app, make_server_app
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")

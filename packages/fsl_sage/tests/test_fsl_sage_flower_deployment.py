@@ -1,4 +1,4 @@
-"""Flower deployment engine (spec §6, issue "Scale"): a SuperLink and two SuperNodes on 127.0.0.1 (insecure), the
+"""Flower deployment engine (Flower 1.42): a SuperLink and two SuperNodes on 127.0.0.1 (insecure), the
 package's apps submitted with ``flwr run``, two rounds; the payload bytes per round equal the in-process lazy loop.
 
 Starts real processes (SuperLink, SuperNodes, and the ServerApp/ClientApp subprocesses they spawn) in their own
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from fsl_sage import FSLSAGE, client_datasets, digits_cnn_split, load_digits_split
 from fsl_sage.flower.app import config_from_run_config
 

@@ -1,8 +1,9 @@
 """The Flower strategies and ClientApp driven by an in-process Grid (no Ray): equal to the lazy in-process loop
-(spec §10.10). The Ray simulation of the same apps is in test_fsl_sage_flower.py (slow)."""
+(same weights and payload bytes). The Ray simulation of the same apps is in test_fsl_sage_flower.py (slow)."""
 
 import pytest
 import torch
+
 from fsl_sage import CSEFSL, FSLSAGE, FedAvg, FSLConfig, digits_cnn_split
 from fsl_sage.flower import LocalGrid, make_client_app, run_server
 

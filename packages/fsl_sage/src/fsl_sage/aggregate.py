@@ -1,4 +1,4 @@
-"""The F-server's weighted model averaging (spec §3.3)."""
+"""The F-server's weighted model averaging (Alg. 2): x̄_c = Σ_i w_i x_{c,i} with w_i = n_i / Σ_j n_j."""
 
 from __future__ import annotations
 

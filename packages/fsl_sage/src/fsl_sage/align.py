@@ -1,4 +1,8 @@
-"""Alignment of the auxiliary models at the S-server (spec §3.2).
+"""Alignment of the auxiliary models at the S-server (Alg. 3) and its schedule.
+
+The schedule lives here, in :func:`is_alignment_round`, and nowhere else: the in-process loop
+(:class:`fsl_sage.sage.FSLSAGE`), the Flower strategy (:class:`fsl_sage.flower.FSLSAGEStrategy`) and the closed-form
+byte count (:func:`fsl_sage.comm.expected_bytes`) all ask it.
 
 An alignment event for client i (1) recomputes the true per-sample cut gradients G_n = ∂ℓ(x_s(z_n), y_n)/∂z_n
 on the client's FIFO buffer D_i with the current server model, then (2) runs ``align_epochs`` epochs of Adam on
@@ -19,9 +23,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, grad_and_value, vmap
 
-from .models import GradScalarAux
+from fsl_sage.config import FSLConfig
+from fsl_sage.models import GradScalarAux
+from icml25_shared.validate import check_int
 
 __all__ = [
+    "is_alignment_round",
+    "align_client",
     "RingBuffer",
     "AuxAdamState",
     "adam_step",
@@ -33,13 +41,26 @@ __all__ = [
 ]
 
 
+def is_alignment_round(t: int, config: FSLConfig, *, lazy: bool, rounds: int | None = None) -> bool:
+    """Whether the S-server aligns the aux models in round ``t`` (0-based).
+
+    Rounds are counted from the end of the warm start, s = t − ``warm_start_rounds``; alignment happens when
+    s ≥ 0 and s % l == 0 (l = ``align_interval``; Alg. 3). Eager (the official code): client i aligns at its
+    first local iteration k = 0 of that round. Lazy (a message-driven server such as Flower): every client
+    aligns at the *end* of round t and the aux is used from round t + 1, so nothing aligns after the last round
+    (t < R − 1, with R = ``rounds`` or ``config.rounds``).
+    """
+    s = t - config.warm_start_rounds
+    if s < 0 or s % config.align_interval:
+        return False
+    return not lazy or t < (config.rounds if rounds is None else rounds) - 1
+
+
 class RingBuffer:
     """FIFO of the most recent ``capacity`` uploaded (z, y) samples, preallocated on first push."""
 
     def __init__(self, capacity: int) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
-            raise ValueError(f"buffer capacity (buffer_size) must be an int >= 1, got {capacity!r}")
-        self.capacity = capacity
+        self.capacity = check_int("buffer capacity (buffer_size)", capacity, min=1)
         self._z: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
         self._ptr = 0  # next write position
@@ -162,6 +183,35 @@ def align_aux(
             adam_step(params, grads, state, lr, betas)
     after = _buffer_loss(aux, z, y, g_true) if epochs else before
     return {"loss_before": before, "loss_after": after, "target_sq_norm": norm, "n": float(n)}
+
+
+def align_client(
+    aux: GradScalarAux,
+    state: AuxAdamState,
+    buffer: RingBuffer,
+    server: nn.Module,
+    config: FSLConfig,
+    client: int,
+    round: int,
+) -> dict[str, float]:
+    """One alignment event of Alg. 3 for client ``client`` in round ``round``: :func:`align_aux` on its buffer
+    D_i with ``config``'s epochs, minibatch size, aux learning rate and betas, shuffled by
+    :func:`alignment_generator`. Returns the statistics of :func:`align_aux` plus ``client`` and ``round``."""
+    z, y = buffer.get()
+    stats = align_aux(
+        aux,
+        state,
+        z,
+        y,
+        server,
+        config.align_epochs,
+        config.align_batch_size,
+        config.effective_aux_lr,
+        config.betas,
+        generator=alignment_generator(config.seed, client, round),
+    )
+    stats.update(client=client, round=round)
+    return stats
 
 
 def _buffer_loss(aux: GradScalarAux, z: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> float:

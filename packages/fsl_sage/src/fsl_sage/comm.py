@@ -1,4 +1,4 @@
-"""Byte accounting (spec §3.4, §4): a ledger of every payload and the closed-form per-round totals.
+"""Byte accounting: a ledger of every payload and the closed-form per-round totals of FSL-SAGE and its peers.
 
 Payload conventions (the official code's): tensors count ``numel · itemsize``; a model counts its parameters and
 buffers (BN running statistics and the int64 ``num_batches_tracked`` included); labels are not counted unless
@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+
+from fsl_sage.align import is_alignment_round
+from fsl_sage.config import FSLConfig
+from icml25_shared.validate import check_choice, check_int
 
 __all__ = ["ByteCounter", "Transfer", "nbytes", "expected_bytes", "local_batch_sizes", "METHODS"]
 
@@ -49,10 +53,8 @@ class ByteCounter:
         self.transfers: list[Transfer] = []
 
     def add(self, round: int, client: int, direction: str, kind: str, n: int) -> None:
-        if direction not in DIRECTIONS:
-            raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
-        if n < 0:
-            raise ValueError(f"bytes must be >= 0, got {n}")
+        check_choice("direction", direction, DIRECTIONS)
+        n = check_int("bytes", n, min=0)
         self.transfers.append(Transfer(int(round), int(client), direction, kind, int(n)))
 
     def up(self, round: int, client: int, kind: str, n: int) -> None:
@@ -135,7 +137,14 @@ def expected_bytes(
     count_labels: bool = False,
     warm_start_rounds: int = 0,
 ) -> list[int]:
-    """The closed form of spec §4: total bytes (all clients, both directions) of each round 0..rounds-1.
+    """The closed form of the per-round communication: total bytes (all clients, both directions) of each round
+    0..rounds-1. Per client and round (d = floats per sample at the cut, b_k = the size of local batch k):
+
+    * FedAvg: 2·nbytes(x_c + x_s);
+    * SplitFed-v1/v2: Σ_k 2·b_k·d·4 + 2·nbytes(x_c) (smashed activations up, their gradients down);
+    * CSE-FSL: Σ_{k ≡ 0 (q)} b_k·d·4 + 2·nbytes(x_c) + 2·nbytes(x_a);
+    * FSL-SAGE: Σ_{k ≡ 0 (q)} b_k·d·4 + 2·nbytes(x_c), plus nbytes(x_a) down in each alignment round (eager) or
+      in the round after it (lazy), on the schedule of :func:`fsl_sage.align.is_alignment_round`.
 
     Args:
         method: one of ``fsl_sage``, ``cse_fsl``, ``splitfed_v1``, ``splitfed_v2``, ``fedavg``.
@@ -145,14 +154,11 @@ def expected_bytes(
         mode: ``eager`` (aux sent in the alignment round t ≡ 0 (l)) or ``lazy`` (sent in round t + 1, for
             t < rounds − 1).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if mode not in ("eager", "lazy"):
-        raise ValueError(f"mode must be 'eager' or 'lazy', got {mode!r}")
-    if q < 1 or align_interval < 1 or rounds < 1 or batch_size < 1:
-        raise ValueError(
-            f"q, align_interval, rounds and batch_size must be >= 1, got {q}, {align_interval}, {rounds}, {batch_size}"
-        )
+    check_choice("method", method, METHODS)
+    check_choice("mode", mode, ("eager", "lazy"))
+    for name, value in (("q", q), ("align_interval", align_interval), ("rounds", rounds), ("batch_size", batch_size)):
+        check_int(name, value, min=1)
+    schedule = FSLConfig(rounds=rounds, align_interval=align_interval, warm_start_rounds=warm_start_rounds)
     label = 8 if count_labels else 0
     per_sample = smashed_numel * 4 + label
     out = []
@@ -171,11 +177,10 @@ def expected_bytes(
             if method == "cse_fsl" or warm:
                 total += 2 * aux_bytes
                 continue
-            s = t - warm_start_rounds  # rounds of FSL-SAGE proper
-            if mode == "eager" and s % align_interval == 0:
-                total += aux_bytes
-            if mode == "lazy" and s >= 1 and (s - 1) % align_interval == 0 and t - 1 < rounds - 1:
-                total += aux_bytes
+            if mode == "eager" and is_alignment_round(t, schedule, lazy=False):
+                total += aux_bytes  # aligned and sent at k = 0 of this round
+            if mode == "lazy" and t >= 1 and is_alignment_round(t - 1, schedule, lazy=True):
+                total += aux_bytes  # aligned at the end of round t - 1, sent with this round's message
         out.append(total)
     return out
 

@@ -1,25 +1,17 @@
-"""Hyper-parameters of FSL-SAGE and its baselines (spec §3.5, the official code's defaults)."""
+"""Hyper-parameters of FSL-SAGE and its baselines (the defaults of the paper's experiments and official code:
+3 clients, 200 rounds, E = 1, B = 128, q = 5, l = 10, Adam 1e-3 with weight decay 1e-4)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
-__all__ = ["FSLConfig", "MODES"]
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
-MODES = ("eager", "lazy")
+__all__ = ["FSLConfig", "MODES", "Mode"]
 
-
-def _pos_int(name: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-
-
-def _pos_float(name: str, value: Any, allow_zero: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite float {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+Mode = Literal["eager", "lazy"]
+MODES: tuple[str, ...] = get_args(Mode)
 
 
 @dataclass
@@ -55,7 +47,7 @@ class FSLConfig:
     align_epochs: int = 100
     align_batch_size: int = 1000
     buffer_size: int = 1000
-    mode: str = "eager"
+    mode: Mode = "eager"
     lr: float = 1e-3
     aux_lr: float | None = None
     weight_decay: float = 1e-4
@@ -66,29 +58,26 @@ class FSLConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _pos_int("rounds", self.rounds)
-        _pos_int("local_epochs", self.local_epochs)
-        _pos_int("batch_size", self.batch_size)
-        _pos_int("server_update_interval (q)", self.server_update_interval)
-        _pos_int("align_interval (l)", self.align_interval)
-        _pos_int("align_epochs", self.align_epochs, minimum=0)
-        _pos_int("align_batch_size", self.align_batch_size)
-        _pos_int("buffer_size (M)", self.buffer_size)
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        _pos_float("lr", self.lr)
-        if self.aux_lr is not None:
-            _pos_float("aux_lr", self.aux_lr)
-        _pos_float("weight_decay", self.weight_decay, allow_zero=True)
+        self.rounds = check_int("rounds", self.rounds, min=1)
+        self.local_epochs = check_int("local_epochs", self.local_epochs, min=1)
+        self.batch_size = check_int("batch_size", self.batch_size, min=1)
+        self.server_update_interval = check_int("server_update_interval (q)", self.server_update_interval, min=1)
+        self.align_interval = check_int("align_interval (l)", self.align_interval, min=1)
+        self.align_epochs = check_int("align_epochs", self.align_epochs, min=0)
+        self.align_batch_size = check_int("align_batch_size", self.align_batch_size, min=1)
+        self.buffer_size = check_int("buffer_size (M)", self.buffer_size, min=1)
+        self.mode = check_choice("mode", self.mode, MODES)
+        self.lr = check_float("lr", self.lr, min=0.0, min_open=True)
+        self.aux_lr = check_float("aux_lr", self.aux_lr, min=0.0, min_open=True, allow_none=True)
+        self.weight_decay = check_float("weight_decay", self.weight_decay, min=0.0)
         self.betas = tuple(self.betas)  # type: ignore[assignment]
-        if len(self.betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in self.betas):
+        if len(self.betas) != 2:
             raise ValueError(f"betas must be two floats in [0, 1), got {self.betas!r}")
-        _pos_int("warm_start_rounds", self.warm_start_rounds, minimum=0)
-        if self.comm_budget_bytes is not None:
-            _pos_int("comm_budget_bytes", self.comm_budget_bytes)
-        if not isinstance(self.count_labels, bool):
-            raise ValueError(f"count_labels must be a bool, got {self.count_labels!r}")
-        _pos_int("seed", self.seed, minimum=0)
+        self.betas = tuple(check_float("betas", b, min=0.0, max=1.0, max_open=True) for b in self.betas)  # type: ignore[assignment]
+        self.warm_start_rounds = check_int("warm_start_rounds", self.warm_start_rounds, min=0)
+        self.comm_budget_bytes = check_int("comm_budget_bytes", self.comm_budget_bytes, min=1, allow_none=True)
+        self.count_labels = check_bool("count_labels", self.count_labels)
+        self.seed = check_int("seed", self.seed, min=0)
 
     @property
     def q(self) -> int:

@@ -1,14 +1,15 @@
-"""Offline data and client partitions (spec §8): sklearn's bundled digits, IID and Dirichlet equal-size splits."""
+"""Offline data and client partitions: sklearn's bundled digits (the CPU stand-in for the paper's CIFAR-10), IID
+and Dirichlet(α) equal-size splits (the paper's heterogeneity setting, after Hsu et al. 2019)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from icml25_shared.seed import numpy_rng
+from icml25_shared.validate import check_float, check_int
 
 __all__ = [
     "iid_partition",
@@ -21,8 +22,7 @@ __all__ = [
 
 
 def _check_clients(n: int, n_clients: int) -> None:
-    if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
-        raise ValueError(f"n_clients must be an int >= 1, got {n_clients!r}")
+    n_clients = check_int("n_clients", n_clients, min=1)
     if n_clients > n:
         raise ValueError(f"n_clients={n_clients} is more than the number of samples ({n})")
 
@@ -45,8 +45,7 @@ def dirichlet_partition(
     y = np.asarray(labels)
     if y.ndim != 1 or y.size == 0:
         raise ValueError(f"labels must be a non-empty 1-d array, got shape {y.shape}")
-    if not (isinstance(alpha, (int, float)) and math.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha must be a finite float > 0, got {alpha!r}")
+    alpha = check_float("alpha", alpha, min=0.0, min_open=True)
     _check_clients(len(y), n_clients)
     rng = numpy_rng(seed)
     classes = np.unique(y)

@@ -1,4 +1,4 @@
-"""Split models: the client-side x_c, the server-side x_s and the auxiliary model x_a (spec §2, §3.1, §8).
+"""Split models: the client-side x_c, the server-side x_s and the auxiliary model x_a of the paper.
 
 The gradient estimator of FSL-SAGE is the input gradient of the aux model's own NLL loss at the smashed activation
 z (the "grad-scalar" aux): ĝ(z, y) = ∂/∂z NLL(f_a(z), y). :class:`GradScalarAux` computes it per sample (sum
@@ -219,7 +219,7 @@ def _check_log_probs(name: str, out: torch.Tensor, z: torch.Tensor, n_classes: i
 
 
 def digits_cnn_split(n_classes: int = 10) -> tuple[nn.Module, nn.Module, GradScalarAux]:
-    """The "digits split CNN" of spec §8 on (1, 8, 8) inputs: client 4,800 params → z ∈ R^{32×4×4};
+    """The "digits split CNN" of our CPU reproduction on (1, 8, 8) inputs: client 4,800 params → z ∈ R^{32×4×4};
     server 66,954 params; linear aux 5,130 params. Returns (client, server, aux)."""
     client = nn.Sequential(
         nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU()
@@ -258,8 +258,8 @@ def _stage(in_planes: int, planes: int, stride: int) -> nn.Sequential:
 
 
 def resnet18_split(num_classes: int = 10) -> tuple[nn.Module, nn.Module, GradScalarAux]:
-    """The paper's ResNet-18 split (spec §2; ImageNet-style stem even on 32×32): client = conv1, bn1, relu,
-    maxpool, layer1, layer2 (z ∈ R^{128×4×4} on 32×32); server = layer3, layer4, avgpool, fc, log_softmax;
+    """The paper's ResNet-18 split of its CIFAR experiments (ImageNet-style stem even on 32×32): client = conv1,
+    bn1, relu, maxpool, layer1, layer2 (z ∈ R^{128×4×4} on 32×32); server = layer3, layer4, avgpool, fc, log_softmax;
     aux = one stage (2 BasicBlocks 128→256, stride 2) + avgpool + fc + log_softmax."""
     client = nn.Sequential(
         OrderedDict(

@@ -4,7 +4,7 @@
 ``flwr run`` on the deployment engine (SuperLink + SuperNodes).
 """
 
-from .core import (
+from fsl_sage.flower.core import (
     CSEFSLStrategy,
     DataFn,
     FSLSAGEStrategy,
@@ -16,7 +16,7 @@ from .core import (
     run_server,
     wire_bytes,
 )
-from .local import LocalGrid
+from fsl_sage.flower.local import LocalGrid
 
 __all__ = [
     "LocalGrid",

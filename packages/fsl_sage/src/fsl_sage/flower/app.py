@@ -32,10 +32,10 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from ..config import FSLConfig
-from ..data import client_datasets, load_digits_split
-from ..models import digits_cnn_split
-from .core import client_train, run_server
+from fsl_sage.config import FSLConfig
+from fsl_sage.data import client_datasets, load_digits_split
+from fsl_sage.flower.core import client_train, run_server
+from fsl_sage.models import digits_cnn_split
 
 __all__ = ["server_app", "client_app", "config_from_run_config"]
 

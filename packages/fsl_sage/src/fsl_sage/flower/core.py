@@ -1,9 +1,10 @@
 """FSL-SAGE and CSE-FSL on Flower (flwr 1.42 Message API): strategies, a ClientApp and a ServerApp.
 
-A message-driven server can only run the *lazy* form (spec §3.6): in round t every client trains on the aux it
+A message-driven server can only run the *lazy* form of Alg. 3: in round t every client trains on the aux it
 holds, queues its smashed activations at k % q == 0 and uploads them with its client model; the strategy replays
-the uploads in partition order (server steps, FIFO buffers), averages the client models and, when
-t % l == 0 and t < R − 1, aligns every client's aux, which travels with that client's round-(t + 1) message.
+the uploads in partition order (server steps, FIFO buffers), averages the client models and, in the rounds
+:func:`fsl_sage.align.is_alignment_round` names (t % l == 0 and t < R − 1), aligns every client's aux, which
+travels with that client's round-(t + 1) message.
 This equals :class:`fsl_sage.FSLSAGE` with ``mode="lazy"`` (same weights and payload bytes).
 
 The strategies keep two ledgers: ``ledger`` (payload bytes, the paper's convention, comparable with the
@@ -28,12 +29,14 @@ from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 from flwr.serverapp.strategy import Strategy
 from torch import nn
 
-from ..aggregate import weighted_average
-from ..algorithms import _batches, evaluate, make_optimizer, run_client_round, server_step
-from ..align import AuxAdamState, RingBuffer, align_aux, alignment_generator
-from ..comm import ByteCounter, nbytes
-from ..config import FSLConfig
-from ..models import GradScalarAux, SplitModel, as_aux
+from fsl_sage.aggregate import weighted_average
+from fsl_sage.align import AuxAdamState, RingBuffer, align_client, is_alignment_round
+from fsl_sage.comm import ByteCounter, nbytes
+from fsl_sage.config import FSLConfig
+from fsl_sage.models import GradScalarAux, SplitModel, as_aux
+from fsl_sage.runner import evaluate, local_batches, make_optimizer, server_step
+from fsl_sage.sage import run_client_round
+from icml25_shared.validate import check_choice, check_int
 
 __all__ = [
     "FSLSAGEStrategy",
@@ -51,6 +54,8 @@ logger = logging.getLogger(__name__)
 
 ModelFn = Callable[[], tuple[nn.Module, nn.Module, nn.Module]]
 """Builds (client, server, aux) with the initial weights (seeded: identical on every side)."""
+FLOWER_METHODS = ("fsl_sage", "cse_fsl", "fedavg")
+"""The methods with a Flower ClientApp (FedAvg through Flower's built-in strategy)."""
 DataFn = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
 """(partition_id, num_partitions) → the client's (x, y)."""
 
@@ -87,13 +92,9 @@ class _SplitStrategy(Strategy):
         num_rounds: int,
         num_clients: int,
     ) -> None:
-        if num_clients < 1:
-            raise ValueError(f"num_clients must be >= 1, got {num_clients}")
-        if num_rounds < 1:
-            raise ValueError(f"num_rounds must be >= 1, got {num_rounds}")
         self.config = config
-        self.num_rounds = num_rounds
-        self.num_clients = num_clients
+        self.num_rounds = check_int("num_rounds", num_rounds, min=1)
+        self.num_clients = check_int("num_clients", num_clients, min=1)
         self.server = copy.deepcopy(server)
         self.server_opt = make_optimizer(self.server.parameters(), config)
         self.aux_template: GradScalarAux = as_aux(copy.deepcopy(aux))
@@ -218,7 +219,7 @@ class _SplitStrategy(Strategy):
 
 
 class FSLSAGEStrategy(_SplitStrategy):
-    """FSL-SAGE's S-server and F-server as a Flower strategy (lazy alignment, spec §3.6).
+    """FSL-SAGE's S-server (Alg. 3, lazy alignment) and F-server (Alg. 2) as a Flower strategy.
 
     Args:
         server: the initial server-side model x_s.
@@ -256,24 +257,13 @@ class FSLSAGEStrategy(_SplitStrategy):
         self.buffers[pid].push(z, y)
 
     def _after_round(self, t: int, ordered: list[tuple[int, Message]], weights: list[float]) -> None:
-        cfg = self.config
-        if t % cfg.align_interval == 0 and t < self.num_rounds - 1:
+        if is_alignment_round(t, self.config, lazy=True, rounds=self.num_rounds):
             for pid in range(self.num_clients):
-                z, y = self.buffers[pid].get()
-                stats = align_aux(
-                    self.auxes[pid],
-                    self.aux_states[pid],
-                    z,
-                    y,
-                    self.server,
-                    cfg.align_epochs,
-                    cfg.align_batch_size,
-                    cfg.effective_aux_lr,
-                    cfg.betas,
-                    generator=alignment_generator(cfg.seed, pid, t),
+                self.align_log.append(
+                    align_client(
+                        self.auxes[pid], self.aux_states[pid], self.buffers[pid], self.server, self.config, pid, t
+                    )
                 )
-                stats.update(client=pid, round=t)
-                self.align_log.append(stats)
                 self.pending[pid] = True
 
 
@@ -321,7 +311,7 @@ def client_train(
         if "opt" in context.state:
             _load_opt(opt, context.state["opt"]["state"])
         model.train()
-        for _, _, idx in _batches(len(y), cfg, pid, t):
+        for _, _, idx in local_batches(len(y), cfg, pid, t):
             opt.zero_grad(set_to_none=True)
             torch.nn.functional.nll_loss(model(x[idx]), y[idx]).backward()
             opt.step()
@@ -361,8 +351,7 @@ def make_client_app(
     The node's partition comes from ``context.node_config["partition-id"]``; its aux model (FSL-SAGE) and its
     optimizer state persist across rounds in ``context.state``. ``config=None`` reads ``context.run_config``.
     """
-    if method not in ("fsl_sage", "cse_fsl", "fedavg"):
-        raise ValueError(f"method must be 'fsl_sage', 'cse_fsl' or 'fedavg', got {method!r}")
+    check_choice("method", method, FLOWER_METHODS)
     app = ClientApp()
 
     @app.train()
@@ -421,8 +410,7 @@ def make_server_app(
     """A ``ServerApp`` running ``num_rounds`` of ``method`` (``fsl_sage``, ``cse_fsl`` or ``fedavg`` = Flower's
     built-in FedAvg) over ``num_clients`` SuperNodes. ``on_finish(strategy, result)`` receives the strategy (its
     server model, aux models and ledgers) and Flower's ``Result`` when the run ends."""
-    if method not in ("fsl_sage", "cse_fsl", "fedavg"):
-        raise ValueError(f"method must be 'fsl_sage', 'cse_fsl' or 'fedavg', got {method!r}")
+    check_choice("method", method, FLOWER_METHODS)
     app = ServerApp()
 
     @app.main()

@@ -17,6 +17,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from icml25_shared.validate import check_int
+
 __all__ = ["LocalGrid"]
 
 
@@ -33,8 +35,7 @@ class LocalGrid(Grid):
     def __init__(
         self, client_app: ClientApp, num_nodes: int, run_config: dict[str, Any] | None = None, seed: int = 0
     ) -> None:
-        if num_nodes < 1:
-            raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+        num_nodes = check_int("num_nodes", num_nodes, min=1)
         self._app = client_app
         self._rng = random.Random(seed)
         self.contexts: dict[int, Context] = {}

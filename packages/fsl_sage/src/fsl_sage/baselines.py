@@ -1,0 +1,195 @@
+"""The peers of FSL-SAGE we implement in process, on the same model split and byte ledger: CSE-FSL (Mu & Shen
+2023), SplitFed-v1 and SplitFed-v2 (Thapa et al. 2022) and FedAvg (McMahan et al. 2017), the methods the paper
+compares against.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fsl_sage.aggregate import weighted_average
+from fsl_sage.comm import nbytes
+from fsl_sage.runner import Dataset, FederatedSplitAlgorithm, local_batches, make_optimizer, server_step
+from fsl_sage.sage import run_client_round
+
+__all__ = ["CSEFSL", "SplitFedV1", "SplitFedV2", "FedAvg"]
+
+
+class CSEFSL(FederatedSplitAlgorithm):
+    """CSE-FSL (Mu & Shen 2023): clients train x_c and their aux on the aux's local loss; the server steps on every
+    q-th upload; client and aux models are averaged every round."""
+
+    method = "cse_fsl"
+    needs_aux = True
+
+    def _setup(self, datasets: Sequence[Dataset]) -> None:
+        n = len(datasets)
+        self.clients = [copy.deepcopy(self.client_template) for _ in range(n)]
+        assert self.aux_template is not None
+        self.auxes = [copy.deepcopy(self.aux_template) for _ in range(n)]
+        self.client_opts = [
+            make_optimizer(list(c.parameters()) + list(a.parameters()), self.config)
+            for c, a in zip(self.clients, self.auxes)
+        ]
+        self.server_opt = make_optimizer(self.server.parameters(), self.config)
+
+    def models(self) -> dict[str, nn.Module]:
+        out = super().models()
+        out.update({f"aux.{i}": a for i, a in enumerate(getattr(self, "auxes", []))})
+        return out
+
+    def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
+        for i in range(len(self.clients)):
+
+            def on_upload(k: int, z: torch.Tensor, y: torch.Tensor, i: int = i) -> None:
+                self.ledger.up(t, i, "smashed", self._upload_bytes(len(y)))
+                server_step(self.server, self.server_opt, z, y)
+                self.server_steps += 1
+
+            run_client_round(
+                "cse_fsl",
+                self.clients[i],
+                self.client_opts[i],
+                self.auxes[i],
+                datasets[i],
+                self.config,
+                i,
+                t,
+                on_upload,
+            )
+            self.ledger.up(t, i, "client", nbytes(self.clients[i]))
+            self.ledger.up(t, i, "aux", nbytes(self.auxes[i]))
+        return 0
+
+    def _aggregate(self, t: int) -> None:
+        super()._aggregate(t)
+        avg = weighted_average([a.state_dict() for a in self.auxes], self.weights)
+        for i, a in enumerate(self.auxes):
+            a.load_state_dict(avg)
+            self.ledger.down(t, i, "aux", nbytes(avg))
+
+    def _estimates(self, z: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+        return [self.auxes[0].estimate(z, y)]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# SplitFed and FedAvg
+
+
+def _splitfed_step(
+    client: nn.Module,
+    c_opt: torch.optim.Optimizer,
+    server: nn.Module,
+    s_opt: torch.optim.Optimizer,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+) -> None:
+    """One SplitFed iteration: the server steps on the uploaded z and returns the batch-mean cut gradient."""
+    z = client(xb)
+    zs = z.detach().requires_grad_(True)
+    s_opt.zero_grad(set_to_none=True)
+    F.nll_loss(server(zs), yb).backward()
+    s_opt.step()
+    c_opt.zero_grad(set_to_none=True)
+    z.backward(zs.grad)
+    c_opt.step()
+
+
+class SplitFedV2(FederatedSplitAlgorithm):
+    """SplitFed-v2 ("single-server"): one shared server model, clients in turn, true gradient every batch."""
+
+    method = "splitfed_v2"
+
+    def _setup(self, datasets: Sequence[Dataset]) -> None:
+        super()._setup(datasets)
+        self.server_opt = make_optimizer(self.server.parameters(), self.config)
+
+    def _server_for(self, i: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+        return self.server, self.server_opt
+
+    def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
+        for i, (x, y) in enumerate(datasets):
+            server, s_opt = self._server_for(i)
+            self.clients[i].train()
+            server.train()
+            for _, _, idx in local_batches(len(y), self.config, i, t):
+                b = len(idx)
+                self.ledger.up(t, i, "smashed", self._upload_bytes(b))
+                _splitfed_step(self.clients[i], self.client_opts[i], server, s_opt, x[idx], y[idx])
+                self.server_steps += 1
+                self.ledger.down(t, i, "gradient", b * self.smashed_numel * 4)
+            self.ledger.up(t, i, "client", nbytes(self.clients[i]))
+        return 0
+
+
+class SplitFedV1(SplitFedV2):
+    """SplitFed-v1 ("multi-server"): one server copy per client, averaged (on the server side) every round."""
+
+    method = "splitfed_v1"
+
+    def _setup(self, datasets: Sequence[Dataset]) -> None:
+        FederatedSplitAlgorithm._setup(self, datasets)
+        self.servers = [copy.deepcopy(self.server) for _ in datasets]
+        self.server_opts = [make_optimizer(s.parameters(), self.config) for s in self.servers]
+
+    def _server_for(self, i: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+        return self.servers[i], self.server_opts[i]
+
+    def _aggregate(self, t: int) -> None:
+        super()._aggregate(t)
+        avg = weighted_average([s.state_dict() for s in self.servers], self.weights)
+        for s in self.servers:
+            s.load_state_dict(avg)
+        self.server.load_state_dict(avg)
+
+    def models(self) -> dict[str, nn.Module]:
+        out = super().models()
+        out.update({f"server.{i}": s for i, s in enumerate(getattr(self, "servers", []))})
+        return out
+
+
+class FedAvg(FederatedSplitAlgorithm):
+    """FedAvg (McMahan et al. 2017) of the full model x_c ∘ x_s, trained locally; both halves sent both ways."""
+
+    method = "fedavg"
+
+    def _setup(self, datasets: Sequence[Dataset]) -> None:
+        n = len(datasets)
+        self.clients = [copy.deepcopy(self.client_template) for _ in range(n)]
+        self.servers = [copy.deepcopy(self.server) for _ in range(n)]
+        self.client_opts = [
+            make_optimizer(list(c.parameters()) + list(s.parameters()), self.config)
+            for c, s in zip(self.clients, self.servers)
+        ]
+
+    def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
+        for i, (x, y) in enumerate(datasets):
+            c, s, opt = self.clients[i], self.servers[i], self.client_opts[i]
+            c.train()
+            s.train()
+            for _, _, idx in local_batches(len(y), self.config, i, t):
+                opt.zero_grad(set_to_none=True)
+                F.nll_loss(s(c(x[idx])), y[idx]).backward()
+                opt.step()
+            self.ledger.up(t, i, "client", nbytes(c))
+            self.ledger.up(t, i, "server", nbytes(s))
+        return 0
+
+    def _aggregate(self, t: int) -> None:
+        super()._aggregate(t)
+        avg = weighted_average([s.state_dict() for s in self.servers], self.weights)
+        size = nbytes(avg)
+        for i, s in enumerate(self.servers):
+            s.load_state_dict(avg)
+            self.ledger.down(t, i, "server", size)
+        self.server.load_state_dict(avg)
+
+    def models(self) -> dict[str, nn.Module]:
+        out = super().models()
+        out.update({f"server.{i}": s for i, s in enumerate(getattr(self, "servers", []))})
+        return out
