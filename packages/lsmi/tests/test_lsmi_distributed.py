@@ -7,10 +7,10 @@ once here rather than in each rank. On a loaded 2-core machine that cuts the tes
 
 import pytest
 import torch
-from lsmi import LSMIConfig, LSMIEstimator
-from lsmi.datasets import logic_gate
 
 from icml25_shared.distributed import launch
+from lsmi import LSMIConfig, LSMIEstimator
+from lsmi.datasets import logic_gate
 
 CFG = dict(n_classes=2, epochs_clf=2, epochs_entropy=2, batch_size=32, seed=3)
 N = 100  # batches of 32, 32, 32, 4: unequal shards are weighted exactly

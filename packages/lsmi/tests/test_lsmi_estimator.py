@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from lsmi import KNIFE, LSMIConfig, LSMIEstimator
 from lsmi.datasets import gaussian_exact_terms, gaussian_modalities, logic_gate
 from lsmi.estimator import StackedMLP, mlp_classifier
@@ -167,7 +168,7 @@ def test_bad_input():
 
 @pytest.mark.slow
 def test_gaussian_rho_sweep_orders_synergy():
-    """Spec 5.3: on the official generator the estimated S follows the exact plug-in and grows as rho falls."""
+    """On the official Gaussian generator the estimated S follows the exact plug-in and grows as rho falls."""
     est_s, ex_s = [], []
     for rho in (0.9, 0.5, 0.0, -0.5):
         x1, x2, y = gaussian_modalities(4000, 2, 0.5, rho, seed=0)

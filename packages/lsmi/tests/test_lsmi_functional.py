@@ -3,6 +3,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from lsmi import lsmi_discrete, lsmi_from_terms, mean_shift
 from lsmi.datasets import gate_joint
 
@@ -31,8 +32,8 @@ def joint_y_is_b1():
         (gate_joint("and"), (0.3890, -0.1733, -0.1733, 0.5199), (0.2158, 0, 0, 0.3466)),
         (gate_joint("sum"), (0.3466, 0, 0, LN2), (0.3466, 0, 0, LN2)),
         (joint_copy(), (LN2, 0, 0, 0), (LN2, 0, 0, 0)),
-        # I+- gives r = ln 2 here (specificity min(h1, h2) = ln 2, ambiguity 0): the spec's raw row lists R and U1
-        # swapped; dit's PID_PM agrees with these values (test below), and the adjusted row is the spec's
+        # I+- gives r = ln 2 here (specificity min(h1, h2) = ln 2, ambiguity 0); dit's PID_PM agrees with these
+        # values (test below)
         (joint_y_is_b1(), (LN2, 0, -LN2, LN2), (0, LN2, 0, 0)),
     ],
 )
@@ -125,7 +126,7 @@ def test_broja_baseline_on_and_gate():
 
 
 def test_broja_formulations_agree():
-    """The sparse ("aux") and the spec's ("direct") convex programs reach the same optimum; BROJA terms are >= 0.
+    """The sparse ("aux") and the dense ("direct") convex programs reach the same optimum; BROJA terms are >= 0.
 
     (dit's PID_BROJA is not used as the reference: on this joint its optimiser stops at R = -0.0013 nats, a worse
     objective than both programs reach.)"""

@@ -5,7 +5,7 @@ Two equivalent formulations of max H_q(Y | X1, X2) s.t. q(x1, y) = p(x1, y), q(x
 
 - ``"aux"`` (default): an auxiliary variable t(x1, x2) = sum_y q(x1, x2, y), objective -sum rel_entr(q, t). Every
   exponential cone touches three scalars, so the KKT system stays sparse.
-- ``"direct"``: t written as the expression sum_y q inside ``rel_entr`` (the form of the spec, section 4). Every cone
+- ``"direct"``: t written as the expression sum_y q inside ``rel_entr`` (the textbook form of the program). Every cone
   then references all C entries of its row, the KKT system fills in, and Clarabel's cost per iteration explodes
   with C (same optimum; C = 30, k = 20 takes minutes instead of seconds).
 """
@@ -18,6 +18,8 @@ import warnings
 from typing import Any
 
 import numpy as np
+
+from icml25_shared.validate import check_choice, check_float, check_int
 
 __all__ = ["broja_discrete", "broja_cvx", "FORMULATIONS"]
 
@@ -47,10 +49,8 @@ def broja_discrete(
     """
     import cvxpy as cp
 
-    if formulation not in FORMULATIONS:
-        raise ValueError(f"formulation must be one of {FORMULATIONS}, got {formulation!r}")
-    if time_limit is not None and not time_limit > 0:
-        raise ValueError(f"time_limit must be a positive number of seconds or None, got {time_limit!r}")
+    check_choice("formulation", formulation, FORMULATIONS)
+    time_limit = check_float("time_limit", time_limit, min=0.0, min_open=True, allow_none=True)
     p = np.asarray(P, dtype=np.float64)
     if p.ndim != 3:
         raise ValueError(f"P must be a 3-D joint pmf P[x1, x2, y], got shape {p.shape}")
@@ -121,8 +121,7 @@ def broja_cvx(
     x1, x2, y = np.asarray(x1), np.asarray(x2), np.asarray(y).astype(int)
     if not (len(x1) == len(x2) == len(y)):
         raise ValueError(f"x1, x2 and y must have the same length, got {len(x1)}, {len(x2)} and {len(y)}")
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= len(x1):
-        raise ValueError(f"k must be an int in [1, n_samples={len(x1)}], got {k!r}")
+    k = check_int("k", k, min=1, max=len(x1))
     c = int(n_classes or y.max() + 1)
     a = KMeans(k, n_init=1, random_state=seed).fit_predict(x1.reshape(len(x1), -1))
     b = KMeans(k, n_init=1, random_state=seed).fit_predict(x2.reshape(len(x2), -1))

@@ -1,16 +1,13 @@
-"""Validated configuration of the LSMI estimator (defaults: the official code's, spec section 8)."""
+"""Validated configuration of the LSMI estimator (defaults: the official code's ``cfgs/train.yaml``)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Literal
+
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
 __all__ = ["LSMIConfig"]
-
-
-def _pos_int(name: str, v: Any, minimum: int = 1) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {v!r}")
 
 
 @dataclass
@@ -43,32 +40,30 @@ class LSMIConfig:
     lr: float = 1e-3
     clf_lr_step: int = 15
     entropy_lr_step: int = 20
-    prior: str = "empirical"
-    adjust: str | None = "mean_shift"
+    prior: Literal["empirical", "uniform"] = "empirical"
+    adjust: Literal["mean_shift"] | None = "mean_shift"
     standardize: bool = True
     legacy_grad_accumulation: bool = False
-    units: str = "nats"
+    units: Literal["nats", "bits"] = "nats"
     seed: int = 0
     device: str | None = None
 
     def __post_init__(self) -> None:
-        _pos_int("n_classes", self.n_classes, 2)
-        _pos_int("hidden", self.hidden)
-        _pos_int("n_kernels", self.n_kernels)
-        _pos_int("epochs_clf", self.epochs_clf, 0)
-        _pos_int("epochs_entropy", self.epochs_entropy, 0)
-        _pos_int("batch_size", self.batch_size)
-        _pos_int("clf_lr_step", self.clf_lr_step)
-        _pos_int("entropy_lr_step", self.entropy_lr_step)
-        _pos_int("seed", self.seed, 0)
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ValueError(f"lr must be a positive number, got {self.lr!r}")
-        if self.prior not in ("empirical", "uniform"):
-            raise ValueError(f"prior must be 'empirical' or 'uniform', got {self.prior!r}")
-        if self.adjust not in ("mean_shift", None):
-            raise ValueError(f"adjust must be 'mean_shift' or None, got {self.adjust!r}")
-        if self.units not in ("nats", "bits"):
-            raise ValueError(f"units must be 'nats' or 'bits', got {self.units!r}")
+        self.n_classes = check_int("n_classes", self.n_classes, min=2)
+        self.hidden = check_int("hidden", self.hidden, min=1)
+        self.n_kernels = check_int("n_kernels", self.n_kernels, min=1)
+        self.epochs_clf = check_int("epochs_clf", self.epochs_clf, min=0)
+        self.epochs_entropy = check_int("epochs_entropy", self.epochs_entropy, min=0)
+        self.batch_size = check_int("batch_size", self.batch_size, min=1)
+        self.clf_lr_step = check_int("clf_lr_step", self.clf_lr_step, min=1)
+        self.entropy_lr_step = check_int("entropy_lr_step", self.entropy_lr_step, min=1)
+        self.seed = check_int("seed", self.seed, min=0)
+        self.lr = check_float("lr", self.lr, min=0.0, min_open=True)
+        self.prior = check_choice("prior", self.prior, ("empirical", "uniform"))
+        self.adjust = check_choice("adjust", self.adjust, ("mean_shift", None))
+        self.standardize = check_bool("standardize", self.standardize)
+        self.legacy_grad_accumulation = check_bool("legacy_grad_accumulation", self.legacy_grad_accumulation)
+        self.units = check_choice("units", self.units, ("nats", "bits"))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -1,11 +1,14 @@
-"""Synthetic data with exact references: noisy logic gates (spec 5.2) and the official Gaussian generator with
-its exact plug-in terms (spec 2.6)."""
+"""Synthetic data with exact references: the noisy logic gates of the paper's synthetic experiment (y = gate(b1,
+b2), x_m = onehot(b_m) + noise) and the official code's Gaussian generator (``gaussian_data.py``) with its exact
+plug-in terms ((x1, x2) | y is Gaussian, so p(y | x) and h(x) have closed forms)."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+
+from icml25_shared.validate import check_choice
 
 __all__ = ["GATES", "gate_joint", "logic_gate", "gaussian_modalities", "gaussian_exact_terms"]
 
@@ -30,8 +33,7 @@ def gate_joint(gate: str) -> np.ndarray:
 
 def logic_gate(gate: str, n: int, noise: float = 0.1, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """b1, b2 ~ Bern(1/2); x_m = onehot(b_m) + noise * N(0, I_2); y = gate(b1, b2)."""
-    if gate not in GATES:
-        raise ValueError(f"gate must be one of {sorted(GATES)}, got {gate!r}")
+    check_choice("gate", gate, sorted(GATES))
     rng = np.random.default_rng(seed)
     b1, b2 = rng.integers(0, 2, n), rng.integers(0, 2, n)
     x1 = np.eye(2)[b1] + noise * rng.standard_normal((n, 2))

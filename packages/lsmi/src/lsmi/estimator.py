@@ -1,5 +1,6 @@
 """LSMIEstimator: three classifiers give the pointwise MIs, two KNIFEs the surprisals; one aligned scoring pass
-gives r, u1, u2, s for every sample (spec sections 2.3-2.4).
+gives r, u1, u2, s for every sample (the paper's estimation procedure; the official code's defects fixed, see the
+README's "Choices").
 
 Distributed: when ``torch.distributed`` is initialised, ``fit`` wraps the models in DDP and every rank takes an
 equal-as-possible shard of each global batch (losses are weighted so that the averaged gradient is exactly the

@@ -8,6 +8,8 @@ import math
 import torch
 from torch import nn
 
+from icml25_shared.validate import check_int
+
 __all__ = ["KNIFE"]
 
 
@@ -21,10 +23,8 @@ class KNIFE(nn.Module):
 
     def __init__(self, dim: int, n_kernels: int = 5) -> None:
         super().__init__()
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-            raise ValueError(f"dim must be an int >= 1, got {dim!r}")
-        if isinstance(n_kernels, bool) or not isinstance(n_kernels, int) or n_kernels < 1:
-            raise ValueError(f"n_kernels must be an int >= 1, got {n_kernels!r}")
+        dim = check_int("dim", dim, min=1)
+        n_kernels = check_int("n_kernels", n_kernels, min=1)
         self.dim, self.n_kernels = dim, n_kernels
         self.means = nn.Parameter(torch.randn(n_kernels, dim))
         self.log_scales = nn.Parameter(torch.randn(1, n_kernels, dim))

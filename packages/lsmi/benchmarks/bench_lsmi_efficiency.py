@@ -1,11 +1,13 @@
 """LSMI fit+transform vs the PID-CVX (K-means + histogram + BROJA by cvxpy) baseline at equal N = 4,000, for
 C in {2, 10, 30} and k in {10, 20}, reported as time ratios in one run; plus transform throughput (samples/s).
 
-The baseline is timed in its sparse convex formulation ("aux", the honest comparison) and in the spec's direct
+The baseline is timed in its sparse convex formulation ("aux", the honest comparison) and in the dense direct
 formulation under a per-solve time limit (``--direct-limit`` seconds, default 240; a solve that hits it makes the
-ratio a lower bound, printed as "> x"). Writes one JSON line per (C, k) and a summary to ``--out`` if given.
+ratio a lower bound, printed as "> x"). Prints one line per (C, k) and writes the rows and a summary to
+benchmarks/results/bench_lsmi_efficiency.json and the printed lines to bench_lsmi_efficiency.log (``--out``
+elsewhere; the log goes beside it).
 
-    python packages/lsmi/benchmarks/bench_efficiency.py [--direct-limit 240] [--ks 10,20,40] [--out results.json]
+    python packages/lsmi/benchmarks/bench_lsmi_efficiency.py [--direct-limit 240] [--ks 10,20,40] [--out file.json]
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 
-from lsmi.efficiency import efficiency_sweep
+from lsmi.experiments import efficiency_sweep
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main() -> None:
@@ -24,9 +29,17 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4000)
     ap.add_argument("--ks", default="10,20", help="comma-separated cluster counts (the issue's sweep: 10,20)")
     ap.add_argument("--direct-max-ck2", type=int, default=12000, help="skip the direct program above this C k^2")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=str(RESULTS / "bench_lsmi_efficiency.json"), help="JSON path")
     args = ap.parse_args()
-    print(f"load average before: {os.getloadavg()}", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    say(f"load average before: {os.getloadavg()}")
     t0, c0 = time.perf_counter(), time.process_time()
 
     def log(r: dict) -> None:
@@ -36,13 +49,12 @@ def main() -> None:
             if "ratio_direct_wall" in r
             else " direct skipped;"
         )
-        print(
+        say(
             f"C={r['C']:>2} k={r['k']:>2} Ck2={r['Ck2']:>6}: LSMI {r['lsmi_wall_s']:.2f} s wall"
             f" / {r['lsmi_cpu_s']:.2f} s"
             f" cpu; PID-CVX aux {r['cvx_aux_wall_s']:.2f} s / {r['cvx_aux_cpu_s']:.2f} s cpu"
             f" (ratio {r['ratio_aux_wall']:.2f}x wall, {r['ratio_aux_cpu']:.2f}x cpu);{direct}"
-            f" transform {r['transform_samples_per_s']:.0f} samples/s",
-            flush=True,
+            f" transform {r['transform_samples_per_s']:.0f} samples/s"
         )
 
     ks = tuple(int(k) for k in args.ks.split(","))
@@ -60,10 +72,9 @@ def main() -> None:
         "total_cpu_s": time.process_time() - c0,
         "load_average_after": os.getloadavg(),
     }
-    print(f"total {summary['total_wall_s']:.1f} s wall, {summary['total_cpu_s']:.1f} s cpu; load {os.getloadavg()}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(summary, f, indent=1, default=float)
+    say(f"total {summary['total_wall_s']:.1f} s wall, {summary['total_cpu_s']:.1f} s cpu; load {os.getloadavg()}")
+    out.write_text(json.dumps(summary, indent=1, default=float), encoding="utf-8")
+    out.with_suffix(".log").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

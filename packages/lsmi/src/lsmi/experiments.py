@@ -1,0 +1,224 @@
+"""The experiments of ``icml25 reproduce lsmi`` and the benchmark: continuous logic gates, the official Gaussian
+generator against its exact plug-in, two offline real data sets with a shuffled-modality control, and the
+efficiency sweep of LSMI against the PID-CVX baseline, plus their plots.
+
+Efficiency: LSMI fit + transform vs PID-CVX (K-means + histogram + BROJA) at equal N, over the number of classes C
+and clusters k. Both sides see the same N samples of the official Gaussian generator. Times are wall seconds and
+process CPU seconds (CPU includes every thread: LSMI runs on one torch thread, Clarabel and K-means use the
+machine's cores). The baseline is timed in two formulations (see :mod:`lsmi.baselines`): ``aux`` (sparse, the
+honest baseline) and ``direct`` (the textbook form) under a per-solve time limit; a solve that hits the limit gives
+a lower bound on its time and hence on the ratio, reported with ``ratio_direct_lower_bound=True``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from icml25_shared.device import torch_threads
+from icml25_shared.report import save_figure, subplots
+from lsmi.baselines import broja_cvx
+from lsmi.config import LSMIConfig
+from lsmi.datasets import gaussian_exact_terms, gaussian_modalities, logic_gate
+from lsmi.estimator import LSMIEstimator
+from lsmi.functional import lsmi_from_terms, mean_shift
+
+__all__ = [
+    "GATE_NAMES",
+    "fit_score",
+    "gate_means",
+    "gaussian_sweep",
+    "real_data_means",
+    "efficiency_sweep",
+    "plot_gates",
+    "plot_gaussian",
+    "plot_efficiency",
+]
+
+GATE_NAMES = ("xor", "or")
+
+
+def fit_score(x1: Any, x2: Any, y: Any, n_classes: int, n_fit: int, seed: int = 0, **kw: Any):
+    """Fit an :class:`LSMIEstimator` on the first ``n_fit`` samples; return (estimator, mean (R, U1, U2, S) on the
+    rest)."""
+    est = LSMIEstimator(LSMIConfig(n_classes=n_classes, seed=seed, **kw))
+    est.fit(x1[:n_fit], x2[:n_fit], y[:n_fit], verbose=False)
+    return est, est.score(x1[n_fit:], x2[n_fit:], y[n_fit:])
+
+
+def gate_means(n: int = 4000, n_fit: int = 3200, noise: float = 0.1) -> dict[str, Any]:
+    """Mean (R, U1, U2, S) of LSMI on continuous XOR and OR gates (x_m = onehot(b_m) + noise·N(0, I₂))."""
+    measured = {}
+    for g in GATE_NAMES:
+        x1, x2, y = logic_gate(g, n, noise=noise, seed=0)
+        measured[g] = fit_score(x1, x2, y, 2, n_fit)[1]
+    return measured
+
+
+def gaussian_sweep(rhos: tuple[float, ...] = (0.9, 0.5, 0.0, -0.5)) -> dict[float, dict[str, Any]]:
+    """For each noise correlation rho of the official generator (C = 2, sigma = 0.5, 4,000 samples, fit on 3,200):
+    LSMI's mean (R, U1, U2, S) and the exact plug-in's on the 800 scored samples."""
+    rows = {}
+    for rho in rhos:
+        x1, x2, y = gaussian_modalities(4000, 2, 0.5, rho, seed=0)
+        _, m = fit_score(x1, x2, y, 2, 3200)
+        t = gaussian_exact_terms(x1[3200:], x2[3200:], y[3200:], 2, 0.5, rho)
+        ex = [float(v.mean()) for v in mean_shift(*lsmi_from_terms(t["i1"], t["i2"], t["i12"], t["h1"], t["h2"]))[:4]]
+        rows[rho] = {"estimated": m, "exact_plugin": ex}
+    return rows
+
+
+def real_data_means() -> dict[str, Any]:
+    """Mean (R, U1, U2, S) on sklearn digits (left / right image halves, and with the right half shuffled across
+    samples) and breast_cancer ('mean' vs 'worst' features), 80% fit / 20% scored."""
+    from sklearn.datasets import load_breast_cancer, load_digits
+
+    rng = np.random.default_rng(0)
+    d = load_digits()
+    img, target = d.images, d.target
+    left, right = img[:, :, :4].reshape(len(img), -1), img[:, :, 4:].reshape(len(img), -1)
+    perm = rng.permutation(len(img))
+    left, right, y = left[perm], right[perm], target[perm]
+    n_fit = int(0.8 * len(y))
+    _, digits = fit_score(left, right, y, 10, n_fit)
+    shuffled = right[rng.permutation(len(right))]
+    _, digits_shuffled = fit_score(left, shuffled, y, 10, n_fit)
+    bc = load_breast_cancer()
+    x, yb = bc.data, bc.target
+    perm = rng.permutation(len(yb))
+    _, cancer = fit_score(x[perm, :10], x[perm, 20:], yb[perm], 2, int(0.8 * len(yb)))
+    return {"digits": digits, "digits_shuffled": digits_shuffled, "breast_cancer": cancer}
+
+
+def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float, float]:
+    w, c = time.perf_counter(), time.process_time()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - w, time.process_time() - c
+
+
+def _run_lsmi(x1: Any, x2: Any, y: Any, c: int, seed: int) -> tuple[LSMIEstimator, tuple[float, ...]]:
+    est = LSMIEstimator(LSMIConfig(n_classes=c, seed=seed)).fit(x1, x2, y, verbose=False)
+    return est, est.transform(x1, x2, y).mean()
+
+
+def efficiency_sweep(
+    cs: tuple[int, ...] = (2, 10, 30),
+    ks: tuple[int, ...] = (10, 20),
+    n: int = 4000,
+    direct_time_limit: float | None = 60.0,
+    seed: int = 0,
+    log: Callable[[dict], None] | None = None,
+    throughput: bool = False,
+    direct_max_ck2: int | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (C, k): LSMI and PID-CVX times (wall and CPU), their ratios, and the baseline's (R, U1, U2, S).
+
+    ``direct_time_limit=None`` skips the ``direct`` formulation (so does ``C k^2 > direct_max_ck2``: at C = 30, k = 20
+    its process already holds ~2 GB); with ``throughput=True`` each row also has the
+    ``transform`` throughput (samples/s, median of 5 calls on the N samples). LSMI runs with one torch thread (the
+    models are tiny; the previous setting is restored)."""
+    rows = []
+    with torch_threads(1):
+        # warm-up: first-call imports (sklearn, cvxpy, torch.distributed) are not part of either method's cost
+        wx1, wx2, wy = gaussian_modalities(64, 2, 0.5, 0.5, seed=seed)
+        LSMIEstimator(LSMIConfig(n_classes=2, epochs_clf=1, epochs_entropy=1)).fit(wx1, wx2, wy, verbose=False)
+        broja_cvx(wx1, wx2, wy, k=2, n_classes=2, seed=seed)
+        for c in cs:
+            x1, x2, y = gaussian_modalities(n, c, 0.5, 0.5, seed=seed)
+
+            (est, lsmi_means), lw, lc = _timed(_run_lsmi, x1, x2, y, c, seed)
+            thr = None
+            if throughput:
+                times = []
+                for _ in range(6):
+                    t0 = time.perf_counter()
+                    est.transform(x1, x2, y)
+                    times.append(time.perf_counter() - t0)
+                thr = n / sorted(times[1:])[2]
+            for k in ks:
+                aux, aw, ac = _timed(broja_cvx, x1, x2, y, k=k, n_classes=c, seed=seed)
+                row: dict[str, Any] = {
+                    "C": c,
+                    "k": k,
+                    "Ck2": c * k * k,
+                    "n": n,
+                    "lsmi_wall_s": lw,
+                    "lsmi_cpu_s": lc,
+                    "lsmi_means": lsmi_means,
+                    "cvx_aux_wall_s": aw,
+                    "cvx_aux_cpu_s": ac,
+                    "cvx_aux_solve_s": aux["solve_s"],
+                    "cvx_aux_means": [aux[key] for key in ("R", "U1", "U2", "S")],
+                    "ratio_aux_wall": aw / lw,
+                    "ratio_aux_cpu": ac / lc,
+                }
+                if direct_time_limit is not None and (direct_max_ck2 is None or c * k * k <= direct_max_ck2):
+                    d, dw, dc = _timed(
+                        broja_cvx,
+                        x1,
+                        x2,
+                        y,
+                        k=k,
+                        n_classes=c,
+                        seed=seed,
+                        formulation="direct",
+                        time_limit=direct_time_limit,
+                    )
+                    row.update(
+                        cvx_direct_wall_s=dw,
+                        cvx_direct_cpu_s=dc,
+                        cvx_direct_status=d["status"],
+                        ratio_direct_wall=dw / lw,
+                        ratio_direct_cpu=dc / lc,
+                        ratio_direct_lower_bound=d["status"] == "time_limit",
+                    )
+                if thr is not None:
+                    row["transform_samples_per_s"] = thr
+                rows.append(row)
+                if log is not None:
+                    log(row)
+    return rows
+
+
+def plot_gates(out_dir: Path, exact: dict[str, Any], measured: dict[str, Any]) -> str:
+    """Bars of the exact and the estimated (R, U1, U2, S) of each gate."""
+    fig, axes = subplots(1, 2)
+    for ax, g in zip(axes, GATE_NAMES):
+        xs = np.arange(4)
+        ax.bar(xs - 0.2, exact[g], 0.4, label="exact")
+        ax.bar(xs + 0.2, measured[g], 0.4, label="LSMI (continuous)")
+        ax.set(xticks=xs, xticklabels=["R", "U1", "U2", "S"], title=g.upper(), ylabel="nats")
+        ax.legend()
+    return str(save_figure(fig, out_dir, "gates"))
+
+
+def plot_gaussian(out_dir: Path, rows: dict[float, dict[str, Any]]) -> str:
+    """Exact plug-in and estimated synergy against rho."""
+    rhos = list(rows)
+    fig, ax = subplots()
+    ax.plot(rhos, [rows[r]["exact_plugin"][3] for r in rhos], "o-", label="exact plug-in S")
+    ax.plot(rhos, [rows[r]["estimated"][3] for r in rhos], "s--", label="LSMI S")
+    ax.set(xlabel="rho (noise correlation)", ylabel="synergy S (nats)", title="Gaussian generator: synergy vs rho")
+    ax.legend()
+    return str(save_figure(fig, out_dir, "gaussian_synergy"))
+
+
+def plot_efficiency(out_dir: Path, rows: list[dict[str, Any]]) -> str:
+    """Time ratio PID-CVX / LSMI against C k², both formulations (rows sorted by C k²)."""
+    ck2 = [r["Ck2"] for r in rows]
+    fig, ax = subplots()
+    ax.plot(ck2, [r["ratio_aux_wall"] for r in rows], "o-", label="PID-CVX (sparse 'aux' program)")
+    ax.plot(ck2, [r["ratio_direct_wall"] for r in rows], "s--", label="PID-CVX (dense 'direct' program)")
+    for r in rows:
+        if r["ratio_direct_lower_bound"]:
+            ax.annotate(f"> {r['ratio_direct_wall']:.0f}x (time limit)", (r["Ck2"], r["ratio_direct_wall"]))
+        ax.annotate(f"C={r['C']},k={r['k']}", (r["Ck2"], r["ratio_aux_wall"]), fontsize=7)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="C k^2", ylabel="time(PID-CVX) / time(LSMI fit+transform)")
+    ax.set_title(f"efficiency at N = {rows[0]['n']}")
+    ax.legend()
+    return str(save_figure(fig, out_dir, "efficiency"))
