@@ -1,74 +1,74 @@
-"""Benchmark: bisection projection vs cvxpy projection (Clarabel, sequential), DC3 correction and qpth on the
-same QP (n = 100, 50 equalities, 50 inequalities, 1,024 infeasible predictions), as ratios in one run; then steps
-vs ρ and scaling in the batch size B and the dimension n.
+"""Benchmark: bisection projection vs cvxpy projection (Clarabel, sequential, as its users run it) and DC3's
+gradient correction on the same QP (n = 100, 50 equalities, 50 inequalities, 1,024 infeasible predictions), each
+pair timed interleaved in one run and reported as a ratio; then steps vs ρ and scaling in the batch size B and the
+dimension n. Writes ``benchmarks/results/bench_bisection_proj.json`` (and ``.log``). Torch runs on one thread
+(``--threads``), like the reproduction, so that a shared machine does not oversubscribe its cores.
 
-    packages/bisection_proj/.venv/bin/python packages/bisection_proj/benchmarks/bench_bisection_proj.py [--quick]
+    .venv/bin/python packages/bisection_proj/benchmarks/bench_bisection_proj.py [--quick]
 
 Interior points are the analytic ones, pinv(A)·θ (feasible for every θ), so timings do not depend on IPNN
-training. cvxpy is timed on a subset of the rows and reported per instance (it is sequential, so the time for
-the whole batch is that times B).
+training. cvxpy is timed against B-Proj on the same subset of rows (it is sequential, so the time for the whole
+batch is the per-row time times B).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
+from pathlib import Path
+from typing import Any
 
-import torch
 from bisection_proj import BisectionProjector
 from bisection_proj.baselines import cvxpy_projection, dc3_correction
+from bisection_proj.experiments import infeasible_batch
 from bisection_proj.metrics import feasibility_rate
 from bisection_proj.problems import ConvexQP
+from icml25_shared.bench import compare, measure
+from icml25_shared.device import get_device, torch_threads
 
-from icml25_shared.bench import measure
-from icml25_shared.device import get_device
-
-
-def infeasible_batch(prob: ConvexQP, b: int, seed: int = 0, noise: float = 0.15):
-    """b parameters with infeasible predictions (interior point + noise, clipped to the box) and their IPs."""
-    gen = torch.Generator().manual_seed(seed)
-    thetas, zs = [], []
-    have = 0
-    while have < b:
-        th = prob.sample_theta(2 * b, gen)
-        z0 = prob.y_to_z(th, prob.analytic_interior(th))
-        z = (z0 + noise * torch.randn(z0.shape, generator=gen, dtype=z0.dtype)).clamp(0, 1)
-        bad = prob.z_violation(th, z).amax(-1) > 1e-5
-        thetas.append(th[bad])
-        zs.append(z[bad])
-        have += int(bad.sum())
-    theta, z = torch.cat(thetas)[:b], torch.cat(zs)[:b]
-    ip = prob.y_to_z(theta, prob.analytic_interior(theta)).unsqueeze(1)
-    return theta, z, ip
+RESULTS = Path(__file__).parent / "results"
+log = logging.getLogger("bench_bisection_proj")
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     ap.add_argument("--cvxpy-rows", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU (cvxpy is sequential)")
     args = ap.parse_args(argv)
+    with torch_threads(args.threads):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> dict[str, Any]:
     dev = get_device()
     b = 256 if args.quick else 1024
-    prob = ConvexQP.random(n=100, n_eq=50, n_ineq=50, seed=0).to(dev)
-    theta, z, ip = (t.to(dev) for t in infeasible_batch(prob.cpu(), b))
+    prob = ConvexQP.random(n=100, n_eq=50, n_ineq=50, seed=0)
+    theta, z, ip = (t.to(dev) for t in infeasible_batch(prob, b))
     prob = prob.to(dev)
-    out: dict = {"device": str(dev), "batch": b, "problem": "ConvexQP 100/50/50"}
+    out: dict[str, Any] = {"device": str(dev), "batch": b, "problem": "ConvexQP 100/50/50", "quick": args.quick,
+                           "torch_threads": args.threads}  # fmt: skip
 
     proj = BisectionProjector(prob)
-    t_bp = measure(lambda: proj(theta, z, ip), warmup=2, repeats=5, device=dev)
     y_bp, info = proj(theta, z, ip)
+    t_bp = measure(lambda: proj(theta, z, ip), warmup=2, repeats=5, device=dev)
     out["bproj"] = {"time_s": t_bp.median, "per_row_s": t_bp.median / b, "feasibility": info.feasibility_rate,
                     "steps": info.steps}  # fmt: skip
 
+    # cvxpy Proj vs B-Proj on the same rows, interleaved (cvxpy on CPU, one instance at a time)
     rows = min(args.cvxpy_rows, b)
-    y_raw = prob.z_to_y(theta, z)
-    cvxpy_projection(prob.cpu(), theta[:2].cpu(), y_raw[:2].cpu())  # compile the cvxpy model once
-    t_cvx = measure(lambda: cvxpy_projection(prob.cpu(), theta[:rows].cpu(), y_raw[:rows].cpu()), warmup=0, repeats=1)
-    y_cvx = cvxpy_projection(prob.cpu(), theta[:rows].cpu(), y_raw[:rows].cpu())
-    per = t_cvx.median / rows
-    out["cvxpy"] = {"per_row_s": per, "feasibility": feasibility_rate(prob.cpu(), theta[:rows].cpu(), y_cvx, tol=1e-4),
-                    "ratio_vs_bproj": per / out["bproj"]["per_row_s"]}  # fmt: skip
+    cpu = prob.cpu()
+    th_c, z_c, ip_c = theta[:rows].cpu(), z[:rows].cpu(), ip[:rows].cpu()
+    y_raw = cpu.z_to_y(th_c, z_c)
+    cvxpy_projection(cpu, th_c[:2], y_raw[:2])  # compile the cvxpy model once
+    proj_cpu = BisectionProjector(cpu)
+    cmp_cvx = compare(lambda: proj_cpu(th_c, z_c, ip_c), lambda: cvxpy_projection(cpu, th_c, y_raw),
+                      names=("B-Proj", "cvxpy Proj"), warmup=0, repeats=3)  # fmt: skip
+    y_cvx = cvxpy_projection(cpu, th_c, y_raw)
+    out["cvxpy"] = {"rows": rows, "per_row_s": cmp_cvx.b.median / rows,
+                    "feasibility": feasibility_rate(cpu, th_c, y_cvx, tol=1e-4), "ratio_vs_bproj": cmp_cvx.ratio,
+                    "comparison": cmp_cvx.to_dict()}  # fmt: skip
     prob = prob.to(dev)
 
     # DC3 correction: 30 steps, the step size picked from a small sweep for the best reached feasibility
@@ -79,13 +79,10 @@ def main(argv: list[str] | None = None) -> dict:
         if best is None or feas > best[1]:
             best = (lr, feas)
     lr = best[0]
-    t_dc3 = measure(lambda: dc3_correction(prob, theta, z, steps=30, lr=lr), warmup=1, repeats=3, device=dev)
-    out["dc3"] = {
-        "time_s": t_dc3.median,
-        "feasibility": best[1],
-        "lr": lr,
-        "ratio_vs_bproj": t_dc3.median / t_bp.median,
-    }
+    cmp_dc3 = compare(lambda: proj(theta, z, ip), lambda: dc3_correction(prob, theta, z, steps=30, lr=lr),
+                      names=("B-Proj", "DC3 correction"), warmup=1, repeats=3, device=dev)  # fmt: skip
+    out["dc3"] = {"time_s": cmp_dc3.b.median, "feasibility": best[1], "lr": lr, "ratio_vs_bproj": cmp_dc3.ratio,
+                  "comparison": cmp_dc3.to_dict()}  # fmt: skip
 
     try:  # optional peer: batched exact QP projection (OptNet)
         import qpth  # noqa: F401
@@ -118,14 +115,21 @@ def main(argv: list[str] | None = None) -> dict:
     return out
 
 
-if __name__ == "__main__":
-    res = main()
-    json.dump(res, sys.stdout, indent=2, default=str)
-    print()
+def summary(res: dict[str, Any]) -> str:
     bp, cvx, dc3 = res["bproj"], res["cvxpy"], res["dc3"]
-    print(
-        f"\nB-Proj: {bp['time_s'] * 1e3:.1f} ms for {res['batch']} rows, feasibility {bp['feasibility']:.3f}, "
-        f"{bp['steps']} steps\ncvxpy Proj: x{cvx['ratio_vs_bproj']:.0f} slower per row (feasibility "
-        f"{cvx['feasibility']:.3f})\nDC3 (30 steps, lr {dc3['lr']}): x{dc3['ratio_vs_bproj']:.1f} B-Proj's time, "
-        f"feasibility {dc3['feasibility']:.3f}"
+    return (
+        f"B-Proj: {bp['time_s'] * 1e3:.1f} ms for {res['batch']} rows, feasibility {bp['feasibility']:.3f}, "
+        f"{bp['steps']} steps\ncvxpy Proj: x{cvx['ratio_vs_bproj']:.0f} B-Proj's time on the same {cvx['rows']} rows "
+        f"(feasibility {cvx['feasibility']:.3f})\nDC3 (30 steps, lr {dc3['lr']}): x{dc3['ratio_vs_bproj']:.1f} "
+        f"B-Proj's time, feasibility {dc3['feasibility']:.3f}"
     )
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    res = main()
+    RESULTS.mkdir(exist_ok=True)
+    name = "bench_bisection_proj" + ("_quick" if res["quick"] else "")
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    (RESULTS / f"{name}.log").write_text(summary(res) + "\n")
+    log.info("%s\nwrote %s", summary(res), RESULTS / f"{name}.json")

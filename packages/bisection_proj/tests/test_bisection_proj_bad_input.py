@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from bisection_proj import BisectionProjector, bisection_project
 from bisection_proj.problems import ConvexQP
 
@@ -26,12 +27,12 @@ IP = torch.zeros(4, 1, 2, dtype=torch.float64)
         ({"x": X.clone().fill_(float("nan"))}, "x must be finite"),
         ({"ip": IP.clone().fill_(float("inf"))}, "ip must be finite"),
         ({"ip": IP.float()}, "share one floating dtype"),
-        ({"ratio": 1.0}, r"ratio must lie in \(0.0, 1.0\), got 1.0"),
-        ({"ratio": 0}, r"ratio must lie in \(0.0, 1.0\), got 0"),
+        ({"ratio": 1.0}, r"ratio must be a float in \(0.0, 1.0\), got 1.0"),
+        ({"ratio": 0}, r"ratio must be a float in \(0.0, 1.0\), got 0"),
         ({"steps": -1}, "steps must be a non-negative int, got -1"),
         ({"steps": 2.5}, "steps must be a non-negative int, got 2.5"),
-        ({"tol": 0.0}, "tol must lie in"),
-        ({"conv_tol": -1e-3}, "conv_tol must lie in"),
+        ({"tol": 0.0}, "tol must be a float > 0"),
+        ({"conv_tol": -1e-3}, "conv_tol must be a float in"),
         ({"on_failure": "ignore"}, "on_failure must be one of"),
         ({"violation_fn": lambda p: -box(p)[..., 0] - 1}, "violation_fn must return values >= 0"),
         ({"violation_fn": lambda p: box(p)[:2]}, r"violation_fn must return shape \(4, 3\)"),
@@ -62,5 +63,5 @@ def test_projector_rejects_theta_mismatch_and_nan():
         proj(theta, z[:, :5], ip[:, :, :5])
     with pytest.raises(ValueError, match="grad must be one of"):
         BisectionProjector(prob, grad="exact")
-    with pytest.raises(ValueError, match="ratio must lie in"):
+    with pytest.raises(ValueError, match="ratio must be a float in"):
         BisectionProjector(prob, ratio=1.5)

@@ -1,4 +1,4 @@
-"""Bisection projection against closed forms, a sequential reference and the convex bound (spec §11)."""
+"""Bisection projection against closed forms, a sequential reference and the convex bound (for convex sets)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from bisection_proj import BisectionProjector, ProjectionFailure, bisection_project
 from bisection_proj.problems import ConvexQCQP, ConvexQP, Polytope, toys
 
@@ -51,7 +52,8 @@ def test_box_closed_form_and_convex_bound():
     out, info = bisection_project(x, ip, box_fn, steps=K, tol=TINY, conv_tol=0.0)
     exact = x / x.abs().amax(-1, keepdim=True)
     assert ((out - exact).norm(dim=-1) <= 2.0**-K * x.norm(dim=-1) + 1e-12).all()
-    # convex bound (spec §4.5) with r = 1, R = sqrt(d): d_proj <= ||x - BP(x)|| <= d_proj (R + d_proj) / (r + d_proj)
+    # convex bound: for B(0, r) ⊆ C ⊆ B(0, R) and x outside C at distance d_proj, the exit point b of [0, x]
+    # obeys d_proj <= ||x - b|| <= d_proj (R + d_proj) / (r + d_proj); here r = 1, R = sqrt(d)
     dist = (x - x.clamp(-1, 1)).norm(dim=-1)
     moved = (x - out).norm(dim=-1)
     slack = 2.0**-K * x.norm(dim=-1)

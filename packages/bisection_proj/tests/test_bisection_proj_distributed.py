@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
+
 from bisection_proj import IPNN, BisectionProjector
-from bisection_proj.distributed import project_sharded, shard_bounds
+from bisection_proj.distributed import project_sharded
 from bisection_proj.ipnn import margin_loss
 from bisection_proj.problems import ConvexQP
-
-from icml25_shared.distributed import launch
+from icml25_shared.distributed import launch, shard_bounds
 
 
 def _setup():

@@ -6,6 +6,7 @@ import copy
 
 import pytest
 import torch
+
 from bisection_proj import IPNN, IPNNConfig, train_ipnn, validity_rate
 from bisection_proj.ipnn import NoiseModule, ray_boundary
 from bisection_proj.metrics import eccentricity
@@ -99,7 +100,7 @@ def test_output_shape_and_config_validation():
     assert net.config.width == 5
     with pytest.raises(ValueError, match="n_ip must be a positive int, got 0"):
         IPNN(3, 4, n_ip=0)
-    with pytest.raises(ValueError, match="noise must be 'add' or 'mul'"):
+    with pytest.raises(ValueError, match="noise must be one of 'add', 'mul'"):
         IPNNConfig(3, 4, noise="gauss")
     with pytest.raises(ValueError, match=r"theta must have shape \(B, 3\)"):
         net(torch.zeros(2, 4))

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from bisection_proj import baselines, metrics
-from bisection_proj.problems import JCCIM, SOCP, ConvexQCQP, ConvexQP, Polytope, toys
+
+from bisection_proj import BisectionProjector, baselines, metrics
+from bisection_proj.problems import JCCIM, SOCP, ConvexQCQP, ConvexQP, Polytope, Problem, toys
 
 
 @pytest.mark.parametrize("cls", [ConvexQP, ConvexQCQP, SOCP])
@@ -112,3 +113,64 @@ def test_metrics_and_eq_tolerance():
     assert metrics.eq_tolerance(torch.float64) == 1e-5 and metrics.eq_tolerance(torch.float32) > 1e-5
     with pytest.raises(ValueError, match="y must have shape"):
         metrics.feasibility_rate(prob, theta, y[:2])
+
+
+class _Disc(Problem):
+    """|y - θ| <= 1 in R², written with only the two required methods: every map takes the identity default."""
+
+    theta_dim, z_dim, y_dim, n_ineq = 2, 2, 2, 1
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("theta_low", torch.full((2,), -1.0, dtype=torch.float64))
+        self.register_buffer("theta_high", torch.full((2,), 1.0, dtype=torch.float64))
+
+    def ineq_violation(self, theta, y):
+        return ((y - theta).norm(dim=-1, keepdim=True) - 1).clamp_min(0)
+
+    def objective(self, theta, y):
+        return y.sum(-1)
+
+
+def test_identity_defaults_of_scale_unscale_complete_partial():
+    prob = _Disc()
+    theta = prob.sample_theta(16, torch.Generator().manual_seed(0))
+    z = torch.randn(16, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 3
+    assert torch.equal(prob.scale(theta, z), z) and torch.equal(prob.unscale(theta, z), z)
+    assert torch.equal(prob.complete(theta, z), z) and torch.equal(prob.partial(z), z)
+    assert torch.equal(prob.y_to_z(theta, prob.z_to_y(theta, z)), z)
+    # the defaults are enough for the projector: every row is repaired toward the centre θ (a feasible IP)
+    y, info = BisectionProjector(prob)(theta, z, theta.unsqueeze(1))
+    assert info.feasible.all() and (prob.max_violation(theta, y) <= 1e-5).all()
+
+
+@pytest.mark.parametrize("make", [toys.Ring, toys.QuadraticSet, lambda: Polytope.random(d=3, n_rows=4)])
+def test_problems_using_the_identity_defaults_round_trip(make):
+    prob = make()
+    theta = prob.sample_theta(8, torch.Generator().manual_seed(0))
+    z = torch.rand(8, prob.z_dim, dtype=torch.float64)
+    assert torch.equal(prob.z_to_y(theta, z), z) and torch.equal(prob.y_to_z(theta, z), z)
+
+
+def test_jccim_keeps_its_scale_and_takes_the_identity_completion():
+    prob = JCCIM.random(n=6, n_eq=3, n_ineq=2, seed=0, n_scenarios=10)
+    theta = prob.sample_theta(5, torch.Generator().manual_seed(0))
+    z = torch.rand(5, 6, dtype=torch.float64)
+    y = prob.z_to_y(theta, z)
+    assert torch.allclose(y, z * prob.ub) and torch.allclose(prob.y_to_z(theta, y), z)
+
+
+def test_an_overridden_map_without_its_inverse_refuses_the_identity():
+    class Scaled(_Disc):
+        def scale(self, theta, z):
+            return 2 * z
+
+    class Completed(_Disc):
+        def complete(self, theta, x):
+            return x + 1
+
+    theta = torch.zeros(1, 2, dtype=torch.float64)
+    with pytest.raises(NotImplementedError, match=r"overrides scale\(\) but not unscale\(\)"):
+        Scaled().y_to_z(theta, theta)
+    with pytest.raises(NotImplementedError, match=r"overrides complete\(\) but not partial\(\)"):
+        Completed().y_to_z(theta, theta)

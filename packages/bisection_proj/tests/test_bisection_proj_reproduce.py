@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
+from bisection_proj.experiments import PipelineSettings, run_pipeline
 from bisection_proj.problems import ConvexQP
-from bisection_proj.reproduce import PipelineSettings, _headline, run_pipeline
+from bisection_proj.reproduce import _headline
 
 
 def test_tiny_pipeline_is_consistent():

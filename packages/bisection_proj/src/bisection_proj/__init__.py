@@ -5,12 +5,14 @@ infeasible predictions of a neural solver are repaired by bisection on the segme
 points, which returns a feasible point whenever an interior point is feasible, for any compact set.
 """
 
+import importlib.metadata
+
 from bisection_proj import baselines, metrics, problems
 from bisection_proj.bisection import BisectionInfo, BisectionProjector, ProjectionFailure, bisection_project
 from bisection_proj.config import BisectionConfig, IPNNConfig
+from bisection_proj.experiments import NNSolver, train_nn_solver
 from bisection_proj.ipnn import IPNN, TrainHistory, train_ipnn, validity_rate
 from bisection_proj.problems import Problem
-from bisection_proj.solver import NNSolver, train_nn_solver
 
 __all__ = [
     "bisection_project",
@@ -31,4 +33,4 @@ __all__ = [
     "metrics",
 ]
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("icml25-bisection-proj")

@@ -1,5 +1,6 @@
-"""Baselines (spec §6): exact orthogonal projection and warm-started solving by cvxpy (``[baselines]`` extra),
-and the DC3-style gradient correction on the violation."""
+"""The post-processing peers the paper compares with: ``Proj`` (exact orthogonal projection) and ``WS`` (a solver
+warm-started at the prediction) by cvxpy (``[baselines]`` extra), and ``D-Proj``, DC3's gradient correction on the
+violation (Donti et al., 2021)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bisection_proj.bisection import check_finite
-from bisection_proj.config import check_positive_int
 from bisection_proj.problems.base import Problem
+from icml25_shared.validate import check_finite, check_float, check_int
 
 __all__ = ["cvxpy_projection", "warm_start", "dc3_correction"]
 
@@ -50,9 +50,9 @@ def dc3_correction(problem: Problem, theta: Tensor, z: Tensor, steps: int = 30, 
     """``D-Proj``: DC3's correction, gradient descent with momentum on ½‖ineq_violation(θ, complete(θ, scale(z)))‖²
     over the normalised partial variables z (B, d); equalities stay exact through completion. No feasibility
     guarantee. Rows stop moving once feasible. Returns the corrected z."""
-    steps = check_positive_int("steps", steps, allow_zero=True)
-    if not lr > 0 or not 0 <= momentum < 1:
-        raise ValueError(f"lr must be > 0 and momentum in [0, 1), got lr={lr}, momentum={momentum}")
+    steps = check_int("steps", steps, min=0)
+    lr = check_float("lr", lr, min=0.0, min_open=True)
+    momentum = check_float("momentum", momentum, min=0.0, max=1.0, max_open=True)
     problem.check_theta(theta)
     check_finite("z", z)
     theta = theta.to(z.dtype)

@@ -5,25 +5,28 @@ For sample b and interior point (IP) k, the search keeps ``lo`` (largest α chec
 takes values that were checked feasible, so the output is feasible for any set (convex or not) whenever a
 candidate was verified; rows without such a candidate are flagged in ``info.feasible``, never returned silently.
 
-Corrections to the official ``ip_bisection`` (spec §3): per-row convergence masks and a step count fixed in
-advance (no host sync per step), the nearest candidate among *verified* ones only, failures flagged.
+Corrections to the official ``ip_bisection`` (the reference implementation of Alg. 1): per-row convergence masks
+and a step count fixed in advance (no host sync per step), the nearest candidate among *verified* ones only (the
+official code also picks interior points that were themselves infeasible), failures flagged instead of returned
+silently.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
-from bisection_proj.config import GRAD_MODES, BisectionConfig
+from bisection_proj.config import GRAD_MODES, BisectionConfig, GradMode, OnFailure
+from icml25_shared.validate import check_choice, check_finite
 
 if TYPE_CHECKING:
     from bisection_proj.problems.base import Problem
 
-__all__ = ["BisectionInfo", "ProjectionFailure", "bisection_project", "BisectionProjector", "check_finite"]
+__all__ = ["BisectionInfo", "ProjectionFailure", "bisection_project", "BisectionProjector"]
 
 ViolationFn = Callable[[Tensor], Tensor]
 
@@ -56,13 +59,6 @@ class BisectionInfo:
     def feasibility_rate(self) -> float:
         """Share of rows whose output was checked feasible."""
         return float(self.feasible.float().mean()) if self.feasible.numel() else float("nan")
-
-
-def check_finite(name: str, t: Tensor) -> None:
-    """``ValueError`` naming ``name`` when ``t`` holds NaN or inf."""
-    if not torch.isfinite(t).all():
-        bad = int((~torch.isfinite(t)).sum())
-        raise ValueError(f"{name} must be finite, got {bad} NaN/inf entries in a tensor of shape {tuple(t.shape)}")
 
 
 def _check_points(x: Tensor, ip: Tensor) -> None:
@@ -110,10 +106,10 @@ def bisection_project(
     ratio: float = 0.5,
     tol: float = 1e-5,
     conv_tol: float = 1e-5,
-    on_failure: Literal["input", "ip", "raise"] = "input",
+    on_failure: OnFailure = "input",
 ) -> tuple[Tensor, BisectionInfo]:
     """Project predictions ``x`` (B, d) onto a set known only through ``violation_fn``, by bisection toward the
-    interior points ``ip`` (B, m, d).
+    interior points ``ip`` (B, m, d) (paper Alg. 1).
 
     ``violation_fn(points)`` takes points of shape (B, m', d) (row b belongs to sample b) and returns their
     non-negative violations, (B, m') or (B, m', n_c); NaN counts as infeasible. Rows of ``x`` that are already
@@ -218,14 +214,12 @@ class BisectionProjector(nn.Module):
         ratio: float = 0.5,
         tol: float = 1e-5,
         conv_tol: float = 1e-5,
-        on_failure: Literal["input", "ip", "raise"] = "input",
-        grad: Literal["none", "straight_through"] = "none",
+        on_failure: OnFailure = "input",
+        grad: GradMode = "none",
     ) -> None:
         super().__init__()
         self.config = BisectionConfig(steps=steps, ratio=ratio, tol=tol, conv_tol=conv_tol, on_failure=on_failure)
-        if grad not in GRAD_MODES:
-            raise ValueError(f"grad must be one of {GRAD_MODES}, got {grad!r}")
-        self.grad = grad
+        self.grad = check_choice("grad", grad, GRAD_MODES)
         self.problem = problem
 
     def extra_repr(self) -> str:

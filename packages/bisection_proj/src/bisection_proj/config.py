@@ -8,34 +8,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-__all__ = ["BisectionConfig", "IPNNConfig", "ON_FAILURE", "GRAD_MODES", "check_positive_int"]
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
-ON_FAILURE = ("input", "ip", "raise")
-GRAD_MODES = ("none", "straight_through")
+__all__ = ["BisectionConfig", "IPNNConfig", "OnFailure", "GradMode", "NoiseKind", "ON_FAILURE", "GRAD_MODES"]
 
-
-def check_positive_int(name: str, value: Any, *, allow_zero: bool = False) -> int:
-    """``value`` as an int, or a ``ValueError`` naming ``name`` and the value received."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and (value >= 0 if allow_zero else value >= 1)
-    if not ok:
-        kind = "a non-negative int" if allow_zero else "a positive int"
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
-    return int(value)
-
-
-def _check_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool, hi_open: bool) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a float, got {value!r}") from None
-    left = v > lo if lo_open else v >= lo
-    right = v < hi if hi_open else v <= hi
-    if not (math.isfinite(v) or (math.isinf(hi) and v == hi and not hi_open)) or not (left and right):
-        interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-        raise ValueError(f"{name} must lie in {interval}, got {value!r}")
-    return v
+OnFailure = Literal["input", "ip", "raise"]
+GradMode = Literal["none", "straight_through"]
+NoiseKind = Literal["add", "mul"]
+ON_FAILURE: tuple[str, ...] = get_args(OnFailure)
+GRAD_MODES: tuple[str, ...] = get_args(GradMode)
 
 
 @dataclass
@@ -51,18 +34,17 @@ class BisectionConfig:
     """ε > 0: a point is feasible when its largest inequality violation is ``<= tol`` (``corrEps``)."""
     conv_tol: float = 1e-5
     """Per-row interval tolerance: a line search stops once ``hi - lo < conv_tol`` (0 runs all K steps)."""
-    on_failure: Literal["input", "ip", "raise"] = "input"
+    on_failure: OnFailure = "input"
     """What to return for a row where no candidate was verified feasible (all its interior points infeasible and
     no feasible point found on their segments): the unprojected prediction, the nearest interior point, or
     raise :class:`~bisection_proj.bisection.ProjectionFailure`. ``info.feasible`` is False either way."""
 
     def __post_init__(self) -> None:
-        self.steps = check_positive_int("steps", self.steps, allow_zero=True)
-        self.ratio = _check_float("ratio", self.ratio, 0.0, 1.0, lo_open=True, hi_open=True)
-        self.tol = _check_float("tol", self.tol, 0.0, math.inf, lo_open=True, hi_open=True)
-        self.conv_tol = _check_float("conv_tol", self.conv_tol, 0.0, 1.0, lo_open=False, hi_open=True)
-        if self.on_failure not in ON_FAILURE:
-            raise ValueError(f"on_failure must be one of {ON_FAILURE}, got {self.on_failure!r}")
+        self.steps = check_int("steps", self.steps, min=0)
+        self.ratio = check_float("ratio", self.ratio, min=0.0, max=1.0, min_open=True, max_open=True)
+        self.tol = check_float("tol", self.tol, min=0.0, min_open=True)
+        self.conv_tol = check_float("conv_tol", self.conv_tol, min=0.0, max=1.0, max_open=True)
+        self.on_failure = check_choice("on_failure", self.on_failure, ON_FAILURE)
 
     @property
     def effective_steps(self) -> int:
@@ -77,7 +59,7 @@ class BisectionConfig:
 
 @dataclass
 class IPNNConfig:
-    """Architecture of the interior-point network (``NoiseResNet`` of the official code, paper §4)."""
+    """Architecture of the interior-point network (``NoiseResNet`` of the official code; paper Sec. 4)."""
 
     theta_dim: int
     """Dimension of the problem parameter θ (network input)."""
@@ -95,25 +77,23 @@ class IPNNConfig:
     """γ0, the initial noise scale (margin) of the noise module."""
     learn_margin: bool = True
     """Learn log γ (``False``: ``fixed_margin``, γ stays at ``margin_init``)."""
-    noise: Literal["add", "mul"] = "add"
+    noise: NoiseKind = "add"
     """Training-time noise: ``out + γ·ε`` (default) or ``out·(1 + γ·ε)``, in logit space before the sigmoid."""
     sigmoid: bool = True
     """End with a sigmoid so that outputs lie in the normalised box [0, 1]^d (real problems); the 2-D toys use
     ``False`` with an identity ``scale``."""
 
     def __post_init__(self) -> None:
-        self.theta_dim = check_positive_int("theta_dim", self.theta_dim)
-        self.z_dim = check_positive_int("z_dim", self.z_dim)
-        self.n_ip = check_positive_int("n_ip", self.n_ip)
-        if self.hidden is not None:
-            self.hidden = check_positive_int("hidden", self.hidden)
-        self.n_layers = check_positive_int("n_layers", self.n_layers, allow_zero=True)
-        self.dropout = _check_float("dropout", self.dropout, 0.0, 1.0, lo_open=False, hi_open=True)
-        self.margin_init = _check_float("margin_init", self.margin_init, 0.0, math.inf, lo_open=True, hi_open=True)
-        if self.noise not in ("add", "mul"):
-            raise ValueError(f"noise must be 'add' or 'mul', got {self.noise!r}")
-        self.learn_margin = bool(self.learn_margin)
-        self.sigmoid = bool(self.sigmoid)
+        self.theta_dim = check_int("theta_dim", self.theta_dim, min=1)
+        self.z_dim = check_int("z_dim", self.z_dim, min=1)
+        self.n_ip = check_int("n_ip", self.n_ip, min=1)
+        self.hidden = check_int("hidden", self.hidden, min=1, allow_none=True)
+        self.n_layers = check_int("n_layers", self.n_layers, min=0)
+        self.dropout = check_float("dropout", self.dropout, min=0.0, max=1.0, max_open=True)
+        self.margin_init = check_float("margin_init", self.margin_init, min=0.0, min_open=True)
+        self.noise = check_choice("noise", self.noise, get_args(NoiseKind))
+        self.learn_margin = check_bool("learn_margin", self.learn_margin)
+        self.sigmoid = check_bool("sigmoid", self.sigmoid)
 
     @property
     def width(self) -> int:

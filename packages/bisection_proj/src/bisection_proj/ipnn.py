@@ -1,4 +1,4 @@
-"""The interior-point network (IPNN, paper §4) and its training.
+"""The interior-point network (IPNN, paper Sec. 4) and its training.
 
 Architecture (official ``NoiseResNet``): Linear(θ_dim, h) → n_layers × [x + Linear∘ReLU∘Linear(x), Dropout]
 → Linear(h, m·d) → NoiseModule → Sigmoid, output (B, m, d). In training mode the noise module perturbs the
@@ -17,9 +17,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from bisection_proj.config import IPNNConfig, check_positive_int
+from bisection_proj.config import IPNNConfig
 from bisection_proj.problems.base import Problem
 from icml25_shared.progress import track
+from icml25_shared.validate import check_choice, check_float, check_int
 
 __all__ = [
     "ResBlock",
@@ -146,7 +147,8 @@ def margin_loss(ipnn: nn.Module, problem: Problem, theta: Tensor, eps: Tensor | 
 @torch.no_grad()
 def ray_boundary(problem: Problem, theta: Tensor, centre: Tensor, directions: Tensor, iters: int = 10,
                  tol: float = 1e-5, init: float = 1.0) -> Tensor:  # fmt: skip
-    """Step lengths t (B, m, n) to the boundary along rays ``centre + t·u`` by doubling/halving (§4.3): start with
+    """Step lengths t (B, m, n) to the boundary along rays ``centre + t·u`` by doubling/halving (the
+    ``eccentricity`` scheme of the older official code): start with
     [lo, hi] = [0, init]; a feasible trial t = hi sets lo = t, hi = 2·hi; an infeasible one hi = (lo + hi)/2.
 
     ``centre`` (B, m, d), ``directions`` (B, m, n, d); returns ``lo``, the last length checked feasible."""
@@ -168,7 +170,8 @@ def _soft_max(x: Tensor, omega: float, dim: int = -1) -> Tensor:
 def eccentricity_loss(ipnn: nn.Module, problem: Problem, theta: Tensor, step: int, labels: Tensor | None,
                       n_dirs: int = 10, w_pen: float = 10.0, w_ecc: float = 1.0,
                       generator: torch.Generator | None = None) -> Tensor:  # fmt: skip
-    """The ``eccentricity`` scheme's loss (§4.3): ½·MSE toward the labels on infeasible IPs + w_pen·violation +
+    """The ``eccentricity`` scheme's loss (older official code; Def. 4.1 made soft): ½·MSE toward the labels on
+    infeasible IPs + w_pen·violation +
     m·w_ecc·ECC, ECC = softmax_ω(d) − softmin_ω(d) over boundary distances d_j = ‖ŷ − b_j‖ on ``n_dirs`` random
     rays (boundary points detached), ω = (step + 1)/5; with several IPs, a soft-min over IPs per direction."""
     ip = ipnn(theta)  # (B, m, d)
@@ -250,14 +253,12 @@ def train_ipnn(
     ``pretrain_iters`` the margin scheme also pre-trains by MSE with log γ frozen. Returns a :class:`TrainHistory`
     evaluated every ``eval_every`` steps on ``val_thetas`` (default: the first 512 training θ).
     """
-    if scheme not in ("margin", "eccentricity"):
-        raise ValueError(f"scheme must be 'margin' or 'eccentricity', got {scheme!r}")
-    iters = check_positive_int("iters", iters, allow_zero=True)
-    batch_size = check_positive_int("batch_size", batch_size)
-    lr_step = check_positive_int("lr_step", lr_step)
-    pretrain_iters = check_positive_int("pretrain_iters", pretrain_iters, allow_zero=True)
-    if not (isinstance(lr, (int, float)) and lr > 0):
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
+    scheme = check_choice("scheme", scheme, ("margin", "eccentricity"))
+    iters = check_int("iters", iters, min=0)
+    batch_size = check_int("batch_size", batch_size, min=1)
+    lr_step = check_int("lr_step", lr_step, min=1)
+    pretrain_iters = check_int("pretrain_iters", pretrain_iters, min=0)
+    lr = check_float("lr", lr, min=0.0, min_open=True)
     problem.check_theta(thetas, "thetas")
     if thetas.shape[0] == 0:
         raise ValueError("thetas must hold at least one parameter vector, got 0 rows")

@@ -1,4 +1,5 @@
-"""Evaluation metrics (spec §6) and the eccentricity of interior points (paper Def. 4.1)."""
+"""The paper's evaluation metrics (feasibility rate, optimality gap, projection distance) and the eccentricity of
+interior points (paper Def. 4.1)."""
 
 from __future__ import annotations
 

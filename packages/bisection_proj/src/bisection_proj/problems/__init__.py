@@ -1,5 +1,5 @@
-"""Parametric problems (spec §5): ``ConvexQP``, ``ConvexQCQP``, ``SOCP``, ``JCCIM``, the 2-D ``toys`` and, with the
-``[opf]`` extra, ``ACOPF``."""
+"""The paper's parametric test problems, generated as in the official code: ``ConvexQP``, ``ConvexQCQP``,
+``SOCP``, ``JCCIM``, the 2-D ``toys`` and, with the ``[opf]`` extra, ``ACOPF``."""
 
 from __future__ import annotations
 

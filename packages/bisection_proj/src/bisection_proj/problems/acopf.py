@@ -1,4 +1,5 @@
-"""AC optimal power flow on a PYPOWER case (``[opf]`` extra), a non-convex problem (spec §5).
+"""AC optimal power flow on a PYPOWER case (``[opf]`` extra), the paper's non-convex
+power-systems problem.
 
 θ = the active and reactive loads (Pd, Qd) of every bus in p.u., each sampled uniformly within ±``load_range``
 of its nominal value. The partial variables are Pg of the non-slack generators and Vm at the generator buses.
@@ -17,6 +18,7 @@ import torch
 from torch import Tensor
 
 from bisection_proj.problems.base import Problem
+from icml25_shared.validate import check_float, check_int
 
 __all__ = ["ACOPF"]
 
@@ -58,8 +60,8 @@ class ACOPF(Problem):
         from pypower.idx_gen import GEN_BUS, PMAX, PMIN, QMAX, QMIN
         from pypower.makeYbus import makeYbus
 
-        if not 0 <= load_range < 1:
-            raise ValueError(f"load_range must lie in [0, 1), got {load_range}")
+        load_range = check_float("load_range", load_range, min=0.0, max=1.0, max_open=True)
+        newton_iters = check_int("newton_iters", newton_iters, min=1)
         ppc = _load_case(case)
         self.ppc = ppc
         base = float(ppc["baseMVA"])

@@ -1,8 +1,10 @@
-"""The problem interface (spec §2): a parametric problem min_y f(y, θ) s.t. g(y, θ) <= 0, h(y, θ) = 0.
+"""The problem interface: a parametric problem min_y f(y, θ) s.t. g(y, θ) <= 0, h(y, θ) = 0 for θ in a compact Θ.
 
 Networks predict only the partial variables in the normalised box, z ∈ [0, 1]^d; ``scale`` maps them to their
 bounds and ``complete`` recovers the full y so that the equalities hold by construction. "Feasible" then means
 that the clamped inequality residuals ``ineq_violation(θ, complete(θ, scale(θ, z)))`` are all ``<= tol``.
+Equality completion is the DC3 device the paper adopts; with affine ``scale`` and ``complete``, segments in z stay
+segments in y, so bisection in z is bisection in y.
 
 Problems are ``nn.Module``s whose data are buffers, so ``problem.to(device, dtype)`` and ``state_dict`` work.
 """
@@ -17,11 +19,25 @@ from torch import Tensor, nn
 __all__ = ["Problem"]
 
 
+def _require_override(problem: Problem, forward: str, inverse: str) -> None:
+    """The identity is the inverse of ``forward`` only while ``forward`` is the default identity too."""
+    if getattr(type(problem), forward) is not getattr(Problem, forward):
+        raise NotImplementedError(
+            f"{type(problem).__name__} overrides {forward}() but not {inverse}(): the default {inverse}() is the "
+            f"identity, the inverse of the default {forward}() only"
+        )
+
+
 class Problem(nn.Module):
     """Base class of parametric problems; subclasses set ``theta_dim``, ``z_dim``, ``y_dim``, ``n_ineq``,
-    ``n_eq`` and implement ``scale``, ``complete``, ``ineq_violation``, ``objective`` (``eq_residual`` defaults
-    to none, ``unscale``/``partial`` to the identity) and optionally ``solve``/``project`` for labels and
-    baselines."""
+    ``n_eq`` and implement ``ineq_violation`` and ``objective``, and optionally ``solve``/``project`` for labels
+    and baselines.
+
+    The maps between the network's output and the full variable default to the identity: ``scale``/``unscale``
+    (the network predicts the variables themselves, not a normalised version) and ``complete``/``partial`` (no
+    equalities: every variable is predicted); ``eq_residual`` defaults to none. A subclass that overrides one map
+    of a pair must override its inverse too (the default inverse then raises ``NotImplementedError`` instead of
+    silently returning its input)."""
 
     theta_dim: int
     z_dim: int
@@ -33,20 +49,24 @@ class Problem(nn.Module):
 
     # --- the interface ------------------------------------------------------------------------------------------
     def scale(self, theta: Tensor, z: Tensor) -> Tensor:
-        """Normalised partial variables z (..., d) -> partial variables x (..., d)."""
-        raise NotImplementedError
+        """Normalised partial variables z (..., d) -> partial variables x (..., d); the identity by default."""
+        return z
 
     def unscale(self, theta: Tensor, x: Tensor) -> Tensor:
-        """Inverse of :meth:`scale`."""
-        raise NotImplementedError
+        """Inverse of :meth:`scale`; the identity by default (the inverse of the default ``scale``)."""
+        _require_override(self, "scale", "unscale")
+        return x
 
     def complete(self, theta: Tensor, x: Tensor) -> Tensor:
-        """Partial variables x (B, d) -> full variables y (B, n) satisfying the equalities."""
-        raise NotImplementedError
+        """Partial variables x (B, d) -> full variables y (B, n) satisfying the equalities; the identity by
+        default (no equalities, ``z_dim == y_dim``)."""
+        return x
 
     def partial(self, y: Tensor) -> Tensor:
-        """The partial variables of a full y (B, n) -> (B, d)."""
-        raise NotImplementedError
+        """The partial variables of a full y (B, n) -> (B, d); the identity by default (the inverse of the
+        default ``complete``)."""
+        _require_override(self, "complete", "partial")
+        return y
 
     def ineq_violation(self, theta: Tensor, y: Tensor) -> Tensor:
         """Clamped inequality residuals (B, n_ineq) >= 0."""

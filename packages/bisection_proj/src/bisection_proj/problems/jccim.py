@@ -1,4 +1,5 @@
-"""Joint chance-constrained inventory management (JCCIM, spec §5): a non-convex feasible set.
+"""Joint chance-constrained inventory management (JCCIM): one of the paper's test problems with a
+non-convex feasible set.
 
 min pᵀy s.t. A y >= θ + w_s for at least a share q of the S scenarios w_s ~ 0.1·U[0, 1], G y <= h, 0 <= y <= U.
 The chance constraint holds exactly when the ⌈qS⌉-th smallest scenario deficit max_i (θ_i + w_si − (Ay)_i) is
@@ -15,8 +16,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bisection_proj.config import check_positive_int
 from bisection_proj.problems.base import Problem
+from icml25_shared.validate import check_float, check_int
 
 __all__ = ["JCCIM"]
 
@@ -28,8 +29,7 @@ class JCCIM(Problem):
     def __init__(self, p: np.ndarray, a: np.ndarray, g: np.ndarray, h: np.ndarray, w: np.ndarray, ub: float,
                  q: float = 0.9, dtype: torch.dtype = torch.float64) -> None:  # fmt: skip
         super().__init__()
-        if not 0 < q <= 1:
-            raise ValueError(f"q must lie in (0, 1], got {q}")
+        q = check_float("q", q, min=0.0, max=1.0, min_open=True)
         n_rows, n = a.shape
         self.theta_dim, self.z_dim, self.y_dim = n_rows, n, n
         self.q, self.ub = float(q), float(ub)
@@ -47,10 +47,10 @@ class JCCIM(Problem):
                q: float = 0.9, dtype: torch.dtype = torch.float64) -> JCCIM:  # fmt: skip
         """p, A, G ~ U[0, 1]; the uniform order y = c·1 with c = 1.5 / min_i Σ_j A_ij meets every scenario;
         h = 1.5·G·(c·1) and the box U = 3c keep it strictly inside."""
-        n = check_positive_int("n", n)
-        n_eq = check_positive_int("n_eq", n_eq)
-        n_ineq = check_positive_int("n_ineq", n_ineq, allow_zero=True)
-        n_scenarios = check_positive_int("n_scenarios", n_scenarios)
+        n = check_int("n", n, min=1)
+        n_eq = check_int("n_eq", n_eq, min=1)
+        n_ineq = check_int("n_ineq", n_ineq, min=0)
+        n_scenarios = check_int("n_scenarios", n_scenarios, min=1)
         rng = np.random.default_rng(seed)
         p = rng.uniform(0, 1, n)
         a = rng.uniform(0, 1, (n_eq, n))
@@ -68,12 +68,6 @@ class JCCIM(Problem):
 
     def unscale(self, theta: Tensor, x: Tensor) -> Tensor:
         return x / self.ub
-
-    def complete(self, theta: Tensor, x: Tensor) -> Tensor:
-        return x
-
-    def partial(self, y: Tensor) -> Tensor:
-        return y
 
     def scenario_deficit(self, theta: Tensor, y: Tensor) -> Tensor:
         """(B, S): max_i (θ_i + w_si − (Ay)_i); scenario s is met when <= 0."""

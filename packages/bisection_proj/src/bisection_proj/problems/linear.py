@@ -1,4 +1,4 @@
-"""Problems with linear equalities A y = θ (spec §5): convex QP, convex QCQP and SOCP.
+"""Problems with linear equalities A y = θ (the paper's convex test problems): convex QP, convex QCQP and SOCP.
 
 Generators follow the official ones (seeded numpy, entries ~ U[-1, 1], θ ~ U[-1, 1]^{n_eq}); the inequality
 right-hand sides are chosen so that the analytic point y = pinv(A)·θ is feasible for every θ in the cube.
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bisection_proj.config import check_positive_int
 from bisection_proj.problems.base import Problem
+from icml25_shared.validate import check_int
 
 __all__ = ["LinearEqualityProblem", "ConvexQP", "ConvexQCQP", "SOCP", "choose_partial_variables"]
 
@@ -39,9 +39,9 @@ def choose_partial_variables(a: np.ndarray, rng: np.random.Generator, n_subsets:
 
 
 def _check_sizes(n: Any, n_eq: Any, n_ineq: Any) -> tuple[int, int, int]:
-    n = check_positive_int("n", n)
-    n_eq = check_positive_int("n_eq", n_eq)
-    n_ineq = check_positive_int("n_ineq", n_ineq, allow_zero=True)
+    n = check_int("n", n, min=1)
+    n_eq = check_int("n_eq", n_eq, min=1)
+    n_ineq = check_int("n_ineq", n_ineq, min=0)
     if n_eq >= n:
         raise ValueError(f"n_eq must be smaller than n (there must be partial variables), got n_eq={n_eq}, n={n}")
     return n, n_eq, n_ineq
@@ -264,7 +264,7 @@ class SOCP(ConvexQP):
         cone residual of pinv(A)·θ over the cube, so that point is feasible for every θ (the official generator
         instead puts one random point on the boundary, which gives no guarantee for a parametric θ)."""
         n, n_eq, n_ineq = _check_sizes(n, n_eq, n_ineq)
-        cone_dim = check_positive_int("cone_dim", cone_dim)
+        cone_dim = check_int("cone_dim", cone_dim, min=1)
         rng, a, pinv = _generate_linear(n, n_eq, seed, box, n_subsets)
         q = rng.uniform(0, 1, n) * 0.5
         p = rng.uniform(-1, 1, n)

@@ -1,5 +1,6 @@
-"""A polytope {y : G y <= h + θ, L <= y <= U} in R^d with identity scale and completion: the simplest
-θ-parametrised set, with an exact projection by cvxpy for tests and baselines."""
+"""A polytope {y : G y <= h + θ, L <= y <= U} in R^d with the identity scale and completion
+(the :class:`Problem` defaults): the simplest θ-parametrised set, with an exact projection by cvxpy for tests and
+baselines."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bisection_proj.config import check_positive_int
 from bisection_proj.problems.base import Problem
+from icml25_shared.validate import check_int
 
 __all__ = ["Polytope"]
 
@@ -39,21 +40,9 @@ class Polytope(Problem):
                dtype: torch.dtype = torch.float64) -> Polytope:  # fmt: skip
         """Rows g_i ~ N(0, I), h_i ~ U[margin]: the origin is interior with distance >= min h_i/‖g_i‖ to every
         face; box [-1, 1]^d."""
-        d, n_rows = check_positive_int("d", d), check_positive_int("n_rows", n_rows, allow_zero=True)
+        d, n_rows = check_int("d", d, min=1), check_int("n_rows", n_rows, min=0)
         rng = np.random.default_rng(seed)
         return cls(rng.standard_normal((n_rows, d)), rng.uniform(*margin, n_rows), dtype=dtype)
-
-    def scale(self, theta: Tensor, z: Tensor) -> Tensor:
-        return z
-
-    def unscale(self, theta: Tensor, x: Tensor) -> Tensor:
-        return x
-
-    def complete(self, theta: Tensor, x: Tensor) -> Tensor:
-        return x
-
-    def partial(self, y: Tensor) -> Tensor:
-        return y
 
     def ineq_violation(self, theta: Tensor, y: Tensor) -> Tensor:
         lin = y @ self.G.T - self.h - theta

@@ -1,7 +1,9 @@
-"""Two-dimensional θ-parametrised sets (spec §5, official ``toy_utils.py``): a non-convex quadratic set, a union
-of four balls (possibly disconnected) and a ring (not simply connected, out of reach of homeomorphic projection).
+"""Two-dimensional θ-parametrised sets (the paper's toy examples, official ``toy_utils.py``): a non-convex
+quadratic set, a union of four balls (possibly disconnected) and a ring (not simply connected, out of reach of
+homeomorphic projection).
 
-The toys live directly in R²: ``scale`` and ``complete`` are the identity and the IPNN is used without sigmoid.
+The toys live directly in R²: ``scale`` and ``complete`` are the identity (the :class:`Problem` defaults) and the
+IPNN is used without sigmoid.
 The objective is the distance to a θ-independent target point (only needed for completeness).
 """
 
@@ -16,7 +18,7 @@ __all__ = ["ToyProblem", "QuadraticSet", "UnionOfBalls", "Ring"]
 
 
 class ToyProblem(Problem):
-    """Identity scale and completion in R², no equalities."""
+    """Identity scale and completion in R² (the :class:`Problem` defaults), no equalities."""
 
     z_dim = 2
     y_dim = 2
@@ -27,18 +29,6 @@ class ToyProblem(Problem):
         self.register_buffer("theta_low", torch.tensor(theta_low, dtype=dtype))
         self.register_buffer("theta_high", torch.tensor(theta_high, dtype=dtype))
         self.register_buffer("target", torch.tensor([2.0, 2.0], dtype=dtype))
-
-    def scale(self, theta: Tensor, z: Tensor) -> Tensor:
-        return z
-
-    def unscale(self, theta: Tensor, x: Tensor) -> Tensor:
-        return x
-
-    def complete(self, theta: Tensor, x: Tensor) -> Tensor:
-        return x
-
-    def partial(self, y: Tensor) -> Tensor:
-        return y
 
     def objective(self, theta: Tensor, y: Tensor) -> Tensor:
         return ((y - self.target) ** 2).sum(-1)
