@@ -3,9 +3,10 @@ import math
 
 import numpy as np
 import pytest
+
 from dp_ts_ucb import DPSE, DPTSUCB, UCB1, AdaPUCB, BernoulliBandit, MABAdapter, MTSGaussian, TSGaussian, simulate
 from dp_ts_ucb.envs import TruncatedGaussianBandit
-from dp_ts_ucb.sim import chunk_seeds
+from dp_ts_ucb.experiments import chunk_seeds
 
 MEANS_A = [0.75, 0.625, 0.5, 0.375, 0.25]
 

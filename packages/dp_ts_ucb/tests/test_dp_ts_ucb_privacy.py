@@ -2,6 +2,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import norm
+
 from dp_ts_ucb.privacy import (
     compose_gdp,
     dp_ts_ucb_mu_bound,
@@ -12,7 +14,6 @@ from dp_ts_ucb.privacy import (
     paper_mu_bound,
     sampling_budget,
 )
-from scipy.stats import norm
 
 
 def test_mechanism_and_composition():

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from dp_ts_ucb import DPSE, DPTSUCB, AdaPUCB, BernoulliBandit, simulate
 
 MEANS_A = [0.75, 0.625, 0.5, 0.375, 0.25]

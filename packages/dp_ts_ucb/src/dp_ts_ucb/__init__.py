@@ -9,12 +9,17 @@
 1.007
 """
 
+import importlib.metadata
+
 from dp_ts_ucb.adapter import MABAdapter
+from dp_ts_ucb.baselines import DPSE, UCB1, AdaPUCB, MTSGaussian, TSGaussian
 from dp_ts_ucb.config import DPTSUCBConfig
 from dp_ts_ucb.envs import BernoulliBandit, TruncatedGaussianBandit
-from dp_ts_ucb.policies import DPSE, DPTSUCB, UCB1, AdaPUCB, BanditPolicy, MTSGaussian, TSGaussian
+from dp_ts_ucb.experiments import SimResult, simulate
+from dp_ts_ucb.policies import DPTSUCB, BanditPolicy
 from dp_ts_ucb.privacy import GDPLedger, PureDPLedger
-from dp_ts_ucb.sim import SimResult, simulate
+
+__version__ = importlib.metadata.version("icml25-dp-ts-ucb")
 
 __all__ = [
     "DPTSUCB",

@@ -1,58 +1,49 @@
-"""Validated configuration of DP-TS-UCB (spec section 3.4: every open choice is a parameter)."""
+"""``DPTSUCBConfig``: the hyper-parameters of DP-TS-UCB (the paper's Alg. 1), validated in one place.
+
+Every choice the paper's statements leave open (c0, the first batch size b0) is a parameter; see the README's
+"Choices" table.
+"""
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
-import numpy as np
+from icml25_shared.validate import check_float, check_int
 
-__all__ = ["DPTSUCBConfig", "check_int"]
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``, or a ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
+__all__ = ["DPTSUCBConfig"]
 
 
 @dataclass
 class DPTSUCBConfig:
-    """Hyper-parameters of DP-TS-UCB(alpha, T, c0).
-
-    Attributes:
-        n_arms: number of arms K (>= 2).
-        horizon: known horizon T; the privacy guarantee covers exactly T rounds.
-        alpha: privacy/regret trade-off in [0, 1]; 1 gives O(1)-GDP, 0 gives O~(T^0.25)-GDP.
-        c0: constant of the sampling budget phi = ceil(c0 T^{0.5(1-alpha)} ln^{0.5(3-alpha)} T).
-        init_pulls: b0, size of the first batch of every arm (batches then double: b0, 2 b0, 4 b0, ...).
-        seed: seed of the policy's own generator (int, SeedSequence, Generator or None).
-    """
+    """Hyper-parameters of DP-TS-UCB(α, T, c0)."""
 
     n_arms: int
+    """Number of arms K (>= 2)."""
     horizon: int
+    """The known horizon T; the privacy guarantee covers exactly T rounds."""
     alpha: float = 1.0
+    """Privacy/regret trade-off α ∈ [0, 1]: 1 gives O(1)-GDP, 0 gives Õ(T^0.25)-GDP with better regret."""
     c0: float = 1.0
+    """Constant of the sampling budget φ = ⌈c0 T^{0.5(1−α)} ln^{0.5(3−α)} T⌉ (> 0)."""
     init_pulls: int = 1
-    seed: object = None
+    """b0, the size of every arm's first batch (batches then double: b0, 2 b0, 4 b0, ...)."""
+    seed: Any = None
+    """Seed of the policy's own generator (int, SeedSequence, Generator or None)."""
 
     def __post_init__(self) -> None:
-        self.n_arms = check_int("n_arms", self.n_arms, 2)
-        self.init_pulls = check_int("init_pulls", self.init_pulls, 1)
-        self.horizon = check_int("horizon", self.horizon, 2)
+        self.n_arms = check_int("n_arms", self.n_arms, min=2)  # type: ignore[assignment]
+        self.init_pulls = check_int("init_pulls", self.init_pulls, min=1)  # type: ignore[assignment]
+        self.horizon = check_int("horizon", self.horizon, min=2)  # type: ignore[assignment]
         if self.horizon < self.n_arms * self.init_pulls:
             raise ValueError(
                 f"horizon must be >= n_arms * init_pulls = {self.n_arms * self.init_pulls}, got {self.horizon}"
             )
-        if not isinstance(self.alpha, (int, float, np.floating)) or not 0.0 <= float(self.alpha) <= 1.0:
-            raise ValueError(f"alpha must be in [0, 1], got {self.alpha!r}")
-        self.alpha = float(self.alpha)
-        if not isinstance(self.c0, (int, float, np.floating)) or not (math.isfinite(self.c0) and self.c0 > 0):
-            raise ValueError(f"c0 must be a positive finite number, got {self.c0!r}")
-        self.c0 = float(self.c0)
+        self.alpha = check_float("alpha", self.alpha, min=0.0, max=1.0)  # type: ignore[assignment]
+        self.c0 = check_float("c0", self.c0, min=0.0, min_open=True)  # type: ignore[assignment]
 
     def to_dict(self) -> dict:
+        """The hyper-parameters without the seed."""
         d = asdict(self)
         d.pop("seed")
         return d

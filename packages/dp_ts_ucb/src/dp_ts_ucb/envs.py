@@ -7,15 +7,17 @@ from typing import Any
 
 import numpy as np
 
+from icml25_shared.validate import check_array, check_float
+
 __all__ = ["BernoulliBandit", "TruncatedGaussianBandit"]
 
 
 def _check_means(means: Any) -> np.ndarray:
-    m = np.asarray(means, dtype=np.float64)
-    if m.ndim != 1 or m.size < 2:
+    m = np.asarray(check_array("means", means, ndim=1, dtype="numeric", finite=True), dtype=np.float64)
+    if m.size < 2:
         raise ValueError(f"means must be a 1-D sequence of at least 2 arm means, got shape {m.shape}")
-    if not np.all(np.isfinite(m)) or np.any((m < 0) | (m > 1)):
-        raise ValueError(f"means must be finite and in [0, 1], got {m.tolist()}")
+    if np.any((m < 0) | (m > 1)):
+        raise ValueError(f"means must be in [0, 1], got {m.tolist()}")
     return m
 
 
@@ -61,9 +63,7 @@ class TruncatedGaussianBandit(BernoulliBandit):
 
     def __init__(self, means: Any, sigma: float = 0.1, seed: Any = None) -> None:
         super().__init__(means, seed)
-        if not (np.isfinite(sigma) and sigma > 0):
-            raise ValueError(f"sigma must be positive and finite, got {sigma!r}")
-        self.sigma = float(sigma)
+        self.sigma: float = check_float("sigma", sigma, min=0.0, min_open=True)  # type: ignore[assignment]
         self.means = self.true_means()
 
     def reseed(self, seed: Any) -> TruncatedGaussianBandit:

@@ -1,9 +1,10 @@
-"""DP-TS-UCB and its peers as streaming policies sharing one interface.
+"""The streaming policy interface and DP-TS-UCB itself (the paper's Alg. 1).
 
 ``select() -> arm`` then ``update(arm, reward)``, once per round, for exactly ``horizon`` rounds; ``ledger`` holds
 the privacy accounting; ``to_state()`` / ``from_state()`` give a JSON-safe checkpoint including the RNG state.
-These classes are the readable reference; :mod:`dp_ts_ucb.sim` runs the same algorithms vectorised over runs and
-is tested to give the identical pull sequence.
+The peers (UCB1, (M-)TS-Gaussian, DP-SE, AdaP-UCB) share the interface in :mod:`dp_ts_ucb.baselines`. These
+classes are the readable reference; :mod:`dp_ts_ucb.experiments` runs the same algorithms vectorised over runs
+and is tested to give the identical pull sequence.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dp_ts_ucb.config import DPTSUCBConfig, check_int
+from dp_ts_ucb.config import DPTSUCBConfig
 from dp_ts_ucb.privacy import (
     GDPLedger,
     NonPrivateLedger,
@@ -23,8 +24,9 @@ from dp_ts_ucb.privacy import (
     paper_mu_bound,
     sampling_budget,
 )
+from icml25_shared.validate import check_float, check_int
 
-__all__ = ["BanditPolicy", "DPTSUCB", "UCB1", "TSGaussian", "MTSGaussian", "DPSE", "AdaPUCB", "make_rng"]
+__all__ = ["BanditPolicy", "DPTSUCB", "make_rng"]
 
 
 def make_rng(seed: Any) -> np.random.Generator:
@@ -37,13 +39,10 @@ def make_rng(seed: Any) -> np.random.Generator:
 
 
 def _check_reward(reward: Any) -> float:
-    try:
-        r = float(reward)
-    except (TypeError, ValueError):
-        raise ValueError(f"reward must be a number in [0, 1], got {reward!r}") from None
-    if not (0.0 <= r <= 1.0):  # also rejects NaN
-        raise ValueError(f"reward must be in [0, 1], got {reward!r}")
-    return r
+    """A reward in [0, 1] as a float; a 0/1 bool reward (``rng.random() < p``) counts as 0.0/1.0."""
+    if isinstance(reward, (bool, np.bool_)):
+        return float(reward)
+    return check_float("reward", reward, min=0.0, max=1.0)  # type: ignore[return-value]
 
 
 class BanditPolicy:
@@ -56,8 +55,8 @@ class BanditPolicy:
     _state_fields: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, n_arms: int, horizon: int, seed: Any = None) -> None:
-        self.n_arms = check_int("n_arms", n_arms, 2)
-        self.horizon = check_int("horizon", horizon, 2)
+        self.n_arms: int = check_int("n_arms", n_arms, min=2)  # type: ignore[assignment]
+        self.horizon: int = check_int("horizon", horizon, min=2)  # type: ignore[assignment]
         self.rng = make_rng(seed)
         self.t = 0  # completed rounds
         self._pending: int | None = None
@@ -88,9 +87,7 @@ class BanditPolicy:
         self._update(arm, r)
 
     def _check_arm(self, arm: Any) -> int:
-        if isinstance(arm, bool) or not isinstance(arm, (int, np.integer)) or not 0 <= arm < self.n_arms:
-            raise ValueError(f"arm must be an int in [0, {self.n_arms}), got {arm!r}")
-        return int(arm)
+        return check_int("arm", arm, min=0, max=self.n_arms - 1)  # type: ignore[return-value]
 
     def _select(self) -> int:
         raise NotImplementedError
@@ -216,209 +213,3 @@ class DPTSUCB(BanditPolicy):
             self.epoch[arm] += 1
             self.ledger.open(arm, int(self.epoch[arm]), int(self.n[arm]))
             self._rec_idx[arm] = len(self.ledger.records) - 1
-
-
-class UCB1(BanditPolicy):
-    """UCB1 (Auer et al. 2002): one pull of each arm, then mu_hat + sqrt(2 ln t / n). Not private."""
-
-    name = "UCB1"
-    _state_fields = ("sums",)
-
-    def __init__(self, n_arms: int, horizon: int, seed: Any = None) -> None:
-        super().__init__(n_arms, horizon, seed)
-        self.sums = np.zeros(self.n_arms)
-        self.ledger = NonPrivateLedger()
-
-    def _select(self) -> int:
-        if self.t < self.n_arms:
-            return self.t
-        idx = self.sums / self.counts + np.sqrt(2.0 * math.log(self.t + 1) / self.counts)
-        return int(np.argmax(idx))
-
-    def _update(self, arm: int, reward: float) -> None:
-        self.sums[arm] += reward
-
-
-class MTSGaussian(BanditPolicy):
-    """Modified Gaussian TS (Ou, Avella Medina & Cummings 2024): ``b`` round-robin pre-pulls of each arm, then
-    theta_i ~ N(S_i / (n_i + 1), c / (n_i + 1)) for every arm every round (prior N(0, 1) when c = 1).
-
-    GDP: a reward of arm i moves every later posterior mean of arm i by <= 1/(n_i + 1), so each later draw costs
-    1/sqrt(c (n_i + 1)); the first observation of an arm reads every later draw. A-priori bound
-    sqrt(T / (c (max(b, 1) + 1))).
-    """
-
-    name = "M-TS-Gaussian"
-    _params = ("b", "c")
-    _state_fields = ("sums", "_rec_idx")
-
-    def __init__(self, n_arms: int, horizon: int, b: int = 0, c: float = 1.0, seed: Any = None) -> None:
-        super().__init__(n_arms, horizon, seed)
-        self.b = check_int("b", b, 0)
-        if not (isinstance(c, (int, float, np.floating)) and math.isfinite(c) and c > 0):
-            raise ValueError(f"c must be a positive finite number, got {c!r}")
-        self.c = float(c)
-        if self.horizon < self.n_arms * self.b:
-            raise ValueError(f"horizon must be >= n_arms * b = {self.n_arms * self.b}, got {self.horizon}")
-        self.sums = np.zeros(self.n_arms)
-        self._rec_idx = np.full(self.n_arms, -1, dtype=np.int64)
-        self.ledger = GDPLedger(math.sqrt(self.horizon / (self.c * (max(self.b, 1) + 1))))
-
-    @classmethod
-    def matched(cls, mu: float, horizon: int, b: int) -> float:
-        """The variance scale c giving a-priori ``mu``-GDP over ``horizon``: c = T / (mu^2 (max(b, 1) + 1))."""
-        if not (math.isfinite(mu) and mu > 0):
-            raise ValueError(f"mu must be positive and finite, got {mu!r}")
-        c = horizon / (mu * mu * (max(b, 1) + 1))
-        if c < 1:
-            raise ValueError(f"matching mu={mu} at T={horizon}, b={b} needs c={c:.4g} < 1 (less noise than TS)")
-        return c
-
-    def _select(self) -> int:
-        if self.t < self.n_arms * self.b:
-            return self.t % self.n_arms
-        z = self.rng.standard_normal(self.n_arms)
-        denom = self.counts + 1.0
-        theta = self.sums / denom + np.sqrt(self.c / denom) * z
-        for i in range(self.n_arms):
-            if self.counts[i] > 0:
-                self.ledger.draw(self.ledger.records[self._rec_idx[i]], 1.0 / math.sqrt(self.c * denom[i]))
-            else:
-                self.ledger.draws += 1
-        return int(np.argmax(theta))
-
-    def _update(self, arm: int, reward: float) -> None:
-        self.sums[arm] += reward
-        if self._rec_idx[arm] < 0:
-            self.ledger.open(arm, 0, 1)
-            self._rec_idx[arm] = len(self.ledger.records) - 1
-
-
-class TSGaussian(MTSGaussian):
-    """Gaussian Thompson sampling (Agrawal & Goyal 2017): M-TS-Gaussian with b = 0, c = 1."""
-
-    name = "TS-Gaussian"
-    _params = ()
-
-    def __init__(self, n_arms: int, horizon: int, seed: Any = None) -> None:
-        super().__init__(n_arms, horizon, b=0, c=1.0, seed=seed)
-
-
-def _check_epsilon(epsilon: Any) -> float:
-    if not (isinstance(epsilon, (int, float, np.floating)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
-    return float(epsilon)
-
-
-class DPSE(BanditPolicy):
-    """DP successive elimination (Sajed & Sheffet 2019), pure epsilon-DP.
-
-    Epoch e: Delta_e = 2^-e; every active arm is pulled R_e = ceil(max(c1 ln(8|S|e^2/beta)/Delta_e^2,
-    c2 ln(4|S|e^2/beta)/(eps Delta_e))) times (round robin) on fresh rewards; its noisy mean is the epoch mean plus
-    Laplace(1/(eps R_e)); arms below max - Delta_e are eliminated. beta = 1/T.
-    """
-
-    name = "DP-SE"
-    _params = ("epsilon", "c1", "c2")
-    _state_fields = ("active", "epoch_e", "r_e", "ep_sums", "ep_counts", "_order_pos")
-
-    def __init__(
-        self, n_arms: int, horizon: int, epsilon: float = 1.0, c1: float = 32.0, c2: float = 8.0, seed: Any = None
-    ) -> None:
-        super().__init__(n_arms, horizon, seed)
-        self.epsilon = _check_epsilon(epsilon)
-        self.c1, self.c2 = float(c1), float(c2)
-        self.beta = 1.0 / self.horizon
-        self.active = np.ones(self.n_arms, dtype=bool)
-        self.epoch_e = 0
-        self.ep_sums = np.zeros(self.n_arms)
-        self.ep_counts = np.zeros(self.n_arms, dtype=np.int64)
-        self._order_pos = 0
-        self.r_e = 0
-        self._start_epoch()
-        self.ledger = PureDPLedger(self.epsilon)
-
-    def epoch_pulls(self, e: int, n_active: int) -> int:
-        """R_e for epoch ``e`` with ``n_active`` arms."""
-        d = 2.0**-e
-        a = self.c1 * math.log(8 * n_active * e * e / self.beta) / d**2
-        b = self.c2 * math.log(4 * n_active * e * e / self.beta) / (self.epsilon * d)
-        return math.ceil(max(a, b))
-
-    def _start_epoch(self) -> None:
-        self.epoch_e += 1
-        self.r_e = self.epoch_pulls(self.epoch_e, int(self.active.sum()))
-        self.ep_sums[:] = 0.0
-        self.ep_counts[:] = 0
-        self._order_pos = 0
-
-    def _select(self) -> int:
-        arms = np.flatnonzero(self.active)
-        return int(arms[self._order_pos % len(arms)])
-
-    def _update(self, arm: int, reward: float) -> None:
-        arms = np.flatnonzero(self.active)
-        if len(arms) == 1:
-            return  # a single survivor is pulled until the horizon
-        self.ep_sums[arm] += reward
-        self.ep_counts[arm] += 1
-        self._order_pos += 1
-        if self._order_pos == self.r_e * len(arms):
-            noisy = self.ep_sums[arms] / self.r_e + self.rng.laplace(0.0, 1.0 / (self.epsilon * self.r_e), len(arms))
-            keep = noisy >= noisy.max() - 2.0**-self.epoch_e
-            self.active[arms[~keep]] = False
-            self._start_epoch()
-
-    def _after_load(self) -> None:
-        self.active = self.active.astype(bool)
-
-
-class AdaPUCB(BanditPolicy):
-    """AdaP-UCB (Azize & Basu 2022), pure epsilon-DP: arm-dependent doubling episodes.
-
-    Each arm is played once; then at each episode start the arm maximising
-    mu_tilde + sqrt(beta ln t / (2 n_last)) + beta ln t / (eps n_last) is played until its pull count doubles;
-    mu_tilde is the mean of its last episode plus Laplace(1 / (eps n_last)).
-    """
-
-    name = "AdaP-UCB"
-    _params = ("epsilon", "beta")
-    _state_fields = ("mu_tilde", "n_last", "cur_arm", "cur_left", "cur_sum", "cur_len")
-
-    def __init__(self, n_arms: int, horizon: int, epsilon: float = 1.0, beta: float = 3.1, seed: Any = None) -> None:
-        super().__init__(n_arms, horizon, seed)
-        self.epsilon = _check_epsilon(epsilon)
-        if not beta > 0:
-            raise ValueError(f"beta must be positive, got {beta!r}")
-        self.beta = float(beta)
-        self.mu_tilde = np.zeros(self.n_arms)
-        self.n_last = np.zeros(self.n_arms, dtype=np.int64)
-        self.cur_arm, self.cur_left, self.cur_sum, self.cur_len = -1, 0, 0.0, 0
-        self.ledger = PureDPLedger(self.epsilon)
-
-    def _select(self) -> int:
-        if self.cur_left == 0:
-            if self.t < self.n_arms:
-                arm, length = self.t, 1
-            else:
-                lt = math.log(self.t + 1)
-                idx = (
-                    self.mu_tilde
-                    + np.sqrt(self.beta * lt / (2 * self.n_last))
-                    + self.beta * lt / (self.epsilon * self.n_last)
-                )
-                arm = int(np.argmax(idx))
-                length = int(self.counts[arm])  # play until the count doubles
-            self.cur_arm, self.cur_left, self.cur_sum, self.cur_len = arm, length, 0.0, length
-        return int(self.cur_arm)
-
-    def _update(self, arm: int, reward: float) -> None:
-        self.cur_sum += reward
-        self.cur_left -= 1
-        if self.cur_left == 0:
-            n = self.cur_len
-            self.mu_tilde[arm] = self.cur_sum / n + self.rng.laplace(0.0, 1.0 / (self.epsilon * n))
-            self.n_last[arm] = n
-
-    def _after_load(self) -> None:
-        self.cur_arm, self.cur_left, self.cur_len = int(self.cur_arm), int(self.cur_left), int(self.cur_len)

@@ -1,4 +1,10 @@
-"""Gaussian differential privacy (Dong, Roth & Su 2022) and the privacy ledgers of the bandit policies.
+"""Gaussian differential privacy (Dong, Roth & Su 2022), the paper's privacy accounting of DP-TS-UCB and the
+privacy ledgers of the bandit policies.
+
+One Thompson draw N(μ̂, ln^α T / n) from a batch of n rewards in [0, 1] is a Gaussian mechanism on μ̂ (sensitivity
+1/n), so it is 1/√(n ln^α T)-GDP; the draws of one (arm, epoch) batch compose adaptively, the max of the samples
+(the UCB phase) is post-processing, and a reward lives in one batch only, so the transcript is
+max over batches √(m / (n ln^α T))-GDP with m ≤ φ draws — the paper's Theorem 4.4 (α = 1: O(1)-GDP).
 
 Conventions: ``mu`` first in every conversion. A ledger holds the a-priori guarantee (``mu_bound``), the value
 realised by the public pull log (``mu_realized``, an ex-post diagnostic: quoting it as a guarantee would need a
@@ -13,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import optimize, special, stats
+
+from icml25_shared.validate import check_array, check_float, check_int
 
 __all__ = [
     "gaussian_mechanism_mu",
@@ -31,33 +39,28 @@ __all__ = [
 
 
 def _check_mu(mu: float) -> float:
-    if not (isinstance(mu, (int, float, np.floating)) and math.isfinite(mu) and mu > 0):
-        raise ValueError(f"mu must be a positive finite number, got {mu!r}")
-    return float(mu)
+    return check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[return-value]
 
 
 def gaussian_mechanism_mu(sensitivity: float, sigma: float) -> float:
     """GDP parameter of adding N(0, sigma^2) to a statistic of L2 sensitivity ``sensitivity``: sensitivity/sigma."""
-    if not sensitivity > 0 or not math.isfinite(sensitivity):
-        raise ValueError(f"sensitivity must be positive and finite, got {sensitivity!r}")
-    if not sigma > 0 or not math.isfinite(sigma):
-        raise ValueError(f"sigma must be positive and finite, got {sigma!r}")
+    check_float("sensitivity", sensitivity, min=0.0, min_open=True)
+    check_float("sigma", sigma, min=0.0, min_open=True)
     return sensitivity / sigma
 
 
 def compose_gdp(mus: Iterable[float]) -> float:
     """Adaptive composition: mu_1, ..., mu_k-GDP mechanisms together are sqrt(sum mu_i^2)-GDP."""
-    arr = np.asarray(list(mus), dtype=np.float64)
-    if arr.size and (not np.all(np.isfinite(arr)) or np.any(arr < 0)):
-        raise ValueError("every mu must be finite and >= 0")
+    arr = np.asarray(check_array("mus", list(mus), ndim=1, finite=True), dtype=np.float64)
+    if np.any(arr < 0):
+        raise ValueError(f"every mu must be >= 0, got {arr.min()}")
     return float(np.sqrt(np.sum(arr**2)))
 
 
 def gdp_delta(mu: float, epsilon: float) -> float:
     """The exact delta(epsilon) of a mu-GDP mechanism: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)."""
     mu = _check_mu(mu)
-    if not epsilon >= 0 or not math.isfinite(epsilon):
-        raise ValueError(f"epsilon must be finite and >= 0, got {epsilon!r}")
+    check_float("epsilon", epsilon, min=0.0)
     a = special.log_ndtr(-epsilon / mu + mu / 2)
     b = epsilon + special.log_ndtr(-epsilon / mu - mu / 2)  # log(e^eps Phi(.)) without overflow
     if b >= a:
@@ -68,8 +71,7 @@ def gdp_delta(mu: float, epsilon: float) -> float:
 def gdp_epsilon(mu: float, delta: float) -> float:
     """The smallest epsilon >= 0 with delta(epsilon) <= ``delta`` for a mu-GDP mechanism (bracketing root)."""
     mu = _check_mu(mu)
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    check_float("delta", delta, min=0.0, max=1.0, min_open=True, max_open=True)
     if gdp_delta(mu, 0.0) <= delta:
         return 0.0
     hi = max(1.0, mu)
@@ -89,16 +91,15 @@ def gdp_tradeoff(mu: float, alpha: float | np.ndarray) -> float | np.ndarray:
 
 
 def _check_budget_args(horizon: int, alpha: float, c0: float) -> None:
-    if not isinstance(horizon, (int, np.integer)) or horizon < 2:
-        raise ValueError(f"horizon must be an int >= 2, got {horizon!r}")
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha!r}")
-    if not c0 > 0 or not math.isfinite(c0):
-        raise ValueError(f"c0 must be positive, got {c0!r}")
+    # validated, not converted: the formulas below see the caller's numbers unchanged
+    check_int("horizon", horizon, min=2)
+    check_float("alpha", alpha, min=0.0, max=1.0)
+    check_float("c0", c0, min=0.0, min_open=True)
 
 
 def sampling_budget(horizon: int, alpha: float, c0: float = 1.0, *, rounded: bool = True) -> float | int:
-    """phi = ceil(c0 T^{0.5(1-alpha)} ln^{0.5(3-alpha)} T): Gaussian draws allowed per (arm, epoch)."""
+    """phi = ceil(c0 T^{0.5(1-alpha)} ln^{0.5(3-alpha)} T): Gaussian draws allowed per (arm, epoch) (Alg. 1's
+    sampling budget)."""
     _check_budget_args(horizon, alpha, c0)
     ln_t = math.log(horizon)
     phi = c0 * horizon ** (0.5 * (1 - alpha)) * ln_t ** (0.5 * (3 - alpha))
@@ -108,8 +109,7 @@ def sampling_budget(horizon: int, alpha: float, c0: float = 1.0, *, rounded: boo
 def dp_ts_ucb_mu_bound(horizon: int, alpha: float, c0: float = 1.0, init_pulls: int = 1) -> float:
     """A-priori GDP of DP-TS-UCB: sqrt(ceil(phi) / (b0 ln^alpha T)) (phi draws from a batch of at least b0)."""
     _check_budget_args(horizon, alpha, c0)
-    if not isinstance(init_pulls, (int, np.integer)) or init_pulls < 1:
-        raise ValueError(f"init_pulls must be an int >= 1, got {init_pulls!r}")
+    check_int("init_pulls", init_pulls, min=1)
     phi = sampling_budget(horizon, alpha, c0)
     return math.sqrt(phi / (init_pulls * math.log(horizon) ** alpha))
 
@@ -209,8 +209,7 @@ class PureDPLedger:
 
     def epsilon(self, delta: float) -> float:
         """epsilon-DP gives (epsilon, delta)-DP for every delta."""
-        if not 0 <= delta < 1:
-            raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+        check_float("delta", delta, min=0.0, max=1.0, max_open=True)
         return self.epsilon_dp
 
     def delta(self, epsilon: float) -> float:

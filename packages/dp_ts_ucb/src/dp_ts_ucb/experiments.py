@@ -1,4 +1,8 @@
-"""Monte-Carlo regret experiments, vectorised over runs.
+"""Monte-Carlo regret experiments, vectorised over runs, and the instances the reproduction runs them on.
+
+:func:`simulate` runs any policy many times on a bandit; :func:`run_instance` runs DP-TS-UCB and every peer on one
+instance, with M-TS-Gaussian matched to DP-TS-UCB(α = 1)'s a-priori GDP (:func:`matched_mts`) and the ε-DP peers
+to its ε at δ = 1e-5; :func:`plot_regret` and :func:`plot_privacy_regret` draw the results.
 
 Runs are cut into fixed chunks of ``CHUNK`` runs (independent of ``n_jobs``); chunk c draws its policy and
 environment randomness from the two children of ``SeedSequence(seed).spawn(n_chunks)[c]``. ``n_jobs > 1`` only
@@ -16,15 +20,33 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dp_ts_ucb.baselines import DPSE, UCB1, AdaPUCB, MTSGaussian, TSGaussian
 from dp_ts_ucb.envs import BernoulliBandit
-from dp_ts_ucb.policies import DPSE, DPTSUCB, UCB1, AdaPUCB, BanditPolicy, MTSGaussian, TSGaussian
-from dp_ts_ucb.privacy import gdp_epsilon
+from dp_ts_ucb.policies import DPTSUCB, BanditPolicy
+from dp_ts_ucb.privacy import dp_ts_ucb_mu_bound, gdp_epsilon
+from icml25_shared.report import save_figure, subplots
+from icml25_shared.validate import check_int
 
-__all__ = ["simulate", "SimResult", "chunk_seeds", "CHUNK"]
+__all__ = [
+    "simulate",
+    "SimResult",
+    "chunk_seeds",
+    "CHUNK",
+    "INSTANCES",
+    "B_GRID",
+    "DELTA",
+    "InstanceResult",
+    "matched_mts",
+    "run_instance",
+    "plot_regret",
+    "plot_privacy_regret",
+    "plot_normalised_regret",
+]
 
 CHUNK = 25
 _BLOCK = 2048  # rounds of randomness drawn at once (same stream as per-round draws)
@@ -353,10 +375,8 @@ def simulate(
     params = dict(params or {})
     if not (isinstance(policy_cls, type) and issubclass(policy_cls, BanditPolicy)):
         raise ValueError(f"policy_cls must be a BanditPolicy subclass, got {policy_cls!r}")
-    if isinstance(n_runs, bool) or not isinstance(n_runs, (int, np.integer)) or n_runs < 1:
-        raise ValueError(f"n_runs must be an int >= 1, got {n_runs!r}")
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, (int, np.integer)) or n_jobs < 1:
-        raise ValueError(f"n_jobs must be an int >= 1, got {n_jobs!r}")
+    check_int("n_runs", n_runs, min=1)
+    check_int("n_jobs", n_jobs, min=1)
     probe = policy_cls(n_arms=env.n_arms, horizon=horizon, **params)  # validates everything once
     if checkpoints is None:
         checkpoints = np.unique(np.linspace(horizon / 20, horizon, 20).astype(np.int64))
@@ -386,3 +406,120 @@ def simulate(
         epsilon_dp=eps,
         arms=np.concatenate([o[5] for o in outs]) if return_arms else None,
     )
+
+
+# ---- the reproduction's instances and experiments -----------------------------------------------------------
+INSTANCES = {
+    "A": [0.75, 0.625, 0.5, 0.375, 0.25],
+    "B": [0.9] + [0.8] * 9,
+    "C": [0.5, 0.45],
+}
+"""Bernoulli instances (arm means): A, five evenly spaced arms; B, one best arm among nine at gap 0.1; C, two arms
+at gap 0.05. The paper's appendix instances are not reproduced exactly; these are ours."""
+B_GRID = (1, 10, 30, 100, 300, 1000)
+"""Pre-pull counts b tried for M-TS-Gaussian at matched privacy (the best regret is kept)."""
+DELTA = 1e-5
+"""δ at which GDP is converted to ε for the pure ε-DP peers and the plots."""
+
+
+def matched_mts(
+    env: BernoulliBandit, horizon: int, mu: float, n_runs: int, seed: Any, n_jobs: int, checkpoints: np.ndarray
+) -> tuple[int, SimResult, dict[int, float]]:
+    """M-TS-Gaussian at a-priori ``mu``-GDP: for each b of :data:`B_GRID` that can match ``mu`` (c ≥ 1), the
+    variance scale c = T / (mu² (b + 1)); returns (best b, its result, regret by b)."""
+    best: tuple[int, SimResult] | None = None
+    by_b: dict[int, float] = {}
+    for b in B_GRID:
+        if horizon < b * env.n_arms:
+            continue
+        try:
+            c = MTSGaussian.matched(mu, horizon, b)
+        except ValueError:
+            continue
+        r = simulate(MTSGaussian, {"b": b, "c": c}, env, horizon, n_runs, seed, n_jobs, checkpoints)
+        by_b[b] = r.regret_mean
+        if best is None or r.regret_mean < best[1].regret_mean:
+            best = (b, r)
+    if best is None:
+        raise ValueError(f"no b in {B_GRID} can match mu={mu} at T={horizon}")
+    return best[0], best[1], by_b
+
+
+@dataclass
+class InstanceResult:
+    """Every policy's :class:`SimResult` on one instance (keyed by label) and the matched-privacy comparison."""
+
+    results: dict[str, SimResult]
+    mu: float
+    """DP-TS-UCB(α = 1)'s a-priori GDP, the privacy level every peer is matched to."""
+    epsilon: float
+    """ε at :data:`DELTA` of ``mu`` (the budget of the pure ε-DP peers)."""
+    mts_b: int
+    mts: SimResult
+    mts_by_b: dict[int, float]
+
+    @property
+    def ratio(self) -> float:
+        """Regret of DP-TS-UCB(α = 1) over the best matched M-TS-Gaussian."""
+        return self.results["DP-TS-UCB a=1"].regret_mean / self.mts.regret_mean
+
+
+def run_instance(
+    means: list[float], horizon: int, n_runs: int, alphas: tuple[float, ...], seed: Any = 0, n_jobs: int = 1
+) -> InstanceResult:
+    """DP-TS-UCB for each α in ``alphas`` (which must include 1), M-TS-Gaussian matched to DP-TS-UCB(α = 1)'s GDP,
+    non-private TS-Gaussian, and AdaP-UCB / DP-SE at the matched ε, on the Bernoulli instance ``means``."""
+    env = BernoulliBandit(means)
+    cps = np.unique(np.geomspace(100, horizon, 25).astype(np.int64))
+    out: dict[str, SimResult] = {}
+    for a in alphas:
+        out[f"DP-TS-UCB a={a:g}"] = simulate(DPTSUCB, {"alpha": a}, env, horizon, n_runs, seed, n_jobs, cps)
+    mu = dp_ts_ucb_mu_bound(horizon, 1.0)
+    eps = gdp_epsilon(mu, DELTA)
+    b, mts, by_b = matched_mts(env, horizon, mu, n_runs, seed, n_jobs, cps)
+    out[f"M-TS-Gaussian b={b} (mu={mu:.3f})"] = mts
+    out["TS-Gaussian (non-private)"] = simulate(TSGaussian, {}, env, horizon, n_runs, seed, n_jobs, cps)
+    out[f"AdaP-UCB eps={eps:.2f}"] = simulate(AdaPUCB, {"epsilon": eps}, env, horizon, n_runs, seed, n_jobs, cps)
+    out[f"DP-SE eps={eps:.2f}"] = simulate(DPSE, {"epsilon": eps}, env, horizon, n_runs, seed, n_jobs, cps)
+    return InstanceResult(out, mu, eps, b, mts, by_b)
+
+
+def plot_regret(results: dict[str, SimResult], out_dir: Path, tag: str) -> Path:
+    """Mean regret curves (± 2 standard errors) on a log time axis."""
+    fig, ax = subplots()
+    for label, r in results.items():
+        ax.plot(r.checkpoints, r.regret_curve, label=label)
+        ax.fill_between(
+            r.checkpoints, r.regret_curve - 2 * r.regret_curve_se, r.regret_curve + 2 * r.regret_curve_se, alpha=0.2
+        )
+    ax.set(xscale="log", xlabel="round t", ylabel="pseudo-regret R(t)", title=f"regret ({tag})")
+    ax.legend(fontsize=7)
+    return save_figure(fig, out_dir, f"regret_curves_{tag}")
+
+
+def plot_privacy_regret(results: dict[str, SimResult], out_dir: Path, tag: str) -> Path:
+    """Regret at T against ε at :data:`DELTA` (a-priori), one point per private policy."""
+    fig, ax = subplots()
+    for label, r in results.items():
+        e = r.epsilon(DELTA)
+        if math.isfinite(e):
+            ax.errorbar(e, r.regret_mean, yerr=2 * r.regret_se, fmt="o", label=label)
+    ax.set(
+        xscale="log",
+        xlabel="epsilon at delta=1e-5 (a-priori)",
+        ylabel="regret at T",
+        title=f"privacy-regret frontier ({tag})",
+    )
+    ax.legend(fontsize=7)
+    return save_figure(fig, out_dir, f"privacy_regret_{tag}")
+
+
+def plot_normalised_regret(results: dict[str, SimResult], alphas: tuple[float, ...], out_dir: Path, tag: str) -> Path:
+    """DP-TS-UCB's R(t) / ln^(1+α) t: flat when the regret is O(ln^(1+α) T) (the paper's Theorem 4.2)."""
+    fig, ax = subplots()
+    for a in alphas:
+        r = results[f"DP-TS-UCB a={a:g}"]
+        ax.plot(r.checkpoints, r.regret_curve / np.log(r.checkpoints) ** (1 + a), label=f"a={a:g}")
+    ax.set(xscale="log", xlabel="t", ylabel="R(t) / ln^(1+a) t", title=f"normalised regret ({tag})")
+    ax.legend()
+    return save_figure(fig, out_dir, f"normalised_regret_{tag}")
