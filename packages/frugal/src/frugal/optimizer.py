@@ -410,7 +410,11 @@ class FRUGAL(torch.optim.Optimizer):
                 left, right = state.get("left"), state.get("right")
                 low = project_down(g, left, right)
                 update_low = self._state_full_step(low, state, group, lr_p)
-                if group["state_free"] == "none":
+                # a full-rank projection leaves a residual of pure round-off: its sign would be noise
+                full_rank = (left is None or left.shape[1] == left.shape[0]) and (
+                    right is None or right.shape[0] == right.shape[1]
+                )
+                if group["state_free"] == "none" or full_rank:
                     p.add_(project_up(update_low, left, right))
                     continue
                 # the residual G - up(down(G)) and its state-free update share one m×n buffer
