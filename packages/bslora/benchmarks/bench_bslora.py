@@ -1,6 +1,9 @@
-"""BSLoRA SS(2,4,16) vs peft LoRA r=8 on the same targets, in one run, as ratios (spec §8).
+"""BSLoRA SS(2,4,16) vs peft LoRA r=8 on the same targets, in one run, as ratios.
 
-    python packages/bslora/benchmarks/bench_bslora.py [--sizes tiny,512] [--out DIR] [--repeats N]
+    python packages/bslora/benchmarks/bench_bslora.py [--sizes 64,512] [--out PATH] [--repeats N]
+
+writes ``benchmarks/results/bench_bslora.json`` and the printed lines to ``.log`` beside it (the README's figures
+come from there; a full run takes about 5 minutes on 2 cores).
 
 Ratios are ``ours / peft`` (< 1: ours smaller or faster). Timings on a shared CPU are noisy; the JSON keeps every
 median. Mixed-batch throughput: ``adapter_names`` in one pass vs our own swap loop (``set_adapter`` per group) and
@@ -17,10 +20,11 @@ import warnings
 from pathlib import Path
 
 import torch
-from bslora import BSLoRAConfig, count_bslora_parameters, count_lora_parameters, get_bslora_model
 
+from bslora import BSLoRAConfig, count_bslora_parameters, count_lora_parameters, get_bslora_model
 from icml25_shared.bench import compare, peak_memory
 
+RESULTS = Path(__file__).parent / "results" / "bench_bslora.json"
 TARGETS = ["q_proj", "k_proj", "v_proj", "up_proj", "down_proj"]
 
 
@@ -174,9 +178,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--mixed", default="1,8,64")
-    ap.add_argument("--out", default="results/bslora")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON path; the printed lines go to the same name .log")
     args = ap.parse_args()
-    res = {}
+    res, log = {}, []
     for h in (int(s) for s in args.sizes.split(",")):
         res[h] = bench_size(h, args.repeats, args.batch, args.seq, [int(n) for n in args.mixed.split(",")])
         r = res[h]
@@ -196,9 +200,10 @@ def main() -> None:
                 f"{v['speedup_vs_peft']:.2f}x vs peft adapter_names"
             )
         print("\n".join(lines), flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_bslora.json").write_text(json.dumps(res, indent=2) + "\n")
+        log += lines
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=2) + "\n")
+    args.out.with_suffix(".log").write_text("\n".join(log) + "\n")
 
 
 if __name__ == "__main__":

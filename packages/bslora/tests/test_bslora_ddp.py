@@ -11,8 +11,9 @@ STEPS, BATCH = 3, 4
 
 
 def _model():
+    from bslora_testing import bs_config, tiny_llama
+
     from bslora import get_bslora_model
-    from bslora.testing import bs_config, tiny_llama
 
     return get_bslora_model(tiny_llama(seed=0), bs_config("slice", lora_dropout=0.0), "default")
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from bslora import BSLoRAConfig, get_bslora_model
-from bslora.testing import ToyDecoder, bs_config
+from bslora_testing import ToyDecoder, bs_config
 from torch import nn
+
+from bslora import BSLoRAConfig, get_bslora_model
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
-"""Closed forms of the three shape transformations (spec §2.2, §9.2, §9.11)."""
+"""Closed forms of the three shape transformations (slice, Kronecker, gate)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+
 from bslora import functional as F
 
 

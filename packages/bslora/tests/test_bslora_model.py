@@ -1,4 +1,4 @@
-"""Injection, merge, export, tying, counts, save/load, mixed batches and gradients of BSLoRAModel (spec §9)."""
+"""Injection, merge, export, tying, counts, save/load, mixed batches and gradients of BSLoRAModel."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import copy
 
 import pytest
 import torch
+from bslora_testing import ToyDecoder, bs_config, randomize, tiny_llama, tiny_llama_config
+
 from bslora import (
     BSLoRAConfig,
     BSLoRALinear,
@@ -15,8 +17,6 @@ from bslora import (
     export_to_lora,
     get_bslora_model,
 )
-from bslora.testing import ToyDecoder, bs_config, randomize, tiny_llama, tiny_llama_config
-
 from icml25_shared.training import count_parameters
 
 PEFT_WARNING = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from bslora_testing import bs_config, randomize, tiny_llama
+
 from bslora import BSLoRAConfig, get_bslora_model
-from bslora.testing import bs_config, randomize, tiny_llama
 
 peft = pytest.importorskip("peft")
 plugin = pytest.importorskip("bslora.peft_plugin")

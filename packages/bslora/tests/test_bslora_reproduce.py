@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
 from bslora import BSLoRAConfig
-from bslora import reproduce as R
+from bslora import experiments as R
 
 
 def test_tasks_and_answers():

@@ -6,12 +6,14 @@ A standalone, exact, mergeable tuner for transformers models in peft's idiom::
     model = get_bslora_model(base, BSLoRAConfig(r_local=2, r_intra=4, r_inter=16, share_mode="slice"))
 """
 
-from . import functional
-from .config import BSLoRAConfig
-from .counting import count_bslora_parameters, count_lora_parameters, count_sharelora_parameters
-from .export import export_to_lora
-from .layer import BASE_ADAPTER, BSLoRALinear, GateVectors, InterShare, IntraShare, KronSampler, SharedPair
-from .model import BSLoRAModel, get_bslora_model
+import importlib.metadata
+
+from bslora import functional
+from bslora.config import BSLoRAConfig
+from bslora.counting import count_bslora_parameters, count_lora_parameters, count_sharelora_parameters
+from bslora.export import export_to_lora
+from bslora.layer import BASE_ADAPTER, BSLoRALinear, GateVectors, InterShare, IntraShare, KronSampler, SharedPair
+from bslora.model import BSLoRAModel, get_bslora_model
 
 __all__ = [
     "BSLoRAConfig",
@@ -31,4 +33,4 @@ __all__ = [
     "functional",
 ]
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("icml25-bslora")

@@ -1,21 +1,19 @@
-"""``BSLoRAConfig``: every hyper-parameter of BSLoRA, validated on construction (spec §6)."""
+"""``BSLoRAConfig``: every hyper-parameter of BSLoRA, validated on construction (peft's ``LoraConfig`` idiom)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_args
 
-__all__ = ["BSLoRAConfig", "SHARE_MODES", "DEFAULT_TARGETS", "DEFAULT_LAYERS_PATTERN"]
+from icml25_shared.validate import check_choice, check_float, check_int
 
-SHARE_MODES = ("slice", "kron", "gate")
+__all__ = ["BSLoRAConfig", "SHARE_MODES", "DEFAULT_TARGETS", "DEFAULT_LAYERS_PATTERN", "ShareMode"]
+
+ShareMode = Literal["slice", "kron", "gate"]
+SHARE_MODES: tuple[ShareMode, ...] = get_args(ShareMode)
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "up_proj", "down_proj")
 DEFAULT_LAYERS_PATTERN = r"\.(?:layers|h|blocks|layer)\.(\d+)\."
-
-
-def _check_rank(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
 
 
 @dataclass
@@ -35,7 +33,7 @@ class BSLoRAConfig:
     """Rank of the pair shared by the targets of one decoder layer; 0 removes it."""
     r_inter: int = 16
     """Rank of the pair shared by every target of the model; 0 removes it."""
-    share_mode: str = "slice"
+    share_mode: ShareMode = "slice"
     """Shape transformation of the shared pairs: ``"slice"`` (SS), ``"kron"`` (KE) or ``"gate"`` (GT)."""
     kron_share_size: int = 256
     """KE: side ``S`` of the shared ``S x S`` product; every target's in and out features must be divisible by it."""
@@ -45,15 +43,15 @@ class BSLoRAConfig:
     """Scale ``s`` of all three branches (the official code hard-codes 2). Ignored when ``lora_alpha`` is set."""
     lora_alpha: float | None = None
     """If set, ``s = lora_alpha / r_local`` (or ``/ (r_local + r_intra + r_inter)`` with ``scale_by="sum"``)."""
-    scale_by: str = "local"
+    scale_by: Literal["local", "sum"] = "local"
     """Denominator of ``lora_alpha``: ``"local"`` (the official ``set_scale``) or ``"sum"`` (our extension)."""
     lora_dropout: float = 0.05
     """Dropout on the input of the local branch (all modes) and of the shared branches (slice, gate)."""
     kron_shared_dropout: bool = False
     """KE: also apply dropout before the shared branches (the official code does not)."""
-    init_lora_weights: str = "kaiming"
+    init_lora_weights: Literal["kaiming", "gaussian"] = "kaiming"
     """Init of every A: ``"kaiming"`` (``kaiming_uniform_(a=sqrt(5))``) or ``"gaussian"`` (N(0, 1/r)). B starts at 0."""
-    slice_align: str = "center"
+    slice_align: Literal["center", "start"] = "center"
     """SS: where module windows sit in the shared pair: ``"center"`` (official) or ``"start"`` (prefix)."""
     target_modules: tuple[str, ...] | list[str] | str = field(default=DEFAULT_TARGETS)
     """Names of the targets (a module matches when its name ends with ``.name``), or one regex (full match)."""
@@ -66,34 +64,21 @@ class BSLoRAConfig:
 
     def __post_init__(self) -> None:
         for name in ("r_local", "r_intra", "r_inter"):
-            _check_rank(name, getattr(self, name))
+            setattr(self, name, check_int(name, getattr(self, name), min=0))
         if self.r_local + self.r_intra + self.r_inter == 0:
             raise ValueError("r_local, r_intra and r_inter are all 0; expected at least one positive rank")
-        if self.share_mode not in SHARE_MODES:
-            raise ValueError(f"share_mode must be one of {SHARE_MODES}, got {self.share_mode!r}")
+        check_choice("share_mode", self.share_mode, SHARE_MODES)
         for name in ("kron_share_size", "gate_share_size"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if isinstance(self.scaling, bool) or not isinstance(self.scaling, (int, float)):
-            raise ValueError(f"scaling must be a float, got {self.scaling!r}")
-        if self.scale_by not in ("local", "sum"):
-            raise ValueError(f"scale_by must be 'local' or 'sum', got {self.scale_by!r}")
+            setattr(self, name, check_int(name, getattr(self, name), min=1))
+        check_float("scaling", self.scaling)
+        check_choice("scale_by", self.scale_by, ("local", "sum"))
         if self.lora_alpha is not None:
-            if isinstance(self.lora_alpha, bool) or not isinstance(self.lora_alpha, (int, float)):
-                raise ValueError(f"lora_alpha must be None or a number, got {self.lora_alpha!r}")
+            check_float("lora_alpha", self.lora_alpha)
             if self.scale_by == "local" and self.r_local == 0:
                 raise ValueError("lora_alpha with scale_by='local' needs r_local > 0, got r_local=0")
-        if (
-            isinstance(self.lora_dropout, bool)
-            or not isinstance(self.lora_dropout, (int, float))
-            or not 0.0 <= self.lora_dropout < 1.0
-        ):
-            raise ValueError(f"lora_dropout must be a float in [0, 1), got {self.lora_dropout!r}")
-        if self.init_lora_weights not in ("kaiming", "gaussian"):
-            raise ValueError(f"init_lora_weights must be 'kaiming' or 'gaussian', got {self.init_lora_weights!r}")
-        if self.slice_align not in ("center", "start"):
-            raise ValueError(f"slice_align must be 'center' or 'start', got {self.slice_align!r}")
+        check_float("lora_dropout", self.lora_dropout, min=0, max=1, max_open=True)
+        check_choice("init_lora_weights", self.init_lora_weights, ("kaiming", "gaussian"))
+        check_choice("slice_align", self.slice_align, ("center", "start"))
         if isinstance(self.target_modules, str):
             try:
                 re.compile(self.target_modules)

@@ -1,4 +1,4 @@
-"""Analytic trainable-parameter counts of BSLoRA and of the LoRA / ShareLoRA baselines (spec §2.4)."""
+"""Analytic trainable-parameter counts of BSLoRA and of the LoRA / ShareLoRA baselines (closed forms)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import BSLoRAConfig
-from .model import _layer_index, _module_shape, find_targets
+from bslora.config import BSLoRAConfig
+from bslora.model import _layer_index, _module_shape, find_targets
 
 __all__ = ["count_bslora_parameters", "count_lora_parameters", "count_sharelora_parameters", "target_shapes"]
 

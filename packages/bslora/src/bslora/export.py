@@ -1,4 +1,4 @@
-"""Exact export of a BSLoRA adapter to a plain LoRA (peft layout) for vLLM / S-LoRA / peft ``LoraModel`` (§2.5)."""
+"""Exact export of a BSLoRA adapter to a plain LoRA (peft layout) for vLLM / S-LoRA / peft ``LoraModel``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .model import BSLoRAModel
+from bslora.model import BSLoRAModel
 
 __all__ = ["export_to_lora"]
 

@@ -1,4 +1,4 @@
-"""The three shape transformations T_m of BSLoRA as pure functions (spec §2.2, §2.5).
+"""The three shape transformations T_m of BSLoRA as pure functions (slice, Kronecker, gate).
 
 Each ``*_delta`` returns the **unscaled** ``out x in`` update of one shared branch for one module; ``kron_apply``
 and ``slice_apply`` / ``gate_apply`` are the matching forward paths that never build the ``out x in`` matrix.

@@ -1,4 +1,4 @@
-"""BSLoRA modules: the shared pairs, the per-module samplers/gates, and the wrapped linear layer (spec §2, §6)."""
+"""BSLoRA modules: the shared pairs, the per-module samplers/gates, and the wrapped linear layer."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import functional as F
-from .config import BSLoRAConfig
+from bslora import functional as bsF
+from bslora.config import BSLoRAConfig
 
 __all__ = ["SharedPair", "IntraShare", "InterShare", "KronSampler", "GateVectors", "BSLoRALinear", "BASE_ADAPTER"]
 
@@ -222,18 +222,18 @@ class BSLoRALinear(nn.Module):
             yield inter, self.inter_adapt[adapter_name] if adapter_name in self.inter_adapt else None  # noqa: SIM401
 
     def get_delta_weight(self, adapter_name: str) -> torch.Tensor:
-        """The scaled ``out x in`` update ``s (B_loc A_loc + T_m(intra) + T_m(inter))`` (closed forms of §2.2)."""
+        """The scaled ``out x in`` update ``s (B_loc A_loc + T_m(intra) + T_m(inter))`` (:mod:`bslora.functional`)."""
         cfg = self.configs[adapter_name]
         delta = torch.zeros(self.out_features, self.in_features, device=self.weight.device, dtype=self._dtype())
         if cfg.r_local > 0:
             delta = delta + self.lora_B[adapter_name].weight @ self.lora_A[adapter_name].weight
         for pair, extra in self._branches(adapter_name):
             if cfg.share_mode == "slice":
-                delta = delta + F.slice_delta(pair.A, pair.B, self.in_features, self.out_features, cfg.slice_align)
+                delta = delta + bsF.slice_delta(pair.A, pair.B, self.in_features, self.out_features, cfg.slice_align)
             elif cfg.share_mode == "kron":
-                delta = delta + F.kron_delta(pair.A, pair.B, extra.a, extra.b)
+                delta = delta + bsF.kron_delta(pair.A, pair.B, extra.a, extra.b)
             else:
-                delta = delta + F.gate_delta(pair.A, pair.B, *extra.tensors())
+                delta = delta + bsF.gate_delta(pair.A, pair.B, *extra.tensors())
         return cfg.scale * delta
 
     def effective_factors(self, adapter_name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -249,11 +249,11 @@ class BSLoRALinear(nn.Module):
             Bs.append(self.lora_B[adapter_name].weight)
         for pair, extra in self._branches(adapter_name):
             if cfg.share_mode == "slice":
-                a, b = F.slice_factors(pair.A, pair.B, self.in_features, self.out_features, cfg.slice_align)
+                a, b = bsF.slice_factors(pair.A, pair.B, self.in_features, self.out_features, cfg.slice_align)
             elif cfg.share_mode == "kron":
-                a, b = F.kron_factors(pair.A, pair.B, extra.a, extra.b)
+                a, b = bsF.kron_factors(pair.A, pair.B, extra.a, extra.b)
             else:
-                a, b = F.gate_factors(pair.A, pair.B, *extra.tensors())
+                a, b = bsF.gate_factors(pair.A, pair.B, *extra.tensors())
             As.append(a)
             Bs.append(b)
         return torch.cat(As, 0), cfg.scale * torch.cat(Bs, 1)
@@ -285,9 +285,9 @@ class BSLoRALinear(nn.Module):
         if cfg.share_mode == "slice":
             pairs = [p for p in self._shared[adapter_name] if p is not None]
             if pairs:  # intra and inter have the same (n_out, n_in) here: one A-matmul and one B-matmul for both
-                c = F.slice_offset(pairs[0].n_in, self.in_features, cfg.slice_align)
-                co = F.slice_offset(pairs[0].n_out, self.out_features, cfg.slice_align)
-                # without dropout every module reading the same x shares one A-projection (spec §8)
+                c = bsF.slice_offset(pairs[0].n_in, self.in_features, cfg.slice_align)
+                co = bsF.slice_offset(pairs[0].n_out, self.out_features, cfg.slice_align)
+                # without dropout every module reading the same x shares one A-projection (q/k/v read the same x)
                 z = SharedPair.project_slices(pairs, xd, c, reuse=not dropping)
                 bs = [p.B[co : co + self.out_features] for p in pairs]
                 add(z @ (bs[0] if len(bs) == 1 else torch.cat(bs, 1)).t())
@@ -295,9 +295,9 @@ class BSLoRALinear(nn.Module):
             return cfg.scale * out
         for pair, extra in self._branches(adapter_name):
             if cfg.share_mode == "kron":
-                add(F.kron_apply(xd if cfg.kron_shared_dropout else x, pair.A, pair.B, extra.a, extra.b))
+                add(bsF.kron_apply(xd if cfg.kron_shared_dropout else x, pair.A, pair.B, extra.a, extra.b))
             else:
-                add(F.gate_apply(xd, pair.A, pair.B, *extra.tensors()))
+                add(bsF.gate_apply(xd, pair.A, pair.B, *extra.tensors()))
         assert out is not None
         return cfg.scale * out
 

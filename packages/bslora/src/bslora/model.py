@@ -1,4 +1,4 @@
-"""Inject BSLoRA into a transformers (or any torch) model; adapters, merge, save/load, mixed batches (spec §6)."""
+"""Inject BSLoRA into a transformers (or any torch) model; adapters, merge, save/load, mixed batches, as peft does."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .config import BSLoRAConfig
-from .layer import BASE_ADAPTER, BSLoRALinear, InterShare, IntraShare, SharedPair
+from bslora.config import BSLoRAConfig
+from bslora.layer import BASE_ADAPTER, BSLoRALinear, InterShare, IntraShare, SharedPair
 
 __all__ = ["BSLoRAModel", "get_bslora_model", "find_targets", "CONFIG_NAME", "WEIGHTS_NAME"]
 

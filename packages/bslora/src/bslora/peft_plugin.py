@@ -35,9 +35,9 @@ except ImportError as err:  # peft is an optional extra
 
 from torch import nn
 
-from .config import BSLoRAConfig
-from .layer import BASE_ADAPTER
-from .model import BSLoRAModel
+from bslora.config import BSLoRAConfig
+from bslora.layer import BASE_ADAPTER
+from bslora.model import BSLoRAModel
 
 __all__ = ["PEFT_TYPE", "PREFIX", "BSLoRAPeftConfig", "BSLoRAPeftTuner", "register", "is_registered"]
 

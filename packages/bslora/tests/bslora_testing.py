@@ -1,11 +1,11 @@
-"""Tiny random-init models and helpers for tests and benchmarks (no downloads)."""
+"""Tiny random-init models and helpers for the tests (no downloads)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from .config import BSLoRAConfig
+from bslora.config import BSLoRAConfig
 
 __all__ = ["MODES", "tiny_llama_config", "tiny_llama", "bs_config", "randomize", "ToyDecoder"]
 
