@@ -102,7 +102,7 @@ def build(interpret: bool) -> SimpleNamespace:
             prod if prod is not None else dummy,
             T, M, chunk, x.stride(0), x.stride(1), lam.stride(0), lam.stride(1),
             REVERSE=reverse, HAS_INIT=init is not None, HAS_CARRY=carry is not None, SUMMARY=summary,
-            STORE_DLAM=dlam is not None, HAS_H0=h0 is not None, BLOCK_M=block, num_warps=warps,
+            STORE_DLAM=dlam is not None, HAS_H0=h0 is not None, BLOCK_M=block, num_warps=warps, enable_fp_fusion=True,
         )  # fmt: skip
 
     def scan(x, lam, out, *, init=None, reverse=False, hprev=None, h0=None, dlam=None, chunk=None) -> None:

@@ -178,7 +178,7 @@ def build(interpret: bool) -> SimpleNamespace:
                 x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2), y.stride(0), y.stride(1),
                 float(scale),
                 HAS_PERM=perm is not None, UPCAST=interpret and x.dtype == torch.bfloat16,
-                PRECISION=dot_precision(x.dtype), BLOCK_M=block_m, **fixed,
+                PRECISION=dot_precision(x.dtype), BLOCK_M=block_m, enable_fp_fusion=True, **fixed,
             )  # fmt: skip
 
     def weight_grad(x, dy, dw_out, perm, seg, scale: float) -> None:
@@ -193,7 +193,7 @@ def build(interpret: bool) -> SimpleNamespace:
                 dw_out.stride(0), dw_out.stride(1), dw_out.stride(2),
                 float(scale),
                 HAS_PERM=perm is not None, UPCAST=interpret and x.dtype == torch.bfloat16,
-                PRECISION=dot_precision(x.dtype), **fixed,
+                PRECISION=dot_precision(x.dtype), enable_fp_fusion=True, **fixed,
             )  # fmt: skip
 
     return SimpleNamespace(forward=forward, weight_grad=weight_grad)

@@ -122,7 +122,7 @@ def build(interpret: bool) -> SimpleNamespace:
                 keep if keep is not None else val, score if score is not None else val,
                 thr if thr is not None else val, x, out,
                 F, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
-                HAS_EID=eid is not None, HAS_KEEP=keep is not None, HAS_SCORE=score is not None, **fixed,
+                HAS_EID=eid is not None, HAS_KEEP=keep is not None, HAS_SCORE=score is not None, enable_fp_fusion=True, **fixed,
             )  # fmt: skip
 
     def edge_grad(row, col, keep, score, thr, dout, x, dval) -> None:
@@ -136,7 +136,7 @@ def build(interpret: bool) -> SimpleNamespace:
                 row, col, keep if keep is not None else dval, score if score is not None else dval,
                 thr if thr is not None else dval, dout, x, dval,
                 nnz, F, dout.stride(0), dout.stride(1), x.stride(0), x.stride(1),
-                HAS_KEEP=keep is not None, HAS_SCORE=score is not None, **fixed,
+                HAS_KEEP=keep is not None, HAS_SCORE=score is not None, enable_fp_fusion=True, **fixed,
             )  # fmt: skip
 
     return SimpleNamespace(spmm=spmm, edge_grad=edge_grad)
