@@ -11,7 +11,8 @@ alike; each ratio is the median over rounds of the per-round ratio (paired), nex
 The load average is printed before and after: on a shared machine the ratios are only as good as the quiet.
 
 Usage: ``python benchmarks/bench_unifews.py [--small] [--repeats 15] [--threads 1]``
-(``--small``: 20 k nodes instead of 200 k).
+(``--small``: 20 k nodes instead of 200 k). Every row is printed as it is measured, and the whole run is written to
+``benchmarks/results/bench_unifews.json`` (``bench_unifews_small.json`` with ``--small``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
 from unifews import UnifewsConfig, UnifewsGCNConv, diffusion_weights, message_scores, spmm
-from unifews.data import load_planetoid_lcc, synthetic_powerlaw_graph
+from unifews.experiments import load_planetoid_lcc, synthetic_powerlaw_graph
 from unifews.functional import _csr
 from unifews.prop import PropGraph, unifews_propagate
+
+RESULTS = Path(__file__).parent / "results"
 
 
 def _load() -> list[float]:
@@ -139,7 +144,7 @@ def prop_bench(name: str, x: torch.Tensor, ei: torch.Tensor, hops: int, deltas, 
     return rows
 
 
-def main() -> None:
+def main() -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--repeats", type=int, default=15)
@@ -147,19 +152,27 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     t0, c0 = time.perf_counter(), time.process_time()
-    print(json.dumps({"loadavg_start": _load(), "threads": args.threads, "repeats": args.repeats}), flush=True)
+    out: dict = {"loadavg_start": _load(), "threads": args.threads, "repeats": args.repeats, "small": args.small}
+    print(json.dumps(out), flush=True)
     cora = load_planetoid_lcc("Cora")
-    conv_bench("Cora LCC", cora.x, cora.edge_index, 64, args.repeats)
+    out["conv"] = conv_bench("Cora LCC", cora.x, cora.edge_index, 64, args.repeats)
     n = 20_000 if args.small else 200_000
     ei = synthetic_powerlaw_graph(n, 20.0, seed=0)  # ≈ 4 M directed edges at n = 200 k
     x = torch.randn(n, 64, generator=torch.Generator().manual_seed(0))
     # GCNConv materialises the m × 64 messages here (seconds per call): fewer rounds on the large graph
-    conv_bench(f"power-law n={n}, m={ei.size(1)}", x, ei, 64, max(3, args.repeats // 5), warmup=1)
-    prop_bench("Cora LCC", cora.x, cora.edge_index, 5, (0.0, 0.1, 0.25, 0.5, 1.0), 3)
-    prop_bench(f"power-law n={n}", x, ei, 2, (0.0, 0.25, 1.0), 1)
+    out["conv"] += conv_bench(f"power-law n={n}, m={ei.size(1)}", x, ei, 64, max(3, args.repeats // 5), warmup=1)
+    out["prop"] = prop_bench("Cora LCC", cora.x, cora.edge_index, 5, (0.0, 0.1, 0.25, 0.5, 1.0), 3)
+    out["prop"] += prop_bench(f"power-law n={n}", x, ei, 2, (0.0, 0.25, 1.0), 1)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(json.dumps({"loadavg_end": _load(), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}), flush=True)
+    end = {"loadavg_end": _load(), "wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+    print(json.dumps(end), flush=True)
+    out.update(end)
+    return out
 
 
 if __name__ == "__main__":
-    main()
+    res = main()
+    RESULTS.mkdir(exist_ok=True)
+    name = "bench_unifews" + ("_small" if res["small"] else "")
+    (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2) + "\n")
+    print(f"wrote {RESULTS / (name + '.json')}")

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from unifews import UnifewsConfig, UnifewsGATv2Conv, UnifewsGCNConv, UnifewsGNN
 from unifews.prop import unifews_propagate
 
@@ -17,7 +18,7 @@ from .helpers import random_graph
         ({"delta_a": math.nan}, "delta_a"),
         ({"delta_w": -1.0}, "delta_w"),
         ({"delta_w": math.nan}, "delta_w"),
-        ({"threshold": "median"}, r"threshold must be one of \['relative', 'absolute'\]"),
+        ({"threshold": "median"}, "threshold must be one of 'relative', 'absolute'"),
         ({"r": 1.5}, "r must be"),
     ],
 )
@@ -98,12 +99,12 @@ def test_no_edges_is_valid():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"hops": 0}, "hops must be an int >= 1"),
-        ({"kind": "gcn"}, r"kind must be one of \['sgc', 'appnp'\]"),
+        ({"hops": 0}, "hops must be a positive int"),
+        ({"kind": "gcn"}, "kind must be one of 'sgc', 'appnp'"),
         ({"mode": "col"}, "mode must be one of"),
         ({"push": "keep"}, "push must be one of"),
-        ({"alpha": 0.0}, r"alpha must lie in \(0, 1\]"),
-        ({"alpha": 1.5}, "alpha must lie"),
+        ({"alpha": 0.0}, r"alpha must be a float in \(0.0, 1.0\]"),
+        ({"alpha": 1.5}, "alpha must be a float in"),
         ({"delta_a": -1.0}, "delta_a"),
         ({"threshold": "mean"}, "threshold must be one of"),
         ({"impl": "fast"}, "impl must be one of"),

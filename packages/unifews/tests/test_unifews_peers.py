@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch_geometric.nn import GATv2Conv, GCN2Conv, GCNConv, SAGEConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
 from unifews import UnifewsConfig, UnifewsGATv2Conv, UnifewsGCN2Conv, UnifewsGCNConv, UnifewsSAGEConv
 
 from .helpers import random_graph

@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch_geometric.nn import APPNP, SGConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
 from unifews.prop import PropGraph, propagate_entry_reference, unifews_propagate
 from unifews.transforms import UnifewsPrecompute
 

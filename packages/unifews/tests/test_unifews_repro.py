@@ -3,6 +3,7 @@
 import pytest
 import torch
 from torch_geometric.data import Data
+
 from unifews import reproduce as repro
 from unifews.prop import PropGraph
 

@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 from torch import nn
+
 from unifews import LayerOps, UnifewsConfig, UnifewsGCNConv, count_macs, diffusion_weights, message_scores, weight_mask
 from unifews.functional import edge_keep_mask
-from unifews.metrics import layer_macs
+from unifews.macs import layer_macs
 from unifews.prune import InputNormThreshold, input_norm_threshold
 
 from .helpers import random_graph

@@ -1,12 +1,11 @@
 """Mini-batches (NeighborLoader) and feature-sharded precompute over torch.distributed (gloo)."""
 
-import socket
-
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch_geometric.data import Data
 from torch_geometric.loader import NeighborLoader
+
+from icml25_shared.distributed import launch
 from unifews import UnifewsConfig, UnifewsGNN, diffusion_weights
 
 from .helpers import random_graph
@@ -66,10 +65,30 @@ def test_neighbor_loader_full_neighbourhoods_equal_full_batch(conv):
             torch.testing.assert_close(out[: batch.batch_size], full[batch.n_id[: batch.batch_size]])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _sharded_ddp_worker(rank: int, world: int, x, edge_index, out_dir: str) -> None:
+    """Runs on each gloo rank (icml25_shared.distributed.launch): sharded precompute (4 hops, δa = 0.5, seed 11),
+    then 3 DDP steps of the MLP head on the rank's half of the rows; saves ``p{rank}.pt`` (features) and
+    ``m{rank}.pt`` (head weights) in ``out_dir``."""
+    import os
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from unifews.distributed import sharded_propagate
+    from unifews.experiments import MLP
+
+    p, _ = sharded_propagate(x, edge_index, 4, 0.5, seed=11)
+    torch.save(p, os.path.join(out_dir, f"p{rank}.pt"))
+    torch.manual_seed(0)
+    model = DistributedDataParallel(MLP(x.size(1), 8, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    y = torch.arange(x.size(0)) % 3
+    half = x.size(0) // world
+    rows = slice(rank * half, (rank + 1) * half)
+    for _ in range(3):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(p[rows]), y[rows]).backward()
+        opt.step()
+    torch.save(model.module.state_dict(), os.path.join(out_dir, f"m{rank}.pt"))
 
 
 @pytest.mark.slow
@@ -77,9 +96,7 @@ def test_sharded_precompute_over_two_gloo_ranks_equals_one_process(tmp_path):
     from unifews.prop import unifews_propagate
 
     x, ei = random_graph(n=50, m=200, f=9, seed=31, dtype=torch.float32)
-    from unifews.distributed import sharded_ddp_demo
-
-    mp.spawn(sharded_ddp_demo, args=(2, _free_port(), x, ei, str(tmp_path)), nprocs=2, join=True)
+    launch(_sharded_ddp_worker, 2, args=(x, ei, str(tmp_path)))
     single, _ = unifews_propagate(x, ei, 4, 0.5, generator=11)
     for r in range(2):
         torch.testing.assert_close(torch.load(tmp_path / f"p{r}.pt"), single)

@@ -2,6 +2,7 @@
 
 import torch
 import torch.nn.functional as F
+
 from unifews import UnifewsConfig, UnifewsGCNConv, UnifewsGNN, spmm
 from unifews.functional import diffusion_weights, edge_keys
 
@@ -164,8 +165,8 @@ def test_gcn2_and_gat_models_run_and_prune():
 
 def test_fit_dropedge_trains_on_random_subsets_and_evaluates_on_the_whole_graph():
     import pytest
-    from unifews.data import stratified_split
-    from unifews.train import fit
+
+    from unifews.experiments import fit, stratified_split
 
     x, ei = random_graph(n=80, m=500, seed=31, dtype=torch.float32)
     y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()

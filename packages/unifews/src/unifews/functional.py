@@ -1,9 +1,10 @@
-"""The core math of Unifews as small pure functions (spec sections 2, 3.1-3.4).
+"""The core math of Unifews as small pure functions (paper eq. 9 for edges, eq. 14 for weights).
 
 * :func:`diffusion_weights` -- ``T = D̄^{-(1-r)} Ā D̄^{-r}`` as edge weights ``w_e = T[u, v]``.
-* :func:`message_scores` -- the factorised message norm ``s_e = |w_e| · ‖Z[src_e]‖₂ == ‖τ_e‖₂`` (3.4 step 3).
+* :func:`message_scores` -- the factorised message norm ``s_e = |w_e| · ‖Z[src_e]‖₂ == ‖τ_e‖₂``
+  (the score eq. 9 thresholds).
 * :func:`edge_keep_mask` -- ``keep_e = s_e >= θ_a ∨ is_loop(e)`` (paper eq. 9, relative or absolute).
-* :func:`weight_mask` -- the input-norm weight rule (paper eq. 14, spec 3.2).
+* :func:`weight_mask` -- the input-norm weight rule (paper eq. 14).
 * :func:`spmm` -- ``out[u] = Σ_{e: dst_e = u} w_e Z[src_e]`` as one CSR SpMM, differentiable in ``Z`` and ``w``,
   without an ``m × f`` message tensor in the forward pass.
 """
@@ -15,7 +16,8 @@ import warnings
 import torch
 from torch import Tensor
 
-from .config import THRESHOLDS, check_choice
+from icml25_shared.validate import check_choice
+from unifews.config import THRESHOLDS, Threshold
 
 __all__ = [
     "check_x",
@@ -173,7 +175,7 @@ def message_scores(edge_index: Tensor, edge_weight: Tensor, z: Tensor) -> Tensor
     return edge_weight.abs() * torch.linalg.vector_norm(z, dim=1)[edge_index[0]]
 
 
-def edge_keep_mask(scores: Tensor, is_loop: Tensor, delta_a: float, threshold: str = "relative") -> Tensor:
+def edge_keep_mask(scores: Tensor, is_loop: Tensor, delta_a: float, threshold: Threshold = "relative") -> Tensor:
     """``keep_e = s_e >= θ_a ∨ is_loop(e)``, ``θ_a = δa · mean_e s_e`` (relative) or ``δa`` (absolute).
 
     The mean runs over every edge of the layer, loops included (official code). Self-loops are never removed.
@@ -188,9 +190,9 @@ def edge_keep_mask(scores: Tensor, is_loop: Tensor, delta_a: float, threshold: s
 
 
 def weight_mask(
-    weight: Tensor, h: Tensor, delta_w: float, threshold: str = "relative", *, eps: float = 1e-12
+    weight: Tensor, h: Tensor, delta_w: float, threshold: Threshold = "relative", *, eps: float = 1e-12
 ) -> Tensor:
-    """The input-norm weight rule (paper eq. 14; spec 3.2): a bool mask of ``weight``'s shape ``(f_out, f_in)``.
+    """The input-norm weight rule (paper eq. 14): a bool mask of ``weight``'s shape ``(f_out, f_in)``.
 
     ``c_j = max(‖H[:, j]‖₂, eps)``; ``θ_j = δw · s / c_j`` with ``s = ‖H‖_F / f_in`` (relative, official,
     invariant to ``H → cH``) or ``s = 1`` (absolute, paper); ``θ_j`` is clamped at ``0.999 · max|W|`` so the

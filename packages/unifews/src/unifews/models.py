@@ -1,20 +1,23 @@
-"""``UnifewsGNN``: a stack of Unifews layers that hands the kept graph from layer to layer (spec 3.3-3.5)."""
+"""``UnifewsGNN``: a stack of Unifews layers that hands the kept graph from layer to layer (progressive
+sparsification: each layer sees only the edges the previous one kept)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import UnifewsConfig, check_choice
-from .functional import check_edge_index, check_edge_weight, check_lock, check_x, diffusion_weights
-from .metrics import LayerOps, count_macs
-from .nn import UnifewsGATv2Conv, UnifewsGCN2Conv, UnifewsGCNConv, UnifewsSAGEConv
+from icml25_shared.validate import check_choice, check_float, check_int
+from unifews.config import Scheme, UnifewsConfig
+from unifews.functional import check_edge_index, check_edge_weight, check_lock, check_x, diffusion_weights
+from unifews.macs import Convention, LayerOps, count_macs
+from unifews.nn import UnifewsGATv2Conv, UnifewsGCN2Conv, UnifewsGCNConv, UnifewsSAGEConv
 
 __all__ = ["UnifewsGNN", "CONVS"]
 
-CONVS = ("gcn", "gat", "sage", "gcn2")
+Conv = Literal["gcn", "gat", "sage", "gcn2"]
+CONVS: tuple[str, ...] = get_args(Conv)
 
 
 class UnifewsGNN(nn.Module):
@@ -44,7 +47,7 @@ class UnifewsGNN(nn.Module):
         hidden_channels: int,
         out_channels: int,
         num_layers: int = 2,
-        conv: str = "gcn",
+        conv: Conv = "gcn",
         dropout: float = 0.5,
         config: UnifewsConfig | None = None,
         *,
@@ -62,10 +65,8 @@ class UnifewsGNN(nn.Module):
             ("out_channels", out_channels),
             ("num_layers", num_layers),
         ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+            check_int(name, v, min=1)
+        check_float("dropout", dropout, min=0.0, max=1.0, max_open=True)
         self.config = config if config is not None else UnifewsConfig()
         self.conv_type, self.dropout, self.normalize = conv, dropout, normalize
         self.in_channels, self.out_channels, self.num_layers = in_channels, out_channels, num_layers
@@ -107,7 +108,7 @@ class UnifewsGNN(nn.Module):
             if m is not None:
                 m.reset_parameters()
 
-    def set_scheme(self, scheme_a: str, scheme_w: str) -> None:
+    def set_scheme(self, scheme_a: Scheme, scheme_w: Scheme) -> None:
         """Set the edge and weight schemes of every layer (``prune_all`` | ``prune_inc`` | ``keep``)."""
         for conv in self.convs:
             conv.set_scheme(scheme_a, scheme_w)
@@ -164,7 +165,7 @@ class UnifewsGNN(nn.Module):
         }
 
     def layer_ops(self) -> list[LayerOps]:
-        """The per-layer quantities of spec 3.8 recorded by the last forward (for :func:`count_macs`)."""
+        """The per-layer quantities of the MAC count recorded by the last forward (for :func:`count_macs`)."""
         if not self.convs[0].last_stats:
             raise RuntimeError("run a forward pass before asking for operation counts")
         ops = []
@@ -182,7 +183,7 @@ class UnifewsGNN(nn.Module):
             )
         return ops
 
-    def macs(self, convention: str = "exact") -> int:
-        """MACs of the graph layers of the last forward (spec 3.8; ``convention="official"`` uses ``f_in`` for
+    def macs(self, convention: Convention = "exact") -> int:
+        """MACs of the graph layers of the last forward (``convention="official"`` uses ``f_in`` for
         every propagation term). The dense reference is the same model with ``delta_a = delta_w = 0``."""
         return count_macs(self.layer_ops(), convention=convention)

@@ -1,6 +1,7 @@
 """Unifews convolutions: drop-in ``MessagePassing`` layers that prune messages and weights entry-wise.
 
-Every layer follows spec 3.4 (iterative layer, official code's rule):
+Every layer follows the official code's rule for iterative layers (the paper's eq. 9 and eq. 14 applied to one
+layer):
 
 1. weight mask ``M`` by the input-norm rule (:func:`~unifews.functional.weight_mask`), ``W_eff = W ⊙ M``;
 2. the factorised message norm ``s_e = |w_e| · ‖Z[src_e]‖₂`` of the matrix ``Z`` being propagated;
@@ -23,9 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import _pyg  # noqa: F401  (imports torch_geometric quietly)
-from .config import SCHEMES, UnifewsConfig, check_choice
-from .functional import (
+from icml25_shared.validate import check_choice, check_float, check_int
+from unifews import _pyg  # noqa: F401  (imports torch_geometric quietly)
+from unifews.config import SCHEMES, Scheme, Threshold, UnifewsConfig
+from unifews.functional import (
     check_edge_index,
     check_edge_weight,
     check_lock,
@@ -76,7 +78,7 @@ class UnifewsConvMixin:
         mod = getattr(self, name)
         return mod.weight if isinstance(mod, nn.Module) else mod
 
-    def set_scheme(self, scheme_a: str, scheme_w: str) -> None:
+    def set_scheme(self, scheme_a: Scheme, scheme_w: Scheme) -> None:
         """Set the edge scheme and the weight scheme, each one of ``prune_all``, ``prune_inc``, ``keep``."""
         self.scheme_a = check_choice("scheme_a", scheme_a, SCHEMES)
         self.scheme_w = check_choice("scheme_w", scheme_w, SCHEMES)
@@ -98,7 +100,7 @@ class UnifewsConvMixin:
         return out
 
     def weight_density(self) -> float:
-        """Fraction of kept weights over the pruned maps (ρ_w of spec 3.8)."""
+        """Fraction of kept weights over the pruned maps (ρ_w of the MAC count, :mod:`unifews.macs`)."""
         return 1.0 - self.sparsity()["weight"]
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected, errors):
@@ -131,7 +133,8 @@ class UnifewsConvMixin:
     def _edge_step(
         self, edge_index: Tensor, edge_weight: Tensor, scores: Tensor, num_nodes: int, lock: Tensor | None
     ) -> tuple[Tensor, Tensor]:
-        """Return ``(keep, agg)`` bool masks over the input edges (steps 3-5 of spec 3.4) and record them."""
+        """Return ``(keep, agg)`` bool masks over the input edges (steps 3-5 of the rule in the module docstring)
+        and record them."""
         src, dst = edge_index
         is_loop = src == dst
         if self.scheme_a == "keep":
@@ -177,7 +180,7 @@ def _graph_out(out: Tensor, edge_index: Tensor, edge_weight: Tensor | None, keep
 
 
 class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
-    """Unifews ``GCNConv``: ``out = Σ_{kept e} w_e (H (W ⊙ M)ᵀ)[src_e] + b`` (spec 3.4).
+    """Unifews ``GCNConv``: ``out = Σ_{kept e} w_e (H (W ⊙ M)ᵀ)[src_e] + b`` (the rule in the module docstring).
 
     Drop-in for :class:`torch_geometric.nn.GCNConv` (same ``lin``/``bias`` parameters and initialisation). With
     ``normalize=True`` self-loops are added and ``w = T[u, v]`` of ``T = D̄^{-(1-r)} Ā D̄^{-r}``; with
@@ -205,7 +208,7 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
         config: UnifewsConfig | None = None,
         delta_a: float | None = None,
         delta_w: float | None = None,
-        threshold: str | None = None,
+        threshold: Threshold | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("aggr", "add")
@@ -251,7 +254,7 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
         elif edge_weight is None:
             edge_weight = x.new_ones(edge_index.size(1))
         weight = self._masked_weight("lin", x)
-        z = x @ weight.t()  # transform first (spec 3.4 step 2)
+        z = x @ weight.t()  # transform first (step 2 of the rule)
         with torch.no_grad():
             scores = message_scores(edge_index, edge_weight, z)
         keep, agg = self._edge_step(edge_index, edge_weight, scores, n, lock)
@@ -288,7 +291,7 @@ class UnifewsSAGEConv(UnifewsConvMixin, MessagePassing):
         config: UnifewsConfig | None = None,
         delta_a: float | None = None,
         delta_w: float | None = None,
-        threshold: str | None = None,
+        threshold: Threshold | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("aggr", "add")
@@ -363,14 +366,13 @@ class UnifewsGATv2Conv(UnifewsConvMixin, MessagePassing):
         config: UnifewsConfig | None = None,
         delta_a: float | None = None,
         delta_w: float | None = None,
-        threshold: str | None = None,
+        threshold: Threshold | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("aggr", "add")
         kwargs.setdefault("node_dim", 0)
         super().__init__(**kwargs)
-        if not isinstance(heads, int) or heads < 1:
-            raise ValueError(f"heads must be a positive int, got {heads!r}")
+        check_int("heads", heads, min=1)
         self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
         self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
         self.lin_l = Linear(in_channels, heads * out_channels, bias=bias, weight_initializer="glorot")
@@ -452,13 +454,12 @@ class UnifewsGCN2Conv(UnifewsConvMixin, MessagePassing):
         config: UnifewsConfig | None = None,
         delta_a: float | None = None,
         delta_w: float | None = None,
-        threshold: str | None = None,
+        threshold: Threshold | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("aggr", "add")
         super().__init__(**kwargs)
-        if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+        check_float("alpha", alpha, min=0.0, max=1.0)
         self.channels, self.alpha, self.normalize, self.add_self_loops = channels, alpha, normalize, add_self_loops
         self.beta = 1.0 if theta is None or layer is None else math.log(theta / layer + 1)
         self.weight1 = nn.Parameter(torch.empty(channels, channels))

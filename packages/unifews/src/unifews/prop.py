@@ -1,4 +1,4 @@
-"""Decoupled propagation with entry-wise graph sparsification (paper Algorithm 1; spec 3.7).
+"""Decoupled propagation with entry-wise graph sparsification (paper Algorithm 1).
 
 ``P_{l+1} = c · T P_l`` with ``c = 1`` (SGC: ``P = T^L X``) or ``c = 1 − α`` (APPNP, accumulated as
 ``Z_L = α Σ_{l<L} P_l + P_L``, which is PyG's ``APPNP(K=L, alpha=α)``; ``appnp_tail=False`` drops ``P_L`` as the
@@ -26,19 +26,25 @@ of the hop (``"relative"``, loops included in the mean); self-loops are never re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
-from .config import THRESHOLDS, check_choice, check_delta
-from .functional import _csr, check_edge_index, check_x, spmm
+from icml25_shared.validate import check_choice, check_float, check_int
+from unifews.config import THRESHOLDS, Threshold
+from unifews.functional import _csr, check_edge_index, check_x, spmm
 
 __all__ = ["PropStats", "PropGraph", "unifews_propagate", "propagate_entry_reference", "KINDS", "MODES", "PUSHES"]
 
-KINDS = ("sgc", "appnp")
-MODES = ("entry", "row")
-PUSHES = ("random", "drop")
-IMPLS = ("auto", "prefix", "masked")
+Kind = Literal["sgc", "appnp"]
+Mode = Literal["entry", "row"]
+Push = Literal["random", "drop"]
+Impl = Literal["auto", "prefix", "masked"]
+KINDS: tuple[str, ...] = get_args(Kind)
+MODES: tuple[str, ...] = get_args(Mode)
+PUSHES: tuple[str, ...] = get_args(Push)
+IMPLS: tuple[str, ...] = get_args(Impl)
 _M32 = 0xFFFFFFFF
 
 
@@ -179,17 +185,14 @@ def _seed_from(generator: torch.Generator | int | None) -> int:
 def _check_common(x, edge_index, hops, delta_a, kind, alpha, r, mode, push, threshold):
     check_x(x)
     check_edge_index(edge_index, x.size(0))
-    if isinstance(hops, bool) or not isinstance(hops, int) or hops < 1:
-        raise ValueError(f"hops must be an int >= 1, got {hops!r}")
-    delta_a = check_delta("delta_a", delta_a)
+    check_int("hops", hops, min=1)
+    delta_a = check_float("delta_a", delta_a, min=0.0, allow_inf=True)
     check_choice("kind", kind, KINDS)
     check_choice("mode", mode, MODES)
     check_choice("push", push, PUSHES)
     check_choice("threshold", threshold, THRESHOLDS)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha <= 1.0:
-        raise ValueError(f"alpha must lie in (0, 1], got {alpha!r}")
-    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r <= 1.0:
-        raise ValueError(f"r must lie in [0, 1], got {r!r}")
+    check_float("alpha", alpha, min=0.0, max=1.0, min_open=True)
+    check_float("r", r, min=0.0, max=1.0)
     return delta_a
 
 
@@ -199,20 +202,20 @@ def unifews_propagate(
     hops: int = 20,
     delta_a: float = 0.0,
     *,
-    kind: str = "sgc",
+    kind: Kind = "sgc",
     alpha: float = 0.1,
     r: float = 0.5,
-    mode: str = "entry",
-    push: str = "random",
-    threshold: str = "absolute",
+    mode: Mode = "entry",
+    push: Push = "random",
+    threshold: Threshold = "absolute",
     appnp_tail: bool = True,
     generator: torch.Generator | int | None = None,
     column_offset: int = 0,
     chunk_size: int | None = None,
     graph: PropGraph | None = None,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> tuple[Tensor, PropStats]:
-    """Sparsified SGC/APPNP propagation of ``x`` ``[n, f]`` over ``edge_index`` (self-loops added; spec 3.7).
+    """Sparsified SGC/APPNP propagation of ``x`` ``[n, f]`` over ``edge_index`` (self-loops added; paper Algorithm 1).
 
     Args:
         x: node features (floating, finite). The output has its dtype.
@@ -406,10 +409,10 @@ def propagate_entry_reference(
     hops: int,
     delta_a: float,
     *,
-    kind: str = "sgc",
+    kind: Kind = "sgc",
     alpha: float = 0.1,
     r: float = 0.5,
-    push: str = "random",
+    push: Push = "random",
     appnp_tail: bool = True,
     generator: torch.Generator | None = None,
 ) -> Tensor:

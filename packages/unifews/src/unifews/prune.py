@@ -1,4 +1,4 @@
-"""The Unifews weight rule as a ``torch.nn.utils.prune`` method (spec 3.2, paper eq. 14)."""
+"""The Unifews weight rule (paper eq. 14) as a ``torch.nn.utils.prune`` method."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import prune
 
-from .config import THRESHOLDS, check_choice, check_delta
-from .functional import weight_mask
+from icml25_shared.validate import check_choice, check_float
+from unifews.config import THRESHOLDS, Threshold
+from unifews.functional import weight_mask
 
 __all__ = ["InputNormThreshold", "input_norm_threshold"]
 
@@ -22,8 +23,8 @@ class InputNormThreshold(prune.BasePruningMethod):
 
     PRUNING_TYPE = "unstructured"
 
-    def __init__(self, delta_w: float, inputs: Tensor, threshold: str = "relative", eps: float = 1e-12) -> None:
-        self.delta_w = check_delta("delta_w", delta_w)
+    def __init__(self, delta_w: float, inputs: Tensor, threshold: Threshold = "relative", eps: float = 1e-12) -> None:
+        self.delta_w = check_float("delta_w", delta_w, min=0.0)
         self.threshold = check_choice("threshold", threshold, THRESHOLDS)
         if not isinstance(inputs, Tensor) or inputs.dim() != 2:
             raise ValueError(f"inputs must be a 2-D tensor [n, f_in], got {getattr(inputs, 'shape', inputs)}")
@@ -45,14 +46,14 @@ class InputNormThreshold(prune.BasePruningMethod):
         name: str,
         delta_w: float,
         inputs: Tensor,
-        threshold: str = "relative",
+        threshold: Threshold = "relative",
         eps: float = 1e-12,
     ):
         return super().apply(module, name, delta_w=delta_w, inputs=inputs, threshold=threshold, eps=eps)
 
 
 def input_norm_threshold(
-    module: nn.Module, name: str, delta_w: float, inputs: Tensor, threshold: str = "relative"
+    module: nn.Module, name: str, delta_w: float, inputs: Tensor, threshold: Threshold = "relative"
 ) -> nn.Module:
     """Prune ``module.<name>`` in place with :class:`InputNormThreshold` (like ``prune.l1_unstructured``)."""
     with torch.no_grad():

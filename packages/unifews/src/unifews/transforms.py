@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from . import _pyg  # noqa: F401
-from .prop import PropStats, unifews_propagate
+from unifews import _pyg  # noqa: F401
+from unifews.config import Threshold
+from unifews.prop import Kind, Mode, PropStats, Push, unifews_propagate
 
 from torch_geometric.data import Data  # isort: skip
 from torch_geometric.transforms import BaseTransform  # isort: skip
@@ -25,12 +26,12 @@ class UnifewsPrecompute(BaseTransform):
         hops: int = 20,
         delta_a: float = 0.0,
         *,
-        kind: str = "sgc",
+        kind: Kind = "sgc",
         alpha: float = 0.1,
         r: float = 0.5,
-        mode: str = "entry",
-        push: str = "random",
-        threshold: str = "absolute",
+        mode: Mode = "entry",
+        push: Push = "random",
+        threshold: Threshold = "absolute",
         seed: int = 0,
     ) -> None:
         self.kwargs = {"kind": kind, "alpha": alpha, "r": r, "mode": mode, "push": push, "threshold": threshold}

@@ -1,15 +1,19 @@
-"""Operation accounting (spec 3.8): what the paper's "fewer operations" counts."""
+"""Multiply-accumulate (MAC) counts of the graph layers: what the paper's "fewer operations" (GMACs in Table III)
+counts. Per layer, ``ρ_w · f_in · f_out · n`` for the (pruned) transform, ``f_prop · (m_l − n)`` for the aggregated
+non-loop messages and ``n · f_out`` for the self-loop and bias terms; 1 FLOP ≈ 2 MACs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
-from .config import check_choice
+from icml25_shared.validate import check_choice, check_float
 
-__all__ = ["LayerOps", "layer_macs", "count_macs", "CONVENTIONS"]
+__all__ = ["LayerOps", "layer_macs", "count_macs", "Convention", "CONVENTIONS"]
 
-CONVENTIONS = ("exact", "official")
+Convention = Literal["exact", "official"]
+CONVENTIONS: tuple[str, ...] = get_args(Convention)
 
 
 @dataclass(frozen=True)
@@ -32,16 +36,15 @@ class LayerOps:
     f_prop: int
 
 
-def layer_macs(op: LayerOps, convention: str = "exact") -> int:
+def layer_macs(op: LayerOps, convention: Convention = "exact") -> int:
     """``ρ_w · f_in · f_out · n + f_prop · (m_l − n) + n · f_out``; ``"official"`` uses ``f_in`` as ``f_prop``."""
     check_choice("convention", convention, CONVENTIONS)
-    if not 0.0 <= op.weight_density <= 1.0:
-        raise ValueError(f"weight_density must lie in [0, 1], got {op.weight_density!r}")
+    check_float("weight_density", op.weight_density, min=0.0, max=1.0)
     f_prop = op.f_in if convention == "official" else op.f_prop
     transform = op.weight_density * op.f_in * op.f_out * op.num_nodes
     return round(transform) + f_prop * op.edges_nonloop + op.num_nodes * op.f_out
 
 
-def count_macs(layers: Sequence[LayerOps], convention: str = "exact") -> int:
+def count_macs(layers: Sequence[LayerOps], convention: Convention = "exact") -> int:
     """Total MACs of a stack of layers (1 FLOP ≈ 2 MACs; theoretical counts, not wall-clock)."""
     return sum(layer_macs(op, convention) for op in layers)
