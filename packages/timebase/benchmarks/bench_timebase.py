@@ -2,20 +2,24 @@
 
 Run: ``python packages/timebase/benchmarks/bench_timebase.py [--channels 321] [--horizon 720] [--batch 16]``.
 Every comparison is one interleaved run (``icml25_shared.bench.compare``); results are ratios (> 1: TimeBase
-faster / smaller), printed as JSON. Also CPU inference latency per sample vs DLinear (paper Table 3: 3.3x) and the
-materialised affine map (y = x A + c) as an inference fast path.
+faster / smaller), printed and written to ``benchmarks/results/bench_timebase.json`` (``--out``). Also CPU
+inference latency per sample vs DLinear (paper Table 3: 3.3x) and the materialised affine map (y = x A + c) as an
+inference fast path.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import torch
+
+from icml25_shared.bench import compare, peak_memory
 from timebase import PatchTST, TimeBase, TimeBaseConfig
 from timebase.baselines import DLinear
 
-from icml25_shared.bench import compare, peak_memory
+RESULTS = Path(__file__).parent / "results" / "bench_timebase.json"
 
 
 def _train_step(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor):
@@ -34,6 +38,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: leave torch's default)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON report is written")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -83,7 +88,10 @@ def main() -> None:
     }
     report["affine_fast_path_vs_module"] = {"ratio_module_over_affine": aff.ratio, **aff.to_dict()}
     report["note"] = "PatchTST fwd+bwd is measured at batch 2 (memory); TimeBase re-measured at the same batch."
-    print(json.dumps(report, indent=2, default=float))
+    text = json.dumps(report, indent=2, default=float)
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

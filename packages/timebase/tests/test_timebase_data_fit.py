@@ -1,4 +1,4 @@
-"""Data protocol, closed forms, training protocol and baselines on ETTh1 (spec 5, 7.6, 7.9-7.12)."""
+"""Data protocol, closed forms, training protocol and baselines on ETTh1 (tests needing the data skip without it)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from timebase import TimeBase, TimeBaseConfig, evaluate, fit, fit_timebase_least_squares, predict, training_preset
 from timebase import data as tbdata
 from timebase.baselines import DLinear, LastValue, SeasonalNaive, moving_average
@@ -23,7 +24,7 @@ def assert_close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-5, atol: flo
 
 
 @pytest.fixture(scope="module")
-def etth1() -> tbdata.Splits:
+def etth1(etth1_data: None) -> tbdata.Splits:
     return tbdata.ett("ETTh1", seq_len=720, pred_len=96)
 
 
@@ -126,7 +127,7 @@ def test_dlinear_moving_average_and_gradient_training() -> None:
     assert result.best_val_mse < 0.1 * before
 
 
-def test_timebase_closed_form_matches_spec_reference(etth1: tbdata.Splits) -> None:
+def test_timebase_closed_form_matches_reference_values(etth1: tbdata.Splits) -> None:
     """Spec 7.6 / table of section 5: test MSE 0.3723, train MSE 0.3491 (ETTh1, T=720, H=96, P=24)."""
     model = fit_timebase_least_squares(TimeBase(TimeBaseConfig(720, 96)), etth1.train)
     w1, w2 = model.basis_extract.weight, model.segment_forecast.weight
@@ -137,7 +138,7 @@ def test_timebase_closed_form_matches_spec_reference(etth1: tbdata.Splits) -> No
     assert evaluate(model, etth1.train)["mse"] == pytest.approx(0.3491, abs=5e-4)
 
 
-def test_dlinear_closed_form_and_seasonal_naive_match_spec_reference(etth1: tbdata.Splits) -> None:
+def test_dlinear_closed_form_and_seasonal_naive_match_reference_values(etth1: tbdata.Splits) -> None:
     dl = DLinear(720, 96).fit_least_squares(etth1.train)
     test = evaluate(dl, etth1.test)
     assert test["mse"] == pytest.approx(0.3757, abs=5e-4) and test["mae"] == pytest.approx(0.3986, abs=5e-4)

@@ -1,12 +1,12 @@
-"""Data-parallel training story (spec 8): DDP with 2 gloo processes averages gradients to the single-process ones."""
+"""Data-parallel training: DDP with 2 gloo processes averages gradients to the single-process ones."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from timebase import TimeBase, TimeBaseConfig
 
 from icml25_shared.distributed import launch
+from timebase import TimeBase, TimeBaseConfig
 
 
 def _worker(rank: int, world: int, x: torch.Tensor, y: torch.Tensor, state: dict) -> dict[str, torch.Tensor]:

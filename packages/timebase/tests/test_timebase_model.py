@@ -1,5 +1,5 @@
 """TimeBase module: exact complexity, shapes, padding, equivariance, affinity, individual mode, the regulariser,
-save/load and bad input (spec 7.1-7.5, 7.7, 7.8, 7.11, 7.12)."""
+save/load and bad input."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from timebase import MultiSeasonalTimeBase, TimeBase, TimeBaseConfig, orthogonal_loss, pad_segments
 from timebase.baselines import DLinear
 
@@ -20,7 +21,7 @@ def assert_close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-5, atol: flo
 
 
 def official_forward(model: TimeBase, x: torch.Tensor) -> torch.Tensor:
-    """A literal transcription of the official forward (spec 2.1, official padding), shared weights."""
+    """A literal transcription of the official forward (official padding), shared weights."""
     cfg = model.config
     b, t, c = x.shape
     n, m, p = cfg.seg_num_x, cfg.seg_num_y, cfg.period_len

@@ -1,9 +1,10 @@
-"""The plug-in complexity reducer for patch models (spec 2.8)."""
+"""The plug-in complexity reducer for patch models (paper Sec. 4, Table 4)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+
 from timebase import BasisReducer, PatchTST
 
 

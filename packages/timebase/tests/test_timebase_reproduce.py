@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from timebase.experiments import Setup
 from timebase.reproduce import reproduce
 
 
-def test_quick_reproduce_reduced(tmp_path) -> None:
-    res = reproduce(out_dir=tmp_path, seeds=(0,), epochs=1)
+def test_quick_reproduce_reduced(tmp_path, etth1_data) -> None:
+    res = reproduce(False, tmp_path, setup=Setup(seeds=(0,), epochs=1))
+    res.save_json(tmp_path / "result_quick.json")  # what the icml25 command writes after stamping
     assert res.package == "timebase" and res.mode == "quick"
     head = res.claims[0]
     assert head.details["param_ratio"] == pytest.approx(138432 / 214)
@@ -22,13 +25,9 @@ def test_quick_reproduce_reduced(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_full_reproduce_reduced(tmp_path) -> None:
+def test_full_reproduce_reduced(tmp_path, etth1_data) -> None:
     res = reproduce(
-        full=True,
-        out_dir=tmp_path,
-        seeds=(0,),
-        epochs=1,
-        _full_kwargs={"horizons": (96,), "datasets": ("ETTh1",), "patch_epochs": 1},
+        True, tmp_path, setup=Setup(seeds=(0,), epochs=1, horizons=(96,), datasets=("ETTh1",), patch_epochs=1)
     )
     texts = [c.text for c in res.claims]
     assert any("PatchTST + TimeBase reducer: MACs" in t for t in texts)

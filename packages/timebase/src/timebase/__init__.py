@@ -9,12 +9,14 @@
 torch.Size([2, 96, 7])
 """
 
-from . import baselines, data
-from .config import PRESETS, TimeBaseConfig, training_preset
-from .least_squares import fit_timebase_least_squares
-from .model import MultiSeasonalTimeBase, TimeBase, TimeBaseOutput, orthogonal_loss, pad_segments
-from .reducer import BasisReducer, PatchTST
-from .trainer import FitResult, evaluate, fit, predict
+import importlib.metadata
+
+from timebase import baselines, data
+from timebase.config import PRESETS, TimeBaseConfig, training_preset
+from timebase.least_squares import fit_timebase_least_squares
+from timebase.model import MultiSeasonalTimeBase, TimeBase, TimeBaseOutput, orthogonal_loss, pad_segments
+from timebase.reducer import BasisReducer, PatchTST
+from timebase.trainer import FitResult, evaluate, fit, predict
 
 __all__ = [
     "TimeBase",
@@ -36,4 +38,4 @@ __all__ = [
     "baselines",
 ]
 
-__version__ = "0.1.0"
+__version__ = importlib.metadata.version("icml25-timebase")

@@ -9,16 +9,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .data import WindowDataset
-from .least_squares import sliding_moments, solve_affine
-from .model import check_window
+from icml25_shared.validate import check_int
+from timebase.data import WindowDataset
+from timebase.least_squares import sliding_moments, solve_affine
+from timebase.model import check_window
 
 __all__ = ["DLinear", "SeasonalNaive", "LastValue", "moving_average"]
-
-
-def _check_pos_int(name: str, v: object) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {v!r}")
 
 
 def moving_average(x: Tensor, kernel_size: int) -> Tensor:
@@ -47,13 +43,13 @@ class DLinear(nn.Module):
         n_channels: int | None = None,
     ) -> None:
         super().__init__()
-        _check_pos_int("seq_len", seq_len)
-        _check_pos_int("pred_len", pred_len)
-        _check_pos_int("kernel_size", kernel_size)
+        check_int("seq_len", seq_len, min=1)
+        check_int("pred_len", pred_len, min=1)
+        check_int("kernel_size", kernel_size, min=1)
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd (same-length moving average), got {kernel_size}")
         if individual:
-            _check_pos_int("n_channels", n_channels)
+            check_int("n_channels", n_channels, min=1)
         self.seq_len, self.pred_len, self.kernel_size = seq_len, pred_len, kernel_size
         self.individual, self.n_channels = individual, n_channels
         n = n_channels if individual else 1
@@ -80,7 +76,7 @@ class DLinear(nn.Module):
 
     def macs(self, n_channels: int) -> int:
         """Multiply-accumulates per sample of the two linear layers: C * 2 * T * H."""
-        _check_pos_int("n_channels", n_channels)
+        check_int("n_channels", n_channels, min=1)
         return n_channels * 2 * self.seq_len * self.pred_len
 
     @torch.no_grad()
@@ -115,9 +111,9 @@ class SeasonalNaive(nn.Module):
 
     def __init__(self, period: int = 24, pred_len: int | None = None) -> None:
         super().__init__()
-        _check_pos_int("period", period)
+        check_int("period", period, min=1)
         if pred_len is not None:
-            _check_pos_int("pred_len", pred_len)
+            check_int("pred_len", pred_len, min=1)
         self.period, self.pred_len = period, pred_len
 
     def forward(self, x: Tensor, pred_len: int | None = None) -> Tensor:
@@ -137,7 +133,7 @@ class LastValue(nn.Module):
 
     def __init__(self, pred_len: int) -> None:
         super().__init__()
-        _check_pos_int("pred_len", pred_len)
+        check_int("pred_len", pred_len, min=1)
         self.pred_len = pred_len
 
     def forward(self, x: Tensor) -> Tensor:

@@ -5,19 +5,15 @@ Every field is validated in ``__post_init__``; errors name the field, the value 
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
+
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
 __all__ = ["TimeBaseConfig", "TrainingPreset", "PRESETS", "training_preset"]
 
 PadMode = Literal["aligned", "official"]
 OrthNorm = Literal["fro", "fro2"]
-
-
-def _check_int(name: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 @dataclass
@@ -53,10 +49,8 @@ class TimeBaseConfig:
     """``"fro"``: unsquared Frobenius norm of the off-diagonal Gram (official code); ``"fro2"``: squared (paper)."""
 
     def __post_init__(self) -> None:
-        _check_int("seq_len", self.seq_len)
-        _check_int("pred_len", self.pred_len)
-        _check_int("period_len", self.period_len)
-        _check_int("basis_num", self.basis_num)
+        for name in ("seq_len", "pred_len", "period_len", "basis_num"):
+            setattr(self, name, check_int(name, getattr(self, name), min=1))
         if self.seq_len < self.period_len:
             raise ValueError(
                 f"seq_len must be >= period_len (at least one whole period), got seq_len={self.seq_len} "
@@ -67,26 +61,14 @@ class TimeBaseConfig:
                 f"basis_num must be <= seg_num_x = ceil(seq_len / period_len) = {self.seg_num_x} (the basis "
                 f"compresses the segments), got basis_num={self.basis_num}"
             )
-        if not isinstance(self.individual, bool):
-            raise ValueError(f"individual must be a bool, got {self.individual!r}")
-        if not isinstance(self.period_norm, bool):
-            raise ValueError(f"period_norm must be a bool, got {self.period_norm!r}")
-        if self.n_channels is not None:
-            _check_int("n_channels", self.n_channels)
+        self.individual = check_bool("individual", self.individual)
+        self.period_norm = check_bool("period_norm", self.period_norm)
+        self.n_channels = check_int("n_channels", self.n_channels, min=1, allow_none=True)
         if self.individual and self.n_channels is None:
             raise ValueError("n_channels must be given (an int >= 1) when individual=True, got None")
-        if self.pad_mode not in ("aligned", "official"):
-            raise ValueError(f"pad_mode must be 'aligned' or 'official', got {self.pad_mode!r}")
-        if self.orth_norm not in ("fro", "fro2"):
-            raise ValueError(f"orth_norm must be 'fro' or 'fro2', got {self.orth_norm!r}")
-        if (
-            isinstance(self.orth_weight, bool)
-            or not isinstance(self.orth_weight, (int, float))
-            or not math.isfinite(self.orth_weight)
-            or self.orth_weight < 0
-        ):
-            raise ValueError(f"orth_weight must be a finite float >= 0, got {self.orth_weight!r}")
-        self.orth_weight = float(self.orth_weight)
+        check_choice("pad_mode", self.pad_mode, get_args(PadMode))
+        check_choice("orth_norm", self.orth_norm, get_args(OrthNorm))
+        self.orth_weight = check_float("orth_weight", self.orth_weight, min=0.0)
 
     @property
     def seg_num_x(self) -> int:
@@ -104,14 +86,14 @@ class TimeBaseConfig:
         return self.seg_num_x * self.period_len - self.seq_len
 
     def num_parameters(self) -> int:
-        """(N*R + R) + (R*M + M), times C when ``individual`` (spec 2.5; Thm 3.1 of the paper)."""
+        """(N*R + R) + (R*M + M), times C when ``individual`` (the paper's Thm 3.1)."""
         n, m, r = self.seg_num_x, self.seg_num_y, self.basis_num
         per_channel = n * r + r + r * m + m
         return per_channel * (self.n_channels if self.individual else 1)
 
     def macs(self, n_channels: int) -> int:
         """Multiply-accumulates per sample of the two linear maps, as ``thop`` counts them: C*P*(N*R + R*M)."""
-        _check_int("n_channels", n_channels)
+        n_channels = check_int("n_channels", n_channels, min=1)
         n, m, r = self.seg_num_x, self.seg_num_y, self.basis_num
         return n_channels * self.period_len * (n * r + r * m)
 
@@ -135,7 +117,7 @@ class TimeBaseConfig:
     @classmethod
     def preset(cls, dataset: str, pred_len: int, seq_len: int = 720, **overrides: Any) -> TimeBaseConfig:
         """The official model settings for ``dataset`` ("ETTh1", "ETTh2", "Weather") at horizon ``pred_len``
-        (from the official scripts, spec 2.6); the matching optimiser settings are :func:`training_preset`."""
+        (from the official scripts); the matching optimiser settings are :func:`training_preset`."""
         p = _lookup(dataset, pred_len)
         kw: dict[str, Any] = {
             "seq_len": seq_len,
@@ -167,7 +149,7 @@ def _ett(rows: dict[int, tuple[float, int, float] | tuple[float, int, float, int
     return {h: TrainingPreset(*v) for h, v in rows.items()}
 
 
-# (lambda_orth, batch, lr[, R]) from the official scripts/*.sh (spec 2.6).
+# (lambda_orth, batch, lr[, R]) from the official scripts/*.sh.
 PRESETS: dict[str, dict[int, TrainingPreset]] = {
     "etth1": _ett({96: (0.16, 64, 0.1), 192: (0.16, 256, 0.4), 336: (0.08, 256, 0.4), 720: (0.12, 64, 0.05)}),
     "etth2": _ett({96: (0.2, 512, 0.2), 192: (0.08, 512, 0.06, 4), 336: (0.12, 64, 0.4), 720: (0.12, 64, 0.4)}),

@@ -1,4 +1,4 @@
-"""Time-Series-Library data protocol (spec 2.7): splits, the train-only scaler and sliding windows.
+"""Time-Series-Library data protocol (used by the paper): splits, the train-only scaler and sliding windows.
 
 ETTh1/ETTh2: train rows [0, 8640), val [8640 - T, 11520), test [11520 - T, 14400) (12/4/4 months of 30 days);
 other series: a 7:1:2 split with the same rule. Windows of length T + H, stride 1, built with ``Tensor.unfold``
@@ -11,11 +11,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from icml25_shared.validate import check_choice, check_int
 
 __all__ = [
     "StandardScaler",
@@ -82,9 +84,7 @@ class WindowDataset(torch.utils.data.Dataset):
             data = data[:, None]
         if data.ndim != 2:
             raise ValueError(f"{name} must have shape (length, channels), got {tuple(data.shape)}")
-        for arg, v in (("seq_len", seq_len), ("pred_len", pred_len)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{arg} must be an int >= 1, got {v!r}")
+        seq_len, pred_len = check_int("seq_len", seq_len, min=1), check_int("pred_len", pred_len, min=1)
         if data.shape[0] < seq_len + pred_len:
             raise ValueError(
                 f"{name} has {data.shape[0]} steps, shorter than seq_len + pred_len = {seq_len} + {pred_len} = "
@@ -122,8 +122,7 @@ class WindowDataset(torch.utils.data.Dataset):
         self, batch_size: int, shuffle: bool = False, generator: torch.Generator | None = None, drop_last: bool = False
     ) -> Iterator[tuple[Tensor, Tensor]]:
         """Iterate (x, y) batches; the last partial batch is kept unless ``drop_last`` (the paper's fix)."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        batch_size = check_int("batch_size", batch_size, min=1)
         n = len(self)
         order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
         stop = n - n % batch_size if drop_last else n
@@ -194,23 +193,30 @@ def split_series(
     return Splits(*parts, scaler=scaler, name=name)
 
 
-def load_ett(name: str = "ETTh1", path: str | os.PathLike[str] | None = None) -> np.ndarray:
+def load_ett(
+    name: Literal["ETTh1", "ETTh2"] = "ETTh1", path: str | os.PathLike[str] | None = None, *, download: bool = False
+) -> np.ndarray:
     """The 7 value columns of ETTh1/ETTh2 as a float64 array (17,420, 7), via ``icml25_shared.data``
-    (sha256-verified; ``path`` overrides the lookup)."""
-    if name not in ("ETTh1", "ETTh2"):
-        raise ValueError(f"name must be 'ETTh1' or 'ETTh2', got {name!r}")
+    (sha256-verified; ``path`` overrides the lookup; ``download`` fetches a copy that is nowhere on the machine).
+    Raises :class:`icml25_shared.data.DataNotFoundError` when the file is missing."""
+    check_choice("name", name, ("ETTh1", "ETTh2"))
     from icml25_shared import data as shared_data
 
-    file = shared_data.file_path(name, path=path)
+    file = shared_data.file_path(name, path=path, download=download)
     return np.loadtxt(Path(file), delimiter=",", skiprows=1, usecols=range(1, 8), dtype=np.float64)
 
 
 def ett(
-    name: str = "ETTh1", seq_len: int = 720, pred_len: int = 96, path: str | os.PathLike[str] | None = None
+    name: Literal["ETTh1", "ETTh2"] = "ETTh1",
+    seq_len: int = 720,
+    pred_len: int = 96,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    download: bool = False,
 ) -> Splits:
     """ETTh1/ETTh2 windows with the standard 12/4/4-month split (7,825 / 2,785 / 2,785 at T=720, H=96),
     standardised with the training rows' statistics ("M" features: all 7 channels in and out)."""
-    return split_series(load_ett(name, path), seq_len, pred_len, borders=ETT_BORDERS, name=name)
+    return split_series(load_ett(name, path, download=download), seq_len, pred_len, borders=ETT_BORDERS, name=name)
 
 
 def dominant_period(train_rows: Any, k: int = 1, max_period: int | None = None) -> int:
@@ -229,6 +235,5 @@ def dominant_period(train_rows: Any, k: int = 1, max_period: int | None = None) 
     if max_period is not None:
         amp[periods > max_period] = 0.0
     order = np.argsort(-amp, kind="stable")
-    if k < 1 or k > len(order) - 1:
-        raise ValueError(f"k must be in [1, {len(order) - 1}], got {k}")
+    k = check_int("k", k, min=1, max=len(order) - 1)
     return int(round(periods[order[k - 1]]))

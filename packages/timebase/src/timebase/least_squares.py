@@ -1,4 +1,4 @@
-"""Closed-form least-squares fits of the linear forecasters (spec 5, 7.6).
+"""Closed-form least-squares fits of the linear forecasters.
 
 Both TimeBase (without the regulariser) and DLinear are affine in the window, so their best fit on the training
 split under MSE has a closed form:
@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .data import WindowDataset
-from .model import TimeBase
+from timebase.data import WindowDataset
+from timebase.model import TimeBase
 
 __all__ = ["sliding_moments", "window_moments", "solve_affine", "fit_timebase_least_squares"]
 
@@ -93,7 +93,7 @@ def fit_timebase_least_squares(
 
     Rows are (window, channel, phase): inputs the N centred same-phase values, targets the M same-phase future
     values minus the same per-phase mean. With R >= M the rank bound is inactive: W1 = [B^T; 0], b1 = 0,
-    W2 = [I_M, 0], b2 = intercept (spec 7.6). With R < M the reduced-rank solution (top-R principal directions of
+    W2 = [I_M, 0], b2 = intercept. With R < M the reduced-rank solution (top-R principal directions of
     the fitted values) is loaded. Needs ``pred_len`` to be a multiple of ``period_len``. Returns ``model``.
     """
     cfg = model.config

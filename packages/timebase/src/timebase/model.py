@@ -1,4 +1,4 @@
-"""TimeBase: basis extraction and segment-level forecasting, per phase, channel-independent (spec 2.1-2.5).
+"""TimeBase: basis extraction and segment-level forecasting, per phase, channel-independent (paper Sec. 3).
 
 Shapes: B batch, T = seq_len, H = pred_len, C channels, P = period_len, N = ceil(T/P) input segments,
 M = ceil(H/P) output segments, R = basis_num.
@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .config import TimeBaseConfig
+from icml25_shared.validate import check_choice, check_tensor
+from timebase.config import TimeBaseConfig
 
 __all__ = [
     "TimeBase",
@@ -39,13 +40,12 @@ __all__ = [
 
 
 def orthogonal_loss(basis: Tensor, norm: str = "fro") -> Tensor:
-    """Orthogonality regulariser (paper eq. 6 / official code) of ``basis`` with shape (G, P, R).
+    """Orthogonality regulariser (paper Eq. 6 / official code) of ``basis`` with shape (G, P, R).
 
     For each group b, Gram G_b = basis_b^T basis_b (R x R); the loss is the mean over groups of the Frobenius
     norm of G_b minus its diagonal: unsquared for ``norm="fro"`` (official code), squared for ``"fro2"`` (paper).
     """
-    if norm not in ("fro", "fro2"):
-        raise ValueError(f"norm must be 'fro' or 'fro2', got {norm!r}")
+    check_choice("norm", norm, ("fro", "fro2"))
     if basis.ndim != 3:
         raise ValueError(f"basis must have shape (groups, period_len, basis_num), got {tuple(basis.shape)}")
     gram = basis.transpose(-1, -2) @ basis  # (G, R, R)
@@ -60,14 +60,13 @@ def orthogonal_loss(basis: Tensor, norm: str = "fro") -> Tensor:
 
 
 def pad_segments(x: Tensor, period_len: int, mode: str = "aligned", dim: int = -1) -> Tensor:
-    """Pad ``x`` along ``dim`` (length T) to N*P steps with same-phase values (spec 2.4).
+    """Pad ``x`` along ``dim`` (length T) to N*P steps with same-phase values.
 
     ``"official"`` appends x[s - pad : s] with s = (N - 1) * P (the segment grid starts at t = 0);
     ``"aligned"`` prepends x[r : r + pad] with r = T mod P (the grid ends at t = T - 1, so output phases
     line up with input phases). Both return ``x`` unchanged when P divides T.
     """
-    if mode not in ("aligned", "official"):
-        raise ValueError(f"mode must be 'aligned' or 'official', got {mode!r}")
+    check_choice("mode", mode, ("aligned", "official"))
     t = x.shape[dim]
     n = -(-t // period_len)
     pad = n * period_len - t
@@ -83,10 +82,7 @@ def check_window(
 ) -> None:
     """Raise a ``ValueError`` unless ``x`` is a (finite, unless ``check_finite=False``) floating tensor of shape
     (B, seq_len, C)."""
-    if not isinstance(x, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor of shape (batch, seq_len, channels), got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must have a floating dtype (float32/float64/...), got {x.dtype}")
+    check_tensor(name, x, dtype="floating")
     if x.ndim != 3:
         raise ValueError(f"{name} must have shape (batch, seq_len={seq_len}, channels), got {tuple(x.shape)}")
     if x.shape[1] != seq_len:
@@ -274,7 +270,7 @@ class MultiSeasonalTimeBase(nn.Module):
 
     ``MultiSeasonalTimeBase(cfg, periods=(24, 168))`` builds one :class:`TimeBase` per period from ``cfg`` with
     ``period_len`` replaced; the forecast is the sum of their forecasts and the orthogonality loss the sum of
-    theirs. The paper gives no more detail (spec 2.9, unverified); our choice: every component centres its input
+    theirs. The paper (Appendix C.6) gives no more detail; our choice: every component centres its input
     with its own (per-phase) mean, and only the first component adds its mean back, so the level of the window
     is counted once and the other components model the residual seasonality.
     """

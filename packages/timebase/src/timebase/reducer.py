@@ -1,4 +1,4 @@
-"""TimeBase as a plug-in complexity reducer for patch-based models (paper section 4, Table 4; spec 2.8).
+"""TimeBase as a plug-in complexity reducer for patch-based models (paper Sec. 4, Table 4).
 
 After patching, (B, C, patch_len, num_patches), a ``Linear(num_patches -> R)`` over the patch axis extracts R basis
 patches; the encoder then sees R tokens instead of num_patches, the positional encoding has R rows and the
@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .model import check_window
+from icml25_shared.validate import check_int
+from timebase.model import check_window
 
 __all__ = ["BasisReducer", "PatchTST", "RevIN"]
 
@@ -21,9 +22,7 @@ class BasisReducer(nn.Module):
 
     def __init__(self, num_patches: int, basis_num: int) -> None:
         super().__init__()
-        for name, v in (("num_patches", num_patches), ("basis_num", basis_num)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        num_patches, basis_num = check_int("num_patches", num_patches, min=1), check_int("basis_num", basis_num, min=1)
         if basis_num > num_patches:
             raise ValueError(f"basis_num must be <= num_patches={num_patches}, got {basis_num}")
         self.num_patches, self.basis_num = num_patches, basis_num
@@ -100,8 +99,7 @@ class PatchTST(nn.Module):
             ("n_heads", n_heads),
             ("d_ff", d_ff),
         ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            check_int(name, v, min=1)
         if seq_len < patch_len:
             raise ValueError(f"seq_len must be >= patch_len={patch_len}, got {seq_len}")
         if d_model % n_heads:

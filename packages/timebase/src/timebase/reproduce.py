@@ -1,38 +1,34 @@
-"""``icml25 reproduce timebase``: the paper's headline claim at small scale (spec 5).
+"""``icml25 reproduce timebase``: TimeBase matches DLinear with over 100x fewer parameters.
 
-Quick (< 1 min on 2 CPU cores): ETTh1, look-back 720, horizon 96. TimeBase with the official preset, trained with the
-official protocol for 3 seeds, against DLinear's closed-form least-squares fit (the best DLinear on the training
-split under MSE); verdict for "TimeBase matches DLinear with 100x+ fewer parameters": mean MSE(TimeBase) <=
-1.05 x MSE(DLinear) and parameter ratio >= 100. Plus the exact complexity figures and the seasonal-naive row.
+Quick (about a minute on one CPU thread): ETTh1, look-back 720, horizon 96. TimeBase with the official preset,
+trained with the official protocol for 3 seeds, against DLinear's closed-form least-squares fit (the best DLinear
+on the training split under MSE); verdict for the headline claim: mean MSE(TimeBase) <= 1.05 x MSE(DLinear) and
+parameter ratio >= 100. Plus the exact complexity figures (Thm 3.1, Table 3) and the seasonal-naive row.
 
-Full (``--full``, tens of minutes): horizons 96/192/336/720 on ETTh1 and ETTh2 with the per-horizon presets, 3 trained
-seeds of TimeBase and of DLinear (plus DLinear's closed form), compared with Table 10 / Table 2; and the PatchTST
-plug-in comparison (MACs, parameters and MSE with and without the TimeBase reducer, Table 4).
+Full (``--full``, tens of minutes): horizons 96/192/336/720 on ETTh1 and ETTh2 with the per-horizon presets, 3
+trained seeds of TimeBase and of DLinear (plus DLinear's closed form), compared with Table 10 / Table 2; and the
+PatchTST plug-in comparison (MACs and MSE with and without the TimeBase reducer, Table 4).
 """
 
 from __future__ import annotations
 
-import logging
 import statistics
-import time
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from icml25_shared.device import torch_threads
-from icml25_shared.report import Claim, ReproResult, results_dir, save_figure, subplots
-
-from .baselines import DLinear, SeasonalNaive
-from .config import TimeBaseConfig, training_preset
-from .data import Splits, ett
-from .model import TimeBase
-from .reducer import PatchTST
-from .trainer import evaluate, fit
+from icml25_shared.report import Claim, ReproResult
+from timebase.config import training_preset
+from timebase.experiments import (
+    Setup,
+    complexity,
+    ett_table,
+    headline,
+    mean,
+    patchtst_reducer,
+    plot_ett_table,
+    plot_headline,
+)
 
 __all__ = ["reproduce"]
-
-log = logging.getLogger(__name__)
 
 # paper Table 10 (look-back 720), MSE / MAE
 PAPER_TABLE10 = {
@@ -43,58 +39,25 @@ PAPER_TABLE10 = {
 }
 # paper Table 2, mean of the four horizons (MSE)
 PAPER_TABLE2 = {"ETTh1": {"TimeBase": 0.396, "DLinear": 0.437}, "ETTh2": {"TimeBase": 0.347, "DLinear": 0.479}}
-SEEDS = (0, 1, 2)
 
 
-def _train_timebase(splits: Splits, dataset: str, horizon: int, seed: int, epochs: int | None) -> dict[str, Any]:
-    torch.manual_seed(seed)
-    model = TimeBase(TimeBaseConfig.preset(dataset, horizon))
-    kw = training_preset(dataset, horizon)
-    if epochs is not None:
-        kw["epochs"] = epochs
-    res = fit(model, splits, seed=seed, **kw)
-    assert res.test is not None
-    return {
-        "seed": seed,
-        **res.test,
-        "best_epoch": res.best_epoch,
-        "epochs_run": res.epochs_run,
-        "seconds": res.seconds,
-        "val_curve": [h["val_mse"] for h in res.history],
-    }
-
-
-def _train_dlinear(splits: Splits, horizon: int, seed: int, epochs: int | None) -> dict[str, Any]:
-    torch.manual_seed(seed)
-    model = DLinear(splits.train.seq_len, horizon)
-    res = fit(model, splits, seed=seed, lr=0.005, batch_size=32, epochs=epochs or 30, patience=5)
-    assert res.test is not None
-    return {"seed": seed, **res.test, "best_epoch": res.best_epoch, "seconds": res.seconds}
-
-
-def _mean(runs: list[dict[str, Any]], key: str) -> float:
-    return statistics.fmean(r[key] for r in runs)
-
-
-def _quick(out_dir: Path, seeds: tuple[int, ...], epochs: int | None) -> tuple[list[Claim], dict[str, Any], list[str]]:
-    splits = ett("ETTh1", seq_len=720, pred_len=96)
-    dl = DLinear(720, 96).fit_least_squares(splits.train)
-    dl_test = evaluate(dl, splits.test)
-    naive = evaluate(SeasonalNaive(24, 96), splits.test)
-    runs = [_train_timebase(splits, "ETTh1", 96, s, epochs) for s in seeds]
-    tb_mse, tb_mae = _mean(runs, "mse"), _mean(runs, "mae")
-    tb_cfg = TimeBaseConfig.preset("ETTh1", 96)
-    tb_params, dl_params = tb_cfg.num_parameters(), dl.num_parameters()
+def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup | None = None) -> ReproResult:
+    """Run the experiments of the module docstring and judge the claims; ``setup`` overrides seeds, epochs and
+    the full grid (the tests run one seed for one epoch)."""
+    setup = setup or Setup()
+    h = headline(setup, download=download)
+    runs, dl_test, naive = h["timebase_runs"], h["dlinear_closed_form"], h["seasonal_naive"]
+    tb_mse, tb_params, dl_params = mean(runs, "mse"), h["timebase_params"], h["dlinear_params"]
     ratio = dl_params / tb_params
-    holds = tb_mse <= 1.05 * dl_test["mse"] and ratio >= 100
     claims = [
         Claim(
             "TimeBase matches DLinear with 100x+ fewer parameters (ETTh1, T=720, H=96; TimeBase mean of "
-            f"{len(seeds)} seeds, DLinear closed-form least squares)",
+            f"{len(setup.seeds)} seeds, DLinear closed-form least squares)",
             f"MSE 0.349 vs 0.378; {138432 / 214:.0f}x params",
             f"MSE {tb_mse:.4f} vs {dl_test['mse']:.4f}; {ratio:.0f}x params",
-            holds,
+            tb_mse <= 1.05 * dl_test["mse"] and ratio >= 100,
             rule="mean MSE(TimeBase) <= 1.05 x MSE(DLinear) and params(DLinear)/params(TimeBase) >= 100",
+            short="MSE vs DLinear, 100x+ params",
             details={"timebase_runs": runs, "dlinear_closed_form": dl_test, "param_ratio": ratio},
         ),
         Claim(
@@ -102,210 +65,103 @@ def _quick(out_dir: Path, seeds: tuple[int, ...], epochs: int | None) -> tuple[l
             0.349,
             tb_mse,
             None,
-            details={"mae": tb_mae, "paper_mae": 0.384, "per_seed": [r["mse"] for r in runs]},
+            short="TimeBase MSE ETTh1 H=96",
+            details={"mae": mean(runs, "mae"), "paper_mae": 0.384, "per_seed": [r["mse"] for r in runs]},
         ),
         Claim(
             "DLinear test MSE (closed-form least-squares fit; paper: trained)",
             0.378,
             dl_test["mse"],
             None,
+            short="DLinear MSE ETTh1 H=96",
             details={"mae": dl_test["mae"], "paper_mae": 0.402},
         ),
-        Claim("Seasonal naive (repeat last 24 h) test MSE", None, naive["mse"], None, details=naive),
+        Claim(
+            "Seasonal naive (repeat last 24 h) test MSE",
+            None,
+            naive["mse"],
+            None,
+            short="seasonal naive MSE",
+            details=naive,
+        ),  # fmt: skip
     ]
-    claims += _complexity_claims(dl_params, tb_params)
-    fig, axes = subplots(1, 2, figsize=(12, 4.2))
-    names = ["seasonal naive", "DLinear (LS)", "TimeBase"]
-    vals = [naive["mse"], dl_test["mse"], tb_mse]
-    axes[0].bar(names, vals, color=["0.6", "tab:orange", "tab:blue"])
-    axes[0].errorbar([2], [tb_mse], yerr=[statistics.pstdev([r["mse"] for r in runs])], color="k", capsize=4)
-    axes[0].scatter([1, 2], [0.378, 0.349], color="k", marker="x", zorder=3, label="paper (Table 10)")
-    for i, v in enumerate(vals):
-        axes[0].text(i, v, f"{v:.3f}", ha="center", va="bottom")
-    axes[0].set_ylabel("test MSE (normalised)")
-    axes[0].set_title(f"ETTh1, T=720, H=96 ({tb_params} vs {dl_params:,} params)")
-    axes[0].legend()
-    for r in runs:
-        axes[1].plot(range(1, len(r["val_curve"]) + 1), r["val_curve"], marker="o", label=f"seed {r['seed']}")
-    axes[1].set_xlabel("epoch")
-    axes[1].set_ylabel("validation MSE")
-    axes[1].set_title("TimeBase training (official ETTh1 H=96 preset)")
-    axes[1].legend()
-    art = [str(save_figure(fig, out_dir, "etth1_h96_quick"))]
+    cx = complexity()
+    claims += [
+        Claim("TimeBase parameters at T=720, H=96/192/336/720 (Thm 3.1)", "214 / 242 / 284 / 396",
+              " / ".join(map(str, cx["params"])), cx["params"] == [214, 242, 284, 396], rule="exact",
+              short="params H=96..720 (Thm 3.1)"),
+        Claim("TimeBase MACs on ETTh1 (C=7), H=96/192/336/720 (official logs)", "34,272 / 38,304 / 44,352 / 60,480",
+              " / ".join(f"{m:,}" for m in cx["macs_etth1"]), cx["macs_etth1"] == [34272, 38304, 44352, 60480],
+              rule="exact", short="MACs ETTh1 H=96..720"),
+        Claim("Electricity (C=321), T=H=720: params and MACs (Table 3)", "0.39K / 2.77M",
+              f"{cx['electricity_params']} / {cx['electricity_macs']:,}",
+              cx["electricity_params"] // 10 == 39 and round(cx["electricity_macs"] / 1e6, 2) == 2.77,
+              rule="equal at the paper's precision (the paper truncates 396 to 0.39K)",
+              short="Electricity params/MACs",
+              details={k: cx[k] for k in ("dlinear_params_720", "dlinear_macs_720")}
+              | {"paper_dlinear": "1.04M / 333.04M"}),
+        Claim("DLinear / TimeBase parameter ratio at H=96", 647, ratio, None, short="DLinear/TimeBase params"),
+    ]  # fmt: skip
+    artifacts = [str(plot_headline(h, out_dir))]
     settings = {
         "dataset": "ETTh1",
         "seq_len": 720,
         "pred_len": 96,
-        "seeds": list(seeds),
-        "timebase_config": tb_cfg.to_dict(),
-        "training": training_preset("ETTh1", 96) | ({"epochs": epochs} if epochs else {}),
+        "seeds": list(setup.seeds),
+        "timebase_config": h["timebase_config"].to_dict(),
+        "training": training_preset("ETTh1", 96) | ({"epochs": setup.epochs} if setup.epochs else {}),
         "dlinear": "closed-form least squares on the training windows",
     }
-    return claims, settings, art
+    if full:
+        table = ett_table(setup, download=download)
+        claims += _table_claims(table, setup)
+        claims += _reducer_claims(patchtst_reducer(setup.seeds[:1], setup.patch_epochs, download=download))
+        artifacts.append(str(plot_ett_table(table, setup, out_dir)))
+        settings["full"] = {"table": table, "seeds": list(setup.seeds)}
+    return ReproResult("timebase", claims, settings=settings, artifacts=artifacts)
 
 
-def _complexity_claims(dl_params: int, tb_params: int) -> list[Claim]:
-    macs = [TimeBaseConfig(720, h).macs(7) for h in (96, 192, 336, 720)]
-    params = [TimeBaseConfig(720, h).num_parameters() for h in (96, 192, 336, 720)]
-    elec = TimeBaseConfig(720, 720)
-    return [
-        Claim(
-            "TimeBase parameters at T=720, H=96/192/336/720 (Thm 3.1)",
-            "214 / 242 / 284 / 396",
-            " / ".join(map(str, params)),
-            params == [214, 242, 284, 396],
-            rule="exact",
-        ),
-        Claim(
-            "TimeBase MACs on ETTh1 (C=7), H=96/192/336/720 (official logs)",
-            "34,272 / 38,304 / 44,352 / 60,480",
-            " / ".join(f"{m:,}" for m in macs),
-            macs == [34272, 38304, 44352, 60480],
-            rule="exact",
-        ),
-        Claim(
-            "Electricity (C=321), T=H=720: params and MACs (Table 3)",
-            "0.39K / 2.77M",
-            f"{elec.num_parameters()} / {elec.macs(321):,}",
-            elec.num_parameters() // 10 == 39 and round(elec.macs(321) / 1e6, 2) == 2.77,
-            rule="equal at the paper's precision (the paper truncates 396 to 0.39K)",
-            details={
-                "dlinear_params_720": DLinear(720, 720).num_parameters(),
-                "dlinear_macs_720": DLinear(720, 720).macs(321),
-                "paper_dlinear": "1.04M / 333.04M",
-            },
-        ),
-        Claim("DLinear / TimeBase parameter ratio at H=96", 647, dl_params / tb_params, None),
-    ]
-
-
-def _full(
-    out_dir: Path,
-    seeds: tuple[int, ...],
-    epochs: int | None,
-    horizons: tuple[int, ...] = (96, 192, 336, 720),
-    datasets: tuple[str, ...] = ("ETTh1", "ETTh2"),
-    patch_epochs: int | None = 5,
-) -> tuple[list[Claim], dict[str, Any], list[str]]:
-    claims: list[Claim] = []
-    table: dict[str, Any] = {}
-    for name in datasets:
+def _table_claims(table: dict, setup: Setup) -> list[Claim]:
+    claims = []
+    for name in setup.datasets:
         tb_means, dl_means = [], []
-        for h in horizons:
-            splits = ett(name, seq_len=720, pred_len=h)
-            tb_runs = [_train_timebase(splits, name, h, s, epochs) for s in seeds]
-            dl_runs = [_train_dlinear(splits, h, s, epochs) for s in seeds]
-            dl_ls = evaluate(DLinear(720, h).fit_least_squares(splits.train), splits.test)
-            tb, dl = _mean(tb_runs, "mse"), _mean(dl_runs, "mse")
+        for h in setup.horizons:
+            cell = table[f"{name}/{h}"]
+            tb, dl = mean(cell["timebase"], "mse"), mean(cell["dlinear"], "mse")
+            maes = {"timebase_mae": mean(cell["timebase"], "mae"), "dlinear_mae": mean(cell["dlinear"], "mae")}
             tb_means.append(tb)
             dl_means.append(dl)
             paper = PAPER_TABLE10.get((name, h))
-            table[f"{name}/{h}"] = {"timebase": tb_runs, "dlinear": dl_runs, "dlinear_closed_form": dl_ls}
             claims.append(
                 Claim(
-                    f"{name} H={h}: TimeBase vs trained DLinear, test MSE (mean of {len(seeds)} seeds)",
+                    f"{name} H={h}: TimeBase vs trained DLinear, test MSE (mean of {len(setup.seeds)} seeds)",
                     f"{paper['TimeBase'][0]} vs {paper['DLinear'][0]}" if paper else None,
-                    f"{tb:.4f} vs {dl:.4f} (DLinear LS {dl_ls['mse']:.4f})",
+                    f"{tb:.4f} vs {dl:.4f} (DLinear LS {cell['dlinear_closed_form']['mse']:.4f})",
                     tb <= 1.05 * dl,
                     rule="mean MSE(TimeBase) <= 1.05 x mean MSE(trained DLinear)",
-                    details={"timebase_mae": _mean(tb_runs, "mae"), "dlinear_mae": _mean(dl_runs, "mae")},
+                    short=f"{name} H={h} MSE vs DLinear",
+                    details=maes,
                 )
             )
-        if len(horizons) == 4:
+        if len(setup.horizons) == 4:
             p2 = PAPER_TABLE2[name]
             tb, dl = statistics.fmean(tb_means), statistics.fmean(dl_means)
             claims.append(
-                Claim(
-                    f"{name}: mean of four horizons, TimeBase vs DLinear (Table 2)",
-                    f"{p2['TimeBase']} vs {p2['DLinear']}",
-                    f"{tb:.4f} vs {dl:.4f}",
-                    tb <= 1.05 * dl,
-                    rule="TimeBase <= 1.05 x DLinear",
-                )
-            )
-    claims += _patch_claims(seeds[:1], patch_epochs)
-    fig, ax = subplots(1, 1, figsize=(8, 4.2))
-    for name in datasets:
-        ax.plot(
-            horizons,
-            [_mean(table[f"{name}/{h}"]["timebase"], "mse") for h in horizons],
-            marker="o",
-            label=f"{name} TimeBase",
-        )
-        ax.plot(
-            horizons,
-            [_mean(table[f"{name}/{h}"]["dlinear"], "mse") for h in horizons],
-            marker="s",
-            linestyle="--",
-            label=f"{name} DLinear",
-        )
-    ax.set_xlabel("horizon H")
-    ax.set_ylabel("test MSE")
-    ax.set_title("TimeBase vs DLinear, T=720 (means over seeds)")
-    ax.legend()
-    return claims, {"table": table, "seeds": list(seeds)}, [str(save_figure(fig, out_dir, "ett_full"))]
+                Claim(f"{name}: mean of four horizons, TimeBase vs DLinear (Table 2)",
+                      f"{p2['TimeBase']} vs {p2['DLinear']}", f"{tb:.4f} vs {dl:.4f}", tb <= 1.05 * dl,
+                      rule="TimeBase <= 1.05 x DLinear", short=f"{name} 4-horizon mean vs DLinear")
+            )  # fmt: skip
+    return claims
 
 
-def _patch_claims(seeds: tuple[int, ...], epochs: int | None) -> list[Claim]:
-    """PatchTST with and without the TimeBase reducer on ETTh1 H=96 (Table 4 setting, patch 24, R=8)."""
-    splits = ett("ETTh1", seq_len=720, pred_len=96)
-    out = {}
-    for label, r in (("PatchTST", None), ("PatchTST+TimeBase", 8)):
-        mses = []
-        for s in seeds:
-            torch.manual_seed(s)
-            model = PatchTST(720, 96, 7, patch_len=24, stride=24, basis_num=r)
-            res = fit(model, splits, seed=s, lr=5e-4, batch_size=128, epochs=epochs or 30, patience=3)
-            assert res.test is not None
-            mses.append(res.test["mse"])
-        out[label] = {"mse": statistics.fmean(mses), "macs": model.macs(), "params": model.num_parameters()}
+def _reducer_claims(out: dict[str, dict[str, float]]) -> list[Claim]:
     base, red = out["PatchTST"], out["PatchTST+TimeBase"]
     macs_cut = 1 - red["macs"] / base["macs"]
     return [
-        Claim(
-            "PatchTST + TimeBase reducer: MACs reduction (ETTh1, H=96; Table 4)",
-            "-77.7% to -93.0%",
-            f"-{100 * macs_cut:.1f}%",
-            macs_cut >= 0.5,
-            rule="MACs cut >= 50%",
-            details=out,
-        ),
-        Claim(
-            "PatchTST + TimeBase reducer: test MSE without -> with (Table 4: 0.377 -> 0.364)",
-            "0.377 -> 0.364",
-            f"{base['mse']:.4f} -> {red['mse']:.4f}",
-            red["mse"] <= 1.05 * base["mse"],
-            rule="MSE with reducer <= 1.05 x without",
-        ),
-    ]
-
-
-def reproduce(
-    full: bool = False,
-    out_dir: Path | None = None,
-    *,
-    seeds: tuple[int, ...] = SEEDS,
-    epochs: int | None = None,
-    _full_kwargs: dict[str, Any] | None = None,
-) -> ReproResult:
-    """Run the quick (default) or full reproduction; returns the claims (also saved as JSON with a plot).
-
-    ``seeds`` and ``epochs`` (cap on the official 30) exist for reduced runs in tests.
-    """
-    out_dir = Path(out_dir) if out_dir is not None else results_dir("timebase")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    # these models are tiny: one thread is as fast and immune to oversubscription on a shared machine
-    with torch_threads(1):
-        claims, settings, art = _quick(out_dir, seeds, epochs)
-        if full:
-            c2, s2, a2 = _full(out_dir, seeds, epochs, **(_full_kwargs or {}))
-            claims += c2
-            settings["full"] = s2
-            art += a2
-    mode = "full" if full else "quick"
-    res = ReproResult(
-        "timebase", claims, mode=mode, runtime_s=time.perf_counter() - t0, settings=settings, artifacts=art
-    )
-    res.save_json(out_dir / f"result_{mode}.json")
-    return res
+        Claim("PatchTST + TimeBase reducer: MACs reduction (ETTh1, H=96; Table 4)", "-77.7% to -93.0%",
+              f"-{100 * macs_cut:.1f}%", macs_cut >= 0.5, rule="MACs cut >= 50%", short="PatchTST reducer MACs cut",
+              details=out),
+        Claim("PatchTST + TimeBase reducer: test MSE without -> with (Table 4: 0.377 -> 0.364)", "0.377 -> 0.364",
+              f"{base['mse']:.4f} -> {red['mse']:.4f}", red["mse"] <= 1.05 * base["mse"],
+              rule="MSE with reducer <= 1.05 x without", short="PatchTST reducer MSE"),
+    ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""The official training protocol as ``fit`` / ``predict`` / ``evaluate`` (spec 2.6).
+"""The official training protocol as ``fit`` / ``predict`` / ``evaluate`` (official scripts and logs).
 
 Adam on MSE + lambda_orth * L_orth, up to 30 epochs, learning rate lr * 0.8^max(0, epoch - 4) (epoch 1-indexed),
 early stopping with patience 5 on validation MSE, best checkpoint restored; train batches shuffled, no batch
@@ -19,8 +19,8 @@ from torch import Tensor, nn
 
 from icml25_shared.progress import track
 from icml25_shared.seed import seed_everything
-
-from .data import Splits, WindowDataset
+from icml25_shared.validate import check_choice, check_float, check_int
+from timebase.data import Splits, WindowDataset
 
 __all__ = ["fit", "predict", "evaluate", "FitResult", "lr_factor", "Adam"]
 
@@ -155,13 +155,10 @@ def fit(
 
     if not isinstance(splits, Splits):
         raise ValueError(f"splits must be a timebase.data.Splits, got {type(splits).__name__}")
-    for name, v, lo in (("epochs", epochs, 1), ("batch_size", batch_size, 1), ("patience", patience, 1)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a finite float > 0, got {lr!r}")
-    if not 0 < decay <= 1:
-        raise ValueError(f"decay must be in (0, 1], got {decay!r}")
+    epochs, batch_size = check_int("epochs", epochs, min=1), check_int("batch_size", batch_size, min=1)
+    patience = check_int("patience", patience, min=1)
+    check_float("lr", lr, min=0.0, min_open=True)
+    check_float("decay", decay, min=0.0, max=1.0, min_open=True)
 
     t0 = time.perf_counter()
     gen = torch.Generator()
@@ -169,8 +166,7 @@ def fit(
         seed_everything(seed)
         gen.manual_seed(seed)
     device = _model_device(model)
-    if optimizer not in ("adam", "torch"):
-        raise ValueError(f"optimizer must be 'adam' (built-in) or 'torch' (torch.optim.Adam), got {optimizer!r}")
+    check_choice("optimizer", optimizer, ("adam", "torch"))  # built-in Adam or torch.optim.Adam
     params = list(model.parameters())
     opt: Any = Adam(params, lr) if optimizer == "adam" else torch.optim.Adam(params, lr=lr)
     best_state = copy.deepcopy(model.state_dict())
