@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -22,6 +23,7 @@ from torch import Tensor, nn
 
 from icml25_shared.metrics import accuracy
 from icml25_shared.progress import track
+from icml25_shared.report import save_figure, subplots
 from icml25_shared.seed import seed_everything
 from icml25_shared.validate import check_float, check_int
 from unifews import _pyg  # noqa: F401  (imports torch_geometric quietly)
@@ -47,6 +49,9 @@ __all__ = [
     "delta_sweep",
     "depth_sweep",
     "random_edge_baselines",
+    "PhaseTimer",
+    "plot_decoupled",
+    "plot_lines",
 ]
 
 log = logging.getLogger(__name__)
@@ -404,3 +409,50 @@ def random_edge_baselines(
     rnd = gcn_runs(data, seeds, cfg_w, hidden, epochs, lr, edge_index=ei[:, keep])
     drop = gcn_runs(data, seeds, cfg_w, hidden, epochs, lr, edge_dropout=edge_sparsity)
     return rnd, drop
+
+
+class PhaseTimer:
+    """Wall and CPU seconds of the consecutive phases of a long run, logged as each one ends."""
+
+    def __init__(self, label: str) -> None:
+        self.label, self.phases = label, {}
+        self._clock = (time.perf_counter(), time.process_time())
+
+    def lap(self, name: str) -> None:
+        now = (time.perf_counter(), time.process_time())
+        wall, cpu = now[0] - self._clock[0], now[1] - self._clock[1]
+        self.phases[name] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}
+        log.info("%s: %s done in %.0f s wall / %.0f s CPU", self.label, name, wall, cpu)
+        self._clock = now
+
+
+# ------------------------------------------------------------------------------------------------------------ plots
+def plot_decoupled(out_dir: Path, res: dict[str, Any], kind: str) -> str:
+    """Per-hop MACs (dense, Unifews, random pushes) and the accuracies of a :func:`decoupled_runs` result."""
+    fig, (a1, a2) = subplots(1, 2, figsize=(11, 3.8))
+    hops = range(1, len(res["dense_per_hop"]) + 1)
+    a1.plot(hops, [m / 1e6 for m in res["dense_per_hop"]], "o-", label="dense (non-zero messages)")
+    a1.plot(hops, [m / 1e6 for m in res["unifews_per_hop"]], "s-", label="Unifews executed")
+    a1.plot(hops, [m / 1e6 for m in res["random_per_hop"]], "^--", label="of which random pushes")
+    a1.set(xlabel="hop", ylabel="MACs (millions)", title=f"{kind.upper()} propagation on Cora LCC")
+    a1.legend()
+    accs = [res["acc_dense"], res["acc_unifews"]]
+    a2.bar(
+        ["dense", "Unifews"],
+        [statistics.fmean(a) for a in accs],
+        yerr=[(statistics.stdev(a) if len(a) > 1 else 0.0) for a in accs],
+        capsize=6,
+        color=["#888", "#3a7"],
+    )
+    a2.set(ylabel="test accuracy (%)", ylim=(70, 92), title=f"MAC ratio {res['mac_ratio']:.2f}×")
+    return str(save_figure(fig, out_dir, f"{kind}_cora"))
+
+
+def plot_lines(out_dir: Path, name: str, series: dict[str, tuple[list, list]], xlabel: str, title: str) -> str:
+    """Test accuracy against ``xlabel``, one line per ``{label: (xs, ys)}``."""
+    fig, ax = subplots(1, 1, figsize=(6, 4))
+    for (label, (xs, ys)), marker in zip(series.items(), ("o-", "s-")):
+        ax.plot(xs, ys, marker, label=label)
+    ax.set(xlabel=xlabel, ylabel="test accuracy (%)", title=title)
+    ax.legend()
+    return str(save_figure(fig, out_dir, name))

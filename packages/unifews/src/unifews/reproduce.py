@@ -4,14 +4,13 @@ themselves are in :mod:`unifews.experiments`."""
 
 from __future__ import annotations
 
-import logging
 import statistics
-import time
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 from icml25_shared.device import torch_threads
-from icml25_shared.report import Claim, ReproResult, save_figure, subplots
+from icml25_shared.report import Claim, ReproResult
 from icml25_shared.seed import seed_everything
 from unifews import experiments as ex
 from unifews.config import UnifewsConfig
@@ -19,33 +18,23 @@ from unifews.prop import PropGraph
 
 __all__ = ["reproduce", "QUICK", "FULL"]
 
-log = logging.getLogger(__name__)
-
 # Fixed once, without labels: the δa at which the random-push SGC propagation on Cora LCC executes 45-55% of the
 # dense propagation's non-zero messages (scale_k = mean |X[:, k]|, 20 hops; see README).
 QUICK = {
-    "dataset": "Cora",
-    "hops": 20,
-    "delta_a_sgc": 0.25,
+    "dataset": "Cora", "hops": 20, "delta_a_sgc": 0.25,
     # APPNP, fixed the same way (MAC ratios only, no labels; draws 0-2): δa = 0.05 / 0.06 / 0.07 / 0.08 / 0.1 / 0.2
     # execute 0.55 / 0.51 / 0.48 / 0.45 / 0.41 / 0.30x of the dense non-zero messages
-    "delta_a_appnp": 0.07,
-    "alpha": 0.1,
+    "delta_a_appnp": 0.07, "alpha": 0.1,
     "seeds": (0, 1, 2),  # split seeds (one MLP head each)
     "prop_seeds": (0,),  # random-push draws in quick mode (--full: one per split seed)
-    "mlp_hidden": 64,
-    "mlp_epochs": 150,  # --full
+    "mlp_hidden": 64, "mlp_epochs": 150,  # --full
     "mlp_epochs_quick": 80,  # quick mode: the MLP heads dominate its cost (best-val epoch is usually < 80)
     "mlp_lr": 1e-2,
-}
+}  # fmt: skip
 # --full settings (the tests shrink them to smoke-test the code path)
 FULL = {"gcn_seeds": (0, 1), "gcn_hidden": 512, "gcn_epochs": 200, "gcn_lr": 1e-3, "sweep_hidden": 64,
         "sweep_epochs": 100, "depths": (2, 10, 20, 40)}  # fmt: skip
 SWEEP = [(0.0, 0.0), (0.5, 0.0), (1.0, 0.0), (2.0, 0.0), (0.0, 0.5), (0.0, 1.0), (0.0, 2.0)]
-
-
-def _mean(xs: list[float]) -> float:
-    return statistics.fmean(xs)
 
 
 def _sd(xs: list[float]) -> float:
@@ -58,140 +47,92 @@ def _decoupled(data: Any, G: PropGraph, kind: str, delta_a: float, epochs: int, 
 
 
 def _decoupled_claim(kind: str, res: dict, paper: str) -> Claim:
-    d, u, r = _mean(res["acc_dense"]), _mean(res["acc_unifews"]), res["mac_ratio"]
-    name = kind.upper()
+    d, u, r = fmean(res["acc_dense"]), fmean(res["acc_unifews"]), res["mac_ratio"]
     return Claim(
-        f"Unifews propagation keeps {name}'s Cora accuracy within 1 point while executing about half of the "
+        f"Unifews propagation keeps {kind.upper()}'s Cora accuracy within 1 point while executing about half of the "
         "propagation MACs",
         paper,
         f"{d:.1f} ± {_sd(res['acc_dense']):.1f} → {u:.1f} ± {_sd(res['acc_unifews']):.1f} % at {r:.2f}× MACs",
         u >= d - 1.0 and r <= 0.55,
         rule="mean acc(Unifews) >= mean acc(dense) - 1.0 and executed / dense non-zero MACs <= 0.55",
         details=res,
-        short=f"{name} Cora acc at half MACs",
+        short=f"{kind.upper()} Cora acc at half MACs",
     )
 
 
-def _plot_decoupled(out_dir: Path, res: dict, kind: str) -> str:
-    fig, (a1, a2) = subplots(1, 2, figsize=(11, 3.8))
-    hops = range(1, len(res["dense_per_hop"]) + 1)
-    a1.plot(hops, [m / 1e6 for m in res["dense_per_hop"]], "o-", label="dense (non-zero messages)")
-    a1.plot(hops, [m / 1e6 for m in res["unifews_per_hop"]], "s-", label="Unifews executed")
-    a1.plot(hops, [m / 1e6 for m in res["random_per_hop"]], "^--", label="of which random pushes")
-    a1.set(xlabel="hop", ylabel="MACs (millions)", title=f"{kind.upper()} propagation on Cora LCC")
-    a1.legend()
-    accs = [res["acc_dense"], res["acc_unifews"]]
-    a2.bar(
-        ["dense", "Unifews"], [_mean(a) for a in accs], yerr=[_sd(a) for a in accs], capsize=6, color=["#888", "#3a7"]
+def _gcn_claim(proto: str, key: str, dense: list, uf: list) -> Claim:
+    acc_d, acc_u = [100 * r.test_acc_strict for r in dense], [100 * getattr(r, key) for r in uf]
+    ratio = fmean([u.macs / d.macs for u, d in zip(uf, dense)])
+    details = {"acc_dense": acc_d, f"acc_unifews_{proto}": acc_u, "macs_dense": [d.macs for d in dense],
+               "macs_unifews": [u.macs for u in uf], "edge_sparsity": [r.sparsity["edge_total"] for r in uf],
+               "weight_sparsity": [r.sparsity["weight"] for r in uf]}  # fmt: skip
+    return Claim(
+        f"Iterative GCN (hidden 512, δa = δw = 0.5, {proto} evaluation) keeps Cora accuracy at ≤ 0.5× MACs",
+        "comparable accuracy at > 50% joint sparsity (Fig. 4/6)",
+        f"{fmean(acc_d):.1f} → {fmean(acc_u):.1f} % at {ratio:.2f}× MACs",
+        fmean(acc_u) >= fmean(acc_d) - 1.0 and ratio <= 0.5,
+        rule="mean acc(Unifews) >= mean acc(dense) - 1.0 and MACs(Unifews)/MACs(dense) <= 0.5",
+        details=details,
+        short=f"GCN-512 acc at half MACs, {proto}",
     )
-    a2.set(ylabel="test accuracy (%)", ylim=(70, 92), title=f"MAC ratio {res['mac_ratio']:.2f}×")
-    return str(save_figure(fig, out_dir, f"{kind}_cora"))
-
-
-def _plot_lines(out_dir: Path, name: str, series: dict[str, tuple[list, list]], xlabel: str, title: str) -> str:
-    fig, ax = subplots(1, 1, figsize=(6, 4))
-    for (label, (xs, ys)), marker in zip(series.items(), ("o-", "s-")):
-        ax.plot(xs, ys, marker, label=label)
-    ax.set(xlabel=xlabel, ylabel="test accuracy (%)", title=title)
-    ax.legend()
-    return str(save_figure(fig, out_dir, name))
 
 
 def _full(data: Any, G: PropGraph, out_dir: Path, claims: list, artifacts: list, settings: dict) -> None:
     seeds, hidden, epochs, lr = FULL["gcn_seeds"], FULL["gcn_hidden"], FULL["gcn_epochs"], FULL["gcn_lr"]
-    phases: dict[str, Any] = {}
-    clock = [time.perf_counter(), time.process_time()]
-
-    def lap(name: str) -> None:
-        now = [time.perf_counter(), time.process_time()]
-        phases[name] = {"wall_s": round(now[0] - clock[0], 1), "cpu_s": round(now[1] - clock[1], 1)}
-        log.info("unifews --full: %s done in %.0f s wall / %.0f s CPU", name, now[0] - clock[0], now[1] - clock[1])
-        clock[:] = now
-
+    timer = ex.PhaseTimer("unifews --full")
     res = _decoupled(data, G, "appnp", QUICK["delta_a_appnp"], QUICK["mlp_epochs"])  # APPNP, as SGC
     claims.append(_decoupled_claim("appnp", res, "86.2 → 86.5 % at 0.50× MACs (Table III)"))
-    artifacts.append(_plot_decoupled(out_dir, res, "appnp"))
-    lap("appnp")
+    artifacts.append(ex.plot_decoupled(out_dir, res, "appnp"))
+    timer.lap("appnp")
 
     dense = ex.gcn_runs(data, seeds, UnifewsConfig(delta_a=0.0, delta_w=0.0), hidden, epochs, lr)
     uf = ex.gcn_runs(data, seeds, UnifewsConfig(delta_a=0.5, delta_w=0.5), hidden, epochs, lr)
-    acc_d = _mean([100 * r.test_acc_strict for r in dense])
-    ratio = _mean([u.macs / d.macs for u, d in zip(uf, dense)])
-    for proto, key in (("lock", "test_acc"), ("strict", "test_acc_strict")):
-        acc_u = _mean([100 * getattr(r, key) for r in uf])
-        claims.append(
-            Claim(
-                f"Iterative GCN (hidden 512, δa = δw = 0.5, {proto} evaluation) keeps Cora accuracy at ≤ 0.5× MACs",
-                "comparable accuracy at > 50% joint sparsity (Fig. 4/6)",
-                f"{acc_d:.1f} → {acc_u:.1f} % at {ratio:.2f}× MACs",
-                acc_u >= acc_d - 1.0 and ratio <= 0.5,
-                rule="mean acc(Unifews) >= mean acc(dense) - 1.0 and MACs(Unifews)/MACs(dense) <= 0.5",
-                details={
-                    "acc_dense": [100 * r.test_acc_strict for r in dense],
-                    f"acc_unifews_{proto}": [100 * getattr(r, key) for r in uf],
-                    "macs_dense": [d.macs for d in dense],
-                    "macs_unifews": [u.macs for u in uf],
-                    "edge_sparsity": [r.sparsity["edge_total"] for r in uf],
-                    "weight_sparsity": [r.sparsity["weight"] for r in uf],
-                },  # fmt: skip
-                short=f"GCN-512 acc at half MACs, {proto}",
-            )
-        )
-    lap("gcn512")
+    claims += [_gcn_claim("lock", "test_acc", dense, uf), _gcn_claim("strict", "test_acc_strict", dense, uf)]
+    timer.lap("gcn512")
 
     sweep = ex.delta_sweep(data, SWEEP, FULL["sweep_hidden"], FULL["sweep_epochs"])
     e, w = [s for s in sweep if s["delta_w"] == 0], [s for s in sweep if s["delta_a"] == 0]
-    artifacts.append(_plot_lines(out_dir, "delta_sweep", {
-        "edge sparsity (δw = 0)": ([100 * s["edge"] for s in e], [s["acc"] for s in e]),
-        "weight sparsity (δa = 0)": ([100 * s["weight"] for s in w], [s["acc"] for s in w]),
-    }, "sparsity (%)", "GCN on Cora: δ sweep (Fig. 4 shape), strict"))  # fmt: skip
-    lap("delta_sweep")
+    lines = {"edge sparsity (δw = 0)": ([100 * s["edge"] for s in e], [s["acc"] for s in e]),
+             "weight sparsity (δa = 0)": ([100 * s["weight"] for s in w], [s["acc"] for s in w])}  # fmt: skip
+    title = "GCN on Cora: δ sweep (Fig. 4 shape), strict"
+    artifacts.append(ex.plot_lines(out_dir, "delta_sweep", lines, "sparsity (%)", title))
+    timer.lap("delta_sweep")
     claims.append(Claim("δ sweep: accuracy vs edge and weight sparsity", "plotted only (Fig. 4)",
                         "see delta_sweep.png", None, details={"sweep": sweep}, short="δ sweep (Fig. 4)"))  # fmt: skip
 
     mlp = {"mlp_hidden": QUICK["mlp_hidden"], "mlp_epochs": QUICK["mlp_epochs"], "mlp_lr": QUICK["mlp_lr"]}
     depth = ex.depth_sweep(data, G, FULL["depths"], QUICK["delta_a_sgc"], **mlp)
     gaps = [d["unifews"] - d["dense"] for d in depth]
-    claims.append(
-        Claim(
-            "Depth sweep (SGC): the gap Unifews − dense does not shrink with L",
-            "plotted only (Fig. 11)",
-            ", ".join(f"L={d['L']}: {g:+.1f}" for d, g in zip(depth, gaps)),
-            gaps[-1] >= gaps[0] - 1.0,
-            rule="gap at L=40 >= gap at L=2 - 1 point",
-            details={"depth": depth},
-            short="depth sweep gap (Fig. 11)",
-        )
-    )
+    claims.append(Claim("Depth sweep (SGC): the gap Unifews − dense does not shrink with L", "plotted only (Fig. 11)",
+                        ", ".join(f"L={d['L']}: {g:+.1f}" for d, g in zip(depth, gaps)), gaps[-1] >= gaps[0] - 1.0,
+                        rule="gap at L=40 >= gap at L=2 - 1 point", details={"depth": depth},
+                        short="depth sweep gap (Fig. 11)"))  # fmt: skip
     Ls = [d["L"] for d in depth]
-    artifacts.append(_plot_lines(out_dir, "depth_sweep", {"dense SGC": (Ls, [d["dense"] for d in depth]),
-                     "Unifews SGC": (Ls, [d["unifews"] for d in depth])}, "hops L",
-                     "Depth sweep on Cora (Fig. 11 shape)"))  # fmt: skip
-    lap("depth_sweep")
+    lines = {"dense SGC": (Ls, [d["dense"] for d in depth]), "Unifews SGC": (Ls, [d["unifews"] for d in depth])}
+    artifacts.append(ex.plot_lines(out_dir, "depth_sweep", lines, "hops L", "Depth sweep on Cora (Fig. 11 shape)"))
+    timer.lap("depth_sweep")
 
-    target = _mean([r.sparsity["edge_total"] for r in uf])  # random edges / DropEdge at Unifews's edge sparsity
+    target = fmean([r.sparsity["edge_total"] for r in uf])  # random edges / DropEdge at Unifews's edge sparsity
     rnd, drop = ex.random_edge_baselines(data, target, seeds, hidden, epochs, lr)
     runs = {"unifews": uf, "random": rnd, "dropedge": drop}
-    accs = {k: [100 * r.test_acc_strict for r in v] for k, v in runs.items()}
+    acc = {k: [100 * r.test_acc_strict for r in v] for k, v in runs.items()}
+    details = {"edge_sparsity": target, **{f"acc_{k}": v for k, v in acc.items()},
+               **{f"macs_{k}": [r.macs for r in v] for k, v in runs.items()}}  # fmt: skip
     claims.append(
         Claim(
             f"Unifews vs random edges and DropEdge at equal edge sparsity ({100 * target:.0f}%), δw = 0.5 for all",
             "Unifews ≥ random at equal sparsity",
-            f"Unifews {_mean(accs['unifews']):.1f} vs random subset {_mean(accs['random']):.1f} vs DropEdge "
-            f"{_mean(accs['dropedge']):.1f} % (strict)",
+            f"Unifews {fmean(acc['unifews']):.1f} vs random subset {fmean(acc['random']):.1f} vs DropEdge "
+            f"{fmean(acc['dropedge']):.1f} % (strict)",
             None,
             rule="shown (DropEdge infers on the whole graph)",
-            details={
-                "edge_sparsity": target,
-                **{f"acc_{k}": v for k, v in accs.items()},
-                **{f"macs_{k}": [r.macs for r in v] for k, v in runs.items()},
-            },  # fmt: skip
+            details=details,
             short="vs random edges / DropEdge",
         )
     )
-    lap("baselines")
+    timer.lap("baselines")
     settings["full"] = dict(FULL)
-    settings["full_phases"] = phases
+    settings["full_phases"] = timer.phases
 
 
 def reproduce(full: bool, out_dir: Path, *, download: bool = False) -> ReproResult:
@@ -221,19 +162,12 @@ def _reproduce(full: bool, out_dir: Path, download: bool) -> ReproResult:
             short="dense SGC GMACs on Cora",
         ),  # fmt: skip
     ]
-    artifacts = [_plot_decoupled(out_dir, res, "sgc")]
+    artifacts = [ex.plot_decoupled(out_dir, res, "sgc")]
     settings = {**QUICK, "nodes": data.num_nodes, "edges": data.edge_index.size(1), "splits": "stratified 50/25/25"}
     if full:
-        claims.append(
-            Claim(
-                "Propagation wall-clock, Unifews / dense (Cora, CPU; small-graph effect, may be noise)",
-                round(0.10 / 0.13, 2),
-                round(res["time_unifews_s"] / res["time_dense_s"], 2),
-                None,
-                rule="shown: the dense path is one CSR SpMM per hop (see benchmarks/ for timings)",
-                unit="×",
-                short="SGC propagation time ratio",
-            )
-        )
+        ratio = round(res["time_unifews_s"] / res["time_dense_s"], 2)
+        claims.append(Claim("Propagation wall-clock, Unifews / dense (Cora, CPU; small-graph effect, may be noise)",
+                            round(0.10 / 0.13, 2), ratio, None, unit="×", short="SGC propagation time ratio",
+                            rule="shown: the dense path is one CSR SpMM per hop (see benchmarks/)"))  # fmt: skip
         _full(data, G, out_dir, claims, artifacts, settings)
     return ReproResult("unifews", claims, settings=settings, artifacts=artifacts)
