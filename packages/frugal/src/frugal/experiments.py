@@ -1,0 +1,345 @@
+"""The paper's pre-training comparison at CPU scale: a tiny LLaMA on character-level Tiny Shakespeare.
+
+The paper (Sec. 5.1) pre-trains LLaMA 60M-1B on C4 in GaLore's protocol; this module keeps the protocol -- same
+initialisation and batches for every optimizer, linear warm-up over 10% of the steps then cosine decay to 10%,
+validation loss on fixed windows, ρ = 0.25 -- on a model that trains in seconds on a CPU, and runs the peers as
+their users would: ``torch.optim.AdamW`` and ``galore_torch.GaLoreAdamW`` (one group per matrix shape, rank
+``round(ρ·min(m, n))``, GaLore's scale α = 0.25).
+
+>>> from frugal.experiments import QUICK, RunSpec, Task, train_tiny_llama
+>>> task = Task.build(QUICK)  # doctest: +SKIP
+>>> run = train_tiny_llama(RunSpec("FRUGAL-SVD", "frugal", 1e-2, {"selector": "svd"}), task)  # doctest: +SKIP
+
+Also here: optimizer-state bytes that also look inside galore-torch's projector objects, their closed forms, and
+the analytic memory of GaLore's LLaMA-130M and 1B configurations.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from frugal.memory import adamw_bytes, llama_matrix_shapes, model_state_bytes
+from frugal.optimizer import FRUGAL, param_groups
+from icml25_shared.progress import track
+from icml25_shared.report import save_figure, subplots
+from icml25_shared.seed import seed_everything
+from icml25_shared.text import CharCorpus
+from icml25_shared.training import warmup_cosine
+from icml25_shared.validate import check_choice
+
+__all__ = [
+    "FULL",
+    "LLAMA_1B",
+    "LLAMA_130M",
+    "QUICK",
+    "RunResult",
+    "RunSpec",
+    "Setup",
+    "Task",
+    "expected_bytes",
+    "full_runs",
+    "galore_groups",
+    "llama_memory_table",
+    "plot_val_loss",
+    "state_bytes",
+    "tiny_llama_config",
+    "train_tiny_llama",
+]
+
+logger = logging.getLogger(__name__)
+
+#: GaLore's LLaMA configurations (T5 vocabulary), used by the paper's pre-training table
+LLAMA_130M = {"vocab": 32000, "hidden": 768, "intermediate": 2048, "layers": 12}
+LLAMA_1B = {"vocab": 32000, "hidden": 2048, "intermediate": 5461, "layers": 24}
+
+OptimizerName = Literal["adamw", "galore", "frugal"]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Model and training sizes of one experiment; :data:`QUICK` and :data:`FULL` are the reproduction's."""
+
+    hidden_size: int = 64
+    """Width of the tiny LLaMA (4 heads)."""
+    num_hidden_layers: int = 2
+    """Decoder blocks, 7 projectable matrices each (q/k/v/o, gate/up/down)."""
+    intermediate_size: int = 176
+    """MLP width."""
+    seq_len: int = 64
+    """Characters per window; also ``max_position_embeddings``."""
+    batch_size: int = 16
+    """Windows per step."""
+    steps: int = 300
+    """Optimizer steps; validation at step 0 and every 10%."""
+    update_gap: int = 50
+    """T: steps between subspace refreshes (FRUGAL and GaLore)."""
+    density: float = 0.25
+    """ρ: FRUGAL's density and GaLore's rank fraction."""
+    val_batches: int = 8
+    """Fixed validation batches, evenly spaced over the validation split."""
+    seed: int = 0
+    """Seeds the initialisation and the training windows (the same for every optimizer)."""
+
+    @property
+    def eval_every(self) -> int:
+        return max(1, self.steps // 10)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+
+QUICK = Setup()
+FULL = Setup(
+    hidden_size=128, num_hidden_layers=4, intermediate_size=352, seq_len=128, steps=1500, update_gap=200, val_batches=16
+)
+
+
+def tiny_llama_config(
+    hidden_size: int = 64, num_hidden_layers: int = 2, intermediate_size: int = 176, max_position_embeddings: int = 64
+) -> Any:
+    """``transformers.LlamaConfig`` for Tiny Shakespeare's 65 characters (4 heads, untied head): 108,992
+    parameters at the defaults, 100,352 of them in the 14 projectable matrices."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=65,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=False,
+    )
+
+
+@dataclass
+class Task:
+    """What every run of one experiment shares: corpus, initial model, validation windows."""
+
+    setup: Setup
+    corpus: CharCorpus
+    init_model: nn.Module
+    val_batches: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @classmethod
+    def build(cls, setup: Setup = QUICK, *, download: bool = False) -> Task:
+        """Tiny Shakespeare (``download`` goes to :mod:`icml25_shared.data`) and a model seeded with ``setup.seed``."""
+        from transformers import LlamaForCausalLM
+
+        corpus = CharCorpus.tinyshakespeare(download=download)
+        seed_everything(setup.seed)
+        cfg = tiny_llama_config(setup.hidden_size, setup.num_hidden_layers, setup.intermediate_size, setup.seq_len)
+        model = LlamaForCausalLM(cfg)
+        val = corpus.fixed_batches("val", setup.val_batches, setup.batch_size, setup.seq_len)
+        return cls(setup, corpus, model, val)
+
+
+@dataclass
+class RunSpec:
+    """One run: ``optimizer`` at ``lr``; ``kwargs`` go to :class:`frugal.FRUGAL` (or override GaLore's ``scale``);
+    ``state_free_head`` puts the LM head in a projectable group of density 0 (the paper's module ablation)."""
+
+    name: str
+    optimizer: OptimizerName
+    lr: float
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    state_free_head: bool = False
+
+
+@dataclass
+class RunResult:
+    """Validation curve, training losses, optimizer-state bytes (all tensors, and those with >= 1 dimension)."""
+
+    spec: RunSpec
+    steps: list[int]
+    val_loss: list[float]
+    train_loss: list[float]
+    state_bytes: int
+    state_bytes_nd: int
+    seconds: float
+
+
+def _tensors_deep(obj: Any, seen: set[int]) -> list[torch.Tensor]:
+    """Tensors inside dicts, lists, tuples and plain objects (galore-torch keeps its projector as an object)."""
+    if id(obj) in seen:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors_deep(v, seen)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors_deep(v, seen)]
+    if hasattr(obj, "__dict__") and not isinstance(obj, (type, nn.Module)):
+        return [t for v in vars(obj).values() for t in _tensors_deep(v, seen)]
+    return []
+
+
+def state_bytes(optimizer: torch.optim.Optimizer, *, min_dim: int = 0) -> int:
+    """Bytes of every tensor reachable from ``optimizer.state`` (projector objects included), each storage once."""
+    keys: set[tuple[int, int]] = set()
+    for t in _tensors_deep(list(optimizer.state.values()), set()):
+        if t.dim() >= min_dim:
+            keys.add((t.data_ptr(), t.numel() * t.element_size()))
+    return sum(size for _, size in keys)
+
+
+def galore_groups(model: nn.Module, density: float, update_gap: int, scale: float = 0.25) -> list[dict[str, Any]]:
+    """galore-torch groups for the same projectable matrices as FRUGAL: one group per shape (GaLore takes one rank
+    per group), rank ``round(ρ·min(m, n))``, plus a plain group for the rest."""
+    regular, proj = param_groups(model)
+    by_shape: dict[tuple[int, ...], list[nn.Parameter]] = {}
+    for p in proj["params"]:
+        by_shape.setdefault(tuple(p.shape), []).append(p)
+    groups = [{"params": regular["params"]}]
+    for shape, ps in by_shape.items():
+        rank = int(round(density * min(shape)))
+        groups.append({"params": ps, "rank": rank, "update_proj_gap": update_gap, "scale": scale, "proj_type": "std"})
+    return groups
+
+
+def _build_optimizer(model: nn.Module, spec: RunSpec, setup: Setup) -> torch.optim.Optimizer:
+    check_choice("optimizer", spec.optimizer, ("adamw", "galore", "frugal"))
+    if spec.optimizer == "adamw":
+        return torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0)
+    if spec.optimizer == "galore":
+        from galore_torch import GaLoreAdamW
+
+        groups = galore_groups(model, setup.density, setup.update_gap, spec.kwargs.get("scale", 0.25))
+        return GaLoreAdamW(groups, lr=spec.lr, weight_decay=0.0, no_deprecation_warning=True)
+    kwargs = {"density": setup.density, "update_gap": setup.update_gap, **spec.kwargs}
+    if not spec.state_free_head:
+        return FRUGAL(param_groups(model), lr=spec.lr, **kwargs)
+    head = model.get_output_embeddings().weight
+    regular, proj = param_groups(model, state_full_modules=("embed_tokens", "norm"))
+    proj["params"] = [p for p in proj["params"] if p is not head]
+    head_group = {"params": [head], "projectable": True, "density": 0.0}
+    return FRUGAL([regular, proj, head_group], lr=spec.lr, **kwargs)
+
+
+def _lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    logits = model(input_ids=x).logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+@torch.no_grad()
+def _val_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    model.eval()
+    total = sum(_lm_loss(model, x, y).item() for x, y in batches)
+    model.train()
+    return total / len(batches)
+
+
+def train_tiny_llama(spec: RunSpec, task: Task) -> RunResult:
+    """Train a copy of ``task.init_model`` with ``spec`` on windows from a generator seeded with
+    ``task.setup.seed`` (the same batches for every spec); validation at step 0 and every 10% of training."""
+    st = task.setup
+    model = copy.deepcopy(task.init_model)
+    model.train()
+    opt = _build_optimizer(model, spec, st)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(st.steps, warmup=0.1, final=0.1))
+    gen = torch.Generator().manual_seed(st.seed)
+    eval_steps, val, train = [0], [_val_loss(model, task.val_batches)], []
+    t0 = time.perf_counter()
+    for step in track(range(1, st.steps + 1), spec.name, total=st.steps):
+        x, y = task.corpus.get_batch("train", st.batch_size, st.seq_len, gen)
+        loss = _lm_loss(model, x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        train.append(loss.item())
+        if step % st.eval_every == 0 or step == st.steps:
+            eval_steps.append(step)
+            val.append(_val_loss(model, task.val_batches))
+    seconds = time.perf_counter() - t0
+    logger.info("%s: final val %.4f in %.1fs", spec.name, val[-1], seconds)
+    return RunResult(spec, eval_steps, val, train, state_bytes(opt), state_bytes(opt, min_dim=1), seconds)
+
+
+def full_runs(task: Task) -> tuple[dict[str, RunResult], dict[str, RunResult], list[RunResult]]:
+    """``--full``: lr sweeps of AdamW, GaLore and FRUGAL-SVD (best of each by final validation loss), then at
+    FRUGAL's best lr the block selector with and without the state-free update (FRUGAL vs BAdam), ρ = 0, ρ = 0
+    with a state-free LM head (the paper's module ablation) and the ``columns`` selector."""
+    svd = {"selector": "svd"}
+    sweeps = {
+        "AdamW": [RunSpec(f"AdamW lr={lr:g}", "adamw", lr) for lr in (3e-3, 1e-2)],
+        "GaLore": [RunSpec(f"GaLore lr={lr:g}", "galore", lr) for lr in (1e-2, 3e-2)],
+        "FRUGAL-SVD": [RunSpec(f"FRUGAL-SVD lr={lr:g}", "frugal", lr, svd) for lr in (3e-3, 1e-2)],
+    }
+    swept = {k: [train_tiny_llama(s, task) for s in specs] for k, specs in sweeps.items()}
+    best = {k: min(runs, key=lambda r: r.val_loss[-1]) for k, runs in swept.items()}
+    lr = best["FRUGAL-SVD"].spec.lr
+    extra_specs = {
+        "block": RunSpec(f"FRUGAL-block lr={lr:g}", "frugal", lr, {"selector": "block"}),
+        "badam": RunSpec(f"block, no state-free (BAdam) lr={lr:g}", "frugal", lr, {"state_free": "none"}),
+        "rho0": RunSpec(f"rho=0 lr={lr:g}", "frugal", lr, {"density": 0.0, **svd}),
+        "head": RunSpec(f"rho=0, lm_head state-free lr={lr:g}", "frugal", lr, {"density": 0.0, **svd}, True),
+        "columns": RunSpec(f"FRUGAL-columns lr={lr:g}", "frugal", lr, {"selector": "columns"}),
+    }
+    extra = {k: train_tiny_llama(s, task) for k, s in extra_specs.items()}
+    return best, extra, [r for rs in swept.values() for r in rs] + list(extra.values())
+
+
+def expected_bytes(setup: Setup, optimizer: str, *, selector: str = "svd", active: list[bool] | None = None) -> int:
+    """Closed form of the state bytes of each run on the tiny LLaMA of ``setup``: ``"adamw"`` (two moments and an
+    fp32 ``step`` per tensor), ``"galore"`` (moments of the projected gradients plus projectors, Python-int steps)
+    and ``"frugal"`` (the same plus an fp32 ``step`` per tensor, :func:`frugal.memory.model_state_bytes`)."""
+    proj, other = llama_matrix_shapes(65, setup.hidden_size, setup.intermediate_size, setup.num_hidden_layers)
+    if optimizer == "adamw":
+        return sum(adamw_bytes(_numel(s)) for s in [*proj, *other])
+    step = 0 if optimizer == "galore" else 4
+    return model_state_bytes(proj, other, selector=selector, density=setup.density, active=active, step_bytes=step)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def llama_memory_table(density: float = 0.25) -> dict[str, dict[str, float]]:
+    """Optimizer-state GB (fp32 states) of GaLore's LLaMA-130M and 1B: AdamW, GaLore, FRUGAL-SVD and FRUGAL-block
+    (``round(7L·ρ)`` active matrices; the state varies with which are active, the largest case is shown)."""
+    table = {}
+    for name, cfg in (("LLaMA-130M", LLAMA_130M), ("LLaMA-1B", LLAMA_1B)):
+        proj, other = llama_matrix_shapes(**cfg)
+        n_active = int(round(len(proj) * density))
+        largest = sorted(range(len(proj)), key=lambda i: -_numel(proj[i]))[:n_active]
+        active = [i in largest for i in range(len(proj))]
+        adamw = sum(adamw_bytes(_numel(s), step_bytes=0) for s in [*proj, *other])
+        kw = {"density": density, "step_bytes": 0}
+        row = {
+            "AdamW": adamw,
+            "GaLore": model_state_bytes(proj, other, selector="svd", **kw),
+            "FRUGAL-SVD": model_state_bytes(proj, other, selector="svd", **kw),
+            "FRUGAL-block": model_state_bytes(proj, other, selector="block", active=active, **kw),
+        }
+        table[name] = {k: v / 1e9 for k, v in row.items()}
+    return table
+
+
+def plot_val_loss(runs: list[RunResult], task: Task, out_dir: Path, name: str, title: str) -> Path:
+    """Validation loss against training tokens, one line per run; saved as PNG."""
+    fig, ax = subplots()
+    for r in runs:
+        ax.plot([s * task.setup.tokens_per_step for s in r.steps], r.val_loss, marker="o", ms=3, label=r.spec.name)
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("validation loss (nats/char)")
+    ax.set_title(title)
+    finals = [v for r in runs for v in r.val_loss[1:]]
+    ax.set_ylim(min(finals) - 0.05, min(max(finals), min(finals) + 1.5))
+    ax.legend(fontsize=8)
+    return save_figure(fig, out_dir, name)
