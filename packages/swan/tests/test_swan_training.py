@@ -96,7 +96,7 @@ def test_tokens_to_reach_interpolates_linearly():
     assert tokens_to_reach([0, 10, 20], [3.0, 2.0, 2.5], 2.0) == pytest.approx(10.0)  # first crossing
 
 
-def test_reproduce_reduced_writes_claims_plot_and_json(tmp_path):
+def test_reproduce_reduced_writes_claims_plot_and_json(tmp_path, tinyshakespeare_data):
     result = reproduce(False, tmp_path, setup=dataclasses.replace(QUICK, steps=6, val_batches=2))
     assert result.package == "swan" and result.mode == "quick"
     texts = [c.text for c in result.claims]
