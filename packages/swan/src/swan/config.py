@@ -57,15 +57,16 @@ def validate_hparams(h: dict[str, Any]) -> None:
         raise ValueError(f"whiten_dtype must be a floating torch.dtype, got {h['whiten_dtype']!r}")
     if "nonfinite" in h:
         check_choice("nonfinite", h["nonfinite"], NONFINITE_POLICIES)
-    if "adamw_betas" in h:
+    if "adamw_betas" in h:  # the message shows the whole pair, whichever entry is wrong
         betas = h["adamw_betas"]
-        try:
-            if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-                raise ValueError("not a pair")
-            for i, b in enumerate(betas):
-                check_float(f"adamw_betas[{i}]", b, min=0.0, max=1.0, max_open=True)
-        except ValueError as err:
-            raise ValueError(f"adamw_betas must be a pair of floats in [0, 1), got {betas!r}") from err
+        pair_msg = f"adamw_betas must be a pair of floats in [0, 1), got {betas!r}"
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+            raise ValueError(pair_msg)
+        for b in betas:
+            try:
+                check_float("adamw_betas", b, min=0.0, max=1.0, max_open=True)
+            except ValueError as err:
+                raise ValueError(pair_msg) from err
     if "adamw_eps" in h:
         check_float("adamw_eps", h["adamw_eps"], min=0.0)
     for key in ("normalize", "whiten", "rescale", "norm_center", "distributed_whitening"):
