@@ -2,6 +2,8 @@
 
     python packages/softshape/benchmarks/bench_softshape.py [--epochs 60] [--threads 1] [--json out.json]
 
+writes benchmarks/results/bench_softshape.json (``--json`` elsewhere).
+
 1. Fit time and accuracy vs aeon MiniRocket and RDST on GunPoint and ItalyPowerDemand (fold 0 of the paper's
    merged 5-fold protocol); numba JIT compilation of the peers is timed separately on a tiny warm-up fit.
 2. Train-step time sparse (rate 0.5) / dense on the same batch.
@@ -14,19 +16,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
-from softshape import SoftShapeClassifier, ucr_shape_size
-from softshape.evaluate import cv_protocol
-from softshape.layers import SharedMoE, moe_dispatch_loop
-from softshape.reproduce import _load, _step_times
 
 from icml25_shared.bench import compare, measure
+from softshape import SoftShapeClassifier, ucr_shape_size
+from softshape.experiments import cv_protocol
+from softshape.experiments import load_ucr as _load
+from softshape.experiments import step_times as _step_times
+from softshape.layers import SharedMoE, moe_dispatch_loop
 
 DATASETS = ("GunPoint", "ItalyPowerDemand")
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class Float64Input(ClassifierMixin, BaseEstimator):
@@ -150,7 +155,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json", type=str, default=None)
+    p.add_argument("--json", type=str, default=str(RESULTS / "bench_softshape.json"), help="where to write")
     p.add_argument("--skip-peers", action="store_true")
     p.add_argument("--only", nargs="*", default=None, help="run only these sections")
     args = p.parse_args()
@@ -173,9 +178,10 @@ def main() -> None:
             continue
         report[name] = fn()
         print(json.dumps({name: report[name]}, indent=2), flush=True)
-    if args.json:
-        with open(args.json, "w") as fh:
-            fh.write(json.dumps(report, indent=2) + "\n")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("aeon")
 
 from softshape.aeon_adapter import SoftShapeAeonClassifier
-from softshape.synthetic import bump_dataset
+from softshape.experiments import bump_dataset
 
 
 def test_aeon_adapter_fit_predict_and_unequal_length():

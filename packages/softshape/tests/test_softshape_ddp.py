@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from softshape import SoftShapeConfig, SoftShapeNet
 from torch.nn.parallel import DistributedDataParallel
 
 from icml25_shared.distributed import launch
+from softshape import SoftShapeConfig, SoftShapeNet
 
 
 def _net() -> SoftShapeNet:

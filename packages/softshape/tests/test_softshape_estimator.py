@@ -7,8 +7,9 @@ import pytest
 import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
+
 from softshape import SoftShapeClassifier
-from softshape.synthetic import bump_dataset
+from softshape.experiments import bump_dataset
 
 TINY = {"emb_dim": 8, "epochs": 3, "warmup_epochs": 1, "batch_size": 64, "random_state": 0}
 

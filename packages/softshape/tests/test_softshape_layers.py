@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from softshape import SoftShapeConfig, SoftShapeNet, soft_sparsify
 from softshape.config import auto_shape_size, keep_ratios, resolve_shape_size, ucr_shape_size
 from softshape.layers import (
@@ -17,7 +19,6 @@ from softshape.layers import (
     instance_norm,
     moe_dispatch_loop,
 )
-from torch import nn
 
 
 def small_config(**kw) -> SoftShapeConfig:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.base import BaseEstimator, ClassifierMixin
-from softshape.evaluate import cv_protocol, fill_nan_train_means, protocol_folds, standard_split, znormalize
+
+from softshape.experiments import cv_protocol, fill_nan_train_means, protocol_folds, standard_split, znormalize
 
 
 class Recorder(ClassifierMixin, BaseEstimator):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from softshape.reproduce import _iou
+
+from softshape.experiments import iou as _iou
 
 
 def test_iou_closed_form():
@@ -25,20 +26,21 @@ def test_quick_reproduction_runs(tmp_path):
 
 def test_task_runs_one_thread_and_restores(monkeypatch):
     import torch
-    from softshape import reproduce as rep
+
+    from softshape import experiments as rep
 
     seen = []
-    real = rep._interpretability
+    real = rep.interpretability
 
     def spy(epochs, n_cases):
         seen.append(torch.get_num_threads())
         return real(epochs, n_cases)
 
-    monkeypatch.setattr(rep, "_interpretability", spy)
+    monkeypatch.setattr(rep, "interpretability", spy)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        out = rep._task("interp", 2, 40)
+        out = rep.run_task("interp", 2, 40)
         assert seen == [1]
         assert torch.get_num_threads() == 2
     finally:

@@ -1,9 +1,14 @@
 """SoftShape (ICML 2025): learning soft sparse shapes for efficient time-series classification.
 
 ``SoftShapeClassifier`` is the scikit-learn estimator; ``SoftShapeNet`` the plain ``nn.Module``; ``soft_sparsify``
-the core operation; ``softshape.evaluate`` the paper's merged 5-fold protocol. ``SoftShapeAeonClassifier`` (extra
-``[aeon]``) is importable from ``softshape.aeon_adapter``.
+the core operation; ``softshape.experiments`` the paper's merged 5-fold protocol and the reproduction's experiments.
+``SoftShapeAeonClassifier`` (extra ``[aeon]``) is importable from ``softshape.aeon_adapter``.
+
+Layout: ``config`` · ``layers`` (the paper's parts) · ``model`` (SoftShapeNet) · ``estimator`` (scikit-learn) ·
+``aeon_adapter`` (aeon) · ``experiments`` · ``reproduce``.
 """
+
+from importlib.metadata import version
 
 from softshape.config import SoftShapeConfig, auto_shape_size, ucr_shape_size
 from softshape.estimator import SoftShapeClassifier
@@ -24,4 +29,4 @@ __all__ = [
     "RMSNorm",
 ]
 
-__version__ = "0.1.0"
+__version__ = version("icml25-softshape")

@@ -1,12 +1,15 @@
-"""Hyper-parameters of SoftShape (spec section 2) as a validated dataclass, plus the shape-length rules."""
+"""Hyper-parameters of SoftShape (the paper's model and the official defaults) as a validated dataclass,
+plus the shape-length rules."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
+
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "SoftShapeConfig",
@@ -19,8 +22,8 @@ __all__ = [
 ]
 
 # Per-dataset shape lengths of the official code for the UCR sets we could confirm (an int is m itself, a float
-# is a ratio r with m = int(T * r)). The official table covers all 128 UCR names; only these entries are stated in
-# our spec, so every other name falls back to ``auto_shape_size`` (documented in the README as our rule).
+# is a ratio r with m = int(T * r)). The official table covers all 128 UCR names; only these entries were checked
+# here, so every other name falls back to ``auto_shape_size`` (documented in the README as our rule).
 UCR_SHAPE_SIZES: dict[str, int | float] = {
     "GunPoint": 32,
     "ItalyPowerDemand": 4,
@@ -29,8 +32,10 @@ UCR_SHAPE_SIZES: dict[str, int | float] = {
     "ACSF1": 64,
 }
 
-SPARSIFY_MODES = ("soft", "hard", "none")
-EVAL_SPARSE_MODES = ("match_train", "always", "never")
+Sparsify = Literal["soft", "hard", "none"]
+EvalSparse = Literal["match_train", "always", "never"]
+SPARSIFY_MODES: tuple[str, ...] = get_args(Sparsify)
+EVAL_SPARSE_MODES: tuple[str, ...] = get_args(EvalSparse)
 
 
 def ucr_shape_size(name: str, default: int | float | str | None = "auto") -> int | float | str:
@@ -101,7 +106,7 @@ def keep_ratios(depth: int, sparse_rate: float) -> list[float]:
 
 @dataclass
 class SoftShapeConfig:
-    """Every hyper-parameter of :class:`~softshape.model.SoftShapeNet` (spec section 2).
+    """Every hyper-parameter of :class:`~softshape.model.SoftShapeNet`.
 
     Attributes:
         n_timepoints: series length T after padding.
@@ -135,7 +140,7 @@ class SoftShapeConfig:
     n_experts: int | None = None
     top_k: int = 1
     dropout: float = 0.15
-    sparsify: str = "soft"
+    sparsify: Sparsify = "soft"
     use_moe: bool = True
     use_inception: bool = True
     moe_in_dense: bool = False
@@ -144,28 +149,24 @@ class SoftShapeConfig:
 
     def __post_init__(self) -> None:
         for name in ("n_timepoints", "n_channels", "shape_size", "stride", "emb_dim", "depth", "top_k"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-            setattr(self, name, int(v))
-        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, (int, np.integer)) or self.n_classes < 2:
-            raise ValueError(f"n_classes must be an int >= 2, got {self.n_classes!r}")
+            setattr(self, name, check_int(name, getattr(self, name), min=1))
+        self.n_classes = check_int("n_classes", self.n_classes, min=2)
         if self.n_experts is None:
-            self.n_experts = int(self.n_classes)
-        if isinstance(self.n_experts, bool) or not isinstance(self.n_experts, (int, np.integer)) or self.n_experts < 1:
-            raise ValueError(f"n_experts must be a positive int (or None for n_classes), got {self.n_experts!r}")
+            self.n_experts = self.n_classes
+        self.n_experts = check_int("n_experts (None: n_classes)", self.n_experts, min=1)
         if self.top_k > self.n_experts:
             raise ValueError(f"top_k must be <= n_experts={self.n_experts}, got {self.top_k}")
         if self.emb_dim % 4 != 0:
             raise ValueError(
                 f"emb_dim must be divisible by 4 (Inception: 4 branches of emb_dim // 4), got {self.emb_dim}"
             )
-        if not (isinstance(self.sparse_rate, (int, float)) and 0.0 <= float(self.sparse_rate) < 1.0):
-            raise ValueError(f"sparse_rate must lie in [0, 1), got {self.sparse_rate!r}")
-        if not (isinstance(self.dropout, (int, float)) and 0.0 <= float(self.dropout) < 1.0):
-            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout!r}")
-        if self.sparsify not in SPARSIFY_MODES:
-            raise ValueError(f"sparsify must be one of {SPARSIFY_MODES}, got {self.sparsify!r}")
+        self.sparse_rate = check_float("sparse_rate", self.sparse_rate, min=0.0, max=1.0, max_open=True)
+        self.dropout = check_float("dropout", self.dropout, min=0.0, max=1.0, max_open=True)
+        self.sparsify = check_choice("sparsify", self.sparsify, SPARSIFY_MODES)
+        self.use_moe = check_bool("use_moe", self.use_moe)
+        self.use_inception = check_bool("use_inception", self.use_inception)
+        self.moe_in_dense = check_bool("moe_in_dense", self.moe_in_dense)
+        self.scorer_hidden = check_int("scorer_hidden", self.scorer_hidden, min=1)
         if self.shape_size > self.n_timepoints:
             raise ValueError(
                 f"shape_size={self.shape_size} is longer than the series (n_timepoints={self.n_timepoints})"
@@ -173,8 +174,6 @@ class SoftShapeConfig:
         if any(int(k) < 1 or int(k) % 2 == 0 for k in self.inception_kernels):
             raise ValueError(f"inception_kernels must be odd positive ints, got {self.inception_kernels!r}")
         self.inception_kernels = tuple(int(k) for k in self.inception_kernels)
-        self.sparse_rate = float(self.sparse_rate)
-        self.dropout = float(self.dropout)
         self.stride = resolve_stride(self.shape_size, self.stride)
 
     @property

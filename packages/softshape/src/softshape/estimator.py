@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d,
 
 from icml25_shared.device import get_device
 from icml25_shared.progress import track
+from icml25_shared.validate import check_choice, check_float, check_int
 from softshape.config import EVAL_SPARSE_MODES, SPARSIFY_MODES, SoftShapeConfig, resolve_shape_size
 from softshape.model import SoftShapeNet
 
@@ -89,12 +90,6 @@ def to_3d(X: Any, *, allow_nan: bool, length: int | None = None) -> tuple[np.nda
             "training column means)"
         )
     return np.ascontiguousarray(X3), was_2d
-
-
-def _positive_int(name: str, v: Any, minimum: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {v!r}")
-    return int(v)
 
 
 class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
@@ -193,29 +188,19 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
-        _positive_int("epochs", self.epochs)
-        _positive_int("batch_size", self.batch_size)
-        _positive_int("warmup_epochs", self.warmup_epochs, minimum=0)
-        if self.early_stopping is not None:
-            _positive_int("early_stopping", self.early_stopping, minimum=0)
-        for name in ("lr", "weight_decay", "aux_weight"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        vf = self.validation_fraction
-        if isinstance(vf, bool) or not isinstance(vf, (int, float)) or not 0.0 <= vf < 1.0:
-            raise ValueError(f"validation_fraction must lie in [0, 1), got {vf!r}")
-        if self.eval_sparse not in EVAL_SPARSE_MODES:
-            raise ValueError(f"eval_sparse must be one of {EVAL_SPARSE_MODES}, got {self.eval_sparse!r}")
-        if self.sparsify not in SPARSIFY_MODES:
-            raise ValueError(f"sparsify must be one of {SPARSIFY_MODES}, got {self.sparsify!r}")
-        if not (
-            self.n_experts == "n_classes"
-            or (isinstance(self.n_experts, (int, np.integer)) and not isinstance(self.n_experts, bool))
-        ):
-            raise ValueError(f"n_experts must be 'n_classes' or a positive int, got {self.n_experts!r}")
+        # sklearn's convention: the constructor stores, fit validates (and leaves the stored values alone)
+        check_int("epochs", self.epochs, min=1)
+        check_int("batch_size", self.batch_size, min=1)
+        check_int("warmup_epochs", self.warmup_epochs, min=0)
+        check_int("early_stopping", self.early_stopping, min=0, allow_none=True)
+        check_float("lr", self.lr, min=0.0, min_open=True)
+        check_float("weight_decay", self.weight_decay, min=0.0)
+        check_float("aux_weight", self.aux_weight, min=0.0)
+        check_float("validation_fraction", self.validation_fraction, min=0.0, max=1.0, max_open=True)
+        check_choice("eval_sparse", self.eval_sparse, EVAL_SPARSE_MODES)
+        check_choice("sparsify", self.sparsify, SPARSIFY_MODES)
+        if self.n_experts != "n_classes":
+            check_int("n_experts ('n_classes' or an int)", self.n_experts)
 
     def _validate_X(self, X: Any, *, fitting: bool, y: Any = None) -> tuple[np.ndarray, Any]:
         """(n, C, T) float32 (and y when fitting)."""

@@ -1,4 +1,5 @@
-"""The building blocks of SoftShape (spec sections 2.2-2.6), one per paper idea.
+"""The building blocks of SoftShape, one per idea of the paper: the contribution scorer, soft shape
+sparsification, the shared mixture of experts (intra-shape patterns) and the Inception expert (inter-shape patterns).
 
 Shapes: B batch, N tokens (shapes), D embedding width, E experts.
 """
@@ -51,7 +52,7 @@ class RMSNorm(nn.Module):
 class ContributionScorer(nn.Module):
     """Gated-MIL-style attention a(z) = sigmoid(w2 tanh(W1 z)) in (0, 1), one score per token: [B, N, D] -> [B, N, 1].
 
-    One instance is shared by every layer (spec 2.2).
+    One instance is shared by every layer (as in the official code).
     """
 
     def __init__(self, dim: int, hidden: int = 8) -> None:
@@ -71,8 +72,8 @@ def _n_keep(keep_ratio: float, n_tokens: int) -> int:
 def soft_sparsify(
     z: torch.Tensor, scores: torch.Tensor, keep_ratio: float, *, fuse: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Soft shape sparsification (spec 2.4): keep the top-scored shapes weighted by their scores and merge all the
-    others into one fused token.
+    """Soft shape sparsification, the paper's core operation: keep the top-scored shapes weighted by their scores
+    and merge all the others into one fused token.
 
     Args:
         z: tokens [B, N, D].
@@ -116,7 +117,7 @@ def cv_squared(v: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
 
 
 class SharedMoE(nn.Module):
-    """Top-k mixture of E residual MLP experts (spec 2.5), shared by every sparse layer.
+    """Top-k mixture of E residual MLP experts (the paper's class-count experts, E = K), shared by every sparse layer.
 
     Gate p = softmax(z W_g) with W_g zero-initialised, so routing starts uniform and ``topk`` breaks the tie
     towards the lowest expert index (expert 0). The top-k probabilities are renormalised (top-1: the gate is exactly
@@ -248,7 +249,7 @@ def capped_same_conv1d(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 
 class InceptionExpert(nn.Module):
-    """tsai-style Inception block on the token sequence (spec 2.6), per layer, no biases.
+    """tsai-style Inception block on the token sequence (the paper's shared Inception expert), per layer, no biases.
 
     [B, N, D] -> bottleneck Conv1d(D, D/4, 1) -> three Conv1d(D/4, D/4) with kernels 39/19/9 ('same'), plus
     MaxPool(3, 1, 1) -> Conv1d(D, D/4, 1); concat (D channels) -> InstanceNorm -> GELU -> [B, N, D].

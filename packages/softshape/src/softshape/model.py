@@ -1,4 +1,5 @@
-"""SoftShapeNet: the network of spec sections 2.1-2.8 as a plain ``nn.Module`` for custom training loops."""
+"""SoftShapeNet: the whole SoftShape network (shape embedding, L sparse layers, score-weighted MIL head) as a plain
+``nn.Module`` for custom training loops."""
 
 from __future__ import annotations
 
