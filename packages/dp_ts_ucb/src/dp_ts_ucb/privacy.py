@@ -38,10 +38,6 @@ __all__ = [
 ]
 
 
-def _check_mu(mu: float) -> float:
-    return check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[return-value]
-
-
 def gaussian_mechanism_mu(sensitivity: float, sigma: float) -> float:
     """GDP parameter of adding N(0, sigma^2) to a statistic of L2 sensitivity ``sensitivity``: sensitivity/sigma."""
     check_float("sensitivity", sensitivity, min=0.0, min_open=True)
@@ -59,7 +55,7 @@ def compose_gdp(mus: Iterable[float]) -> float:
 
 def gdp_delta(mu: float, epsilon: float) -> float:
     """The exact delta(epsilon) of a mu-GDP mechanism: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)."""
-    mu = _check_mu(mu)
+    mu = check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[assignment]
     check_float("epsilon", epsilon, min=0.0)
     a = special.log_ndtr(-epsilon / mu + mu / 2)
     b = epsilon + special.log_ndtr(-epsilon / mu - mu / 2)  # log(e^eps Phi(.)) without overflow
@@ -70,7 +66,7 @@ def gdp_delta(mu: float, epsilon: float) -> float:
 
 def gdp_epsilon(mu: float, delta: float) -> float:
     """The smallest epsilon >= 0 with delta(epsilon) <= ``delta`` for a mu-GDP mechanism (bracketing root)."""
-    mu = _check_mu(mu)
+    mu = check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[assignment]
     check_float("delta", delta, min=0.0, max=1.0, min_open=True, max_open=True)
     if gdp_delta(mu, 0.0) <= delta:
         return 0.0
@@ -82,7 +78,7 @@ def gdp_epsilon(mu: float, delta: float) -> float:
 
 def gdp_tradeoff(mu: float, alpha: float | np.ndarray) -> float | np.ndarray:
     """The trade-off curve G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu): least type-II error at type-I ``alpha``."""
-    mu = _check_mu(mu)
+    mu = check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[assignment]
     a = np.asarray(alpha, dtype=np.float64)
     if np.any((a < 0) | (a > 1)):
         raise ValueError("alpha (type-I error) must lie in [0, 1]")
