@@ -515,9 +515,8 @@ class FRUGAL(torch.optim.Optimizer):
                 self.state.pop(p, None)
         active = set(group["active_blocks"])
         lr, wd = group["lr"], group["weight_decay"]
-        if wd != 0:
-            for _, p in items:
-                p.mul_(1 - lr * wd)
+        if wd != 0 and items:
+            torch._foreach_mul_([p for _, p in items], 1 - lr * wd)
         on = [p for i, p in items if i in active]
         if group["state_full"] == "adamw":
             self._adamw_group(group, on, lr=lr_p)
@@ -527,11 +526,13 @@ class FRUGAL(torch.optim.Optimizer):
                 if not state and group["state_full"] == "sgdm" and group["legacy_block_momentum_init"]:
                     state["momentum_buffer"] = p.detach().clone()  # the authors' code: a copy of the parameter
                 p.add_(self._state_full_step(p.grad, state, group, lr_p))
-        for i, p in items:
-            if i not in active:
-                u = state_free_update(p.grad, group["state_free"], lr_f)
-                if u is not None:
-                    p.add_(u)
+        off = [p for i, p in items if i not in active]
+        if not off or group["state_free"] == "none":
+            return
+        # -lr_f·sign(G) is exact, so adding it with alpha is bit-identical to adding the product
+        grads = [p.grad for p in off]
+        direction = torch._foreach_sign(grads) if group["state_free"] == "signsgd" else grads
+        torch._foreach_add_(off, direction, alpha=-lr_f)
 
 
 def param_groups(

@@ -1,0 +1,188 @@
+"""Optimizer-step time and state bytes of FRUGAL (block, svd, columns) vs torch.optim.AdamW(foreach=True) and
+galore_torch.GaLoreAdamW at the same ρ = 0.25, as ratios.
+
+Two settings, each timed in one round-robin run (every optimizer steps once per round, in rotating order, so
+machine drift hits all alike):
+
+- ``tiny-llama``: the reproduction's LLaMA (108,992 parameters), real gradients of one batch; FRUGAL and GaLore
+  run AdamW on embeddings/head/norms, AdamW runs everything.
+- ``llama60m``: the 7 projectable matrices of ``--layers`` LLaMA-60M blocks (hidden 512, MLP 1376), random
+  gradients, every matrix projectable.
+
+Steady state: T is larger than the run, so no step refreshes the subspace; the refresh step (an SVD of every
+matrix for ``svd`` and GaLore) is timed separately with T = 1. Usage::
+
+    python packages/frugal/benchmarks/bench_frugal.py [--layers 1] [--repeats 20] [--out PATH]
+
+writes ``benchmarks/results/bench_frugal.json`` and the printed table to ``.log`` beside it (the README's figures
+come from there). Not run by pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from frugal import FRUGAL, param_groups
+from frugal.experiments import state_bytes, tiny_llama_config
+from icml25_shared.bench import Timing, current_rss
+from icml25_shared.device import get_device, synchronize
+
+RESULTS = Path(__file__).parent / "results" / "bench_frugal.json"
+RHO, LR, NEVER = 0.25, 1e-6, 10**9
+
+
+def _tiny_llama(device: torch.device) -> nn.Module:
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(tiny_llama_config()).to(device)
+    x = torch.randint(0, 65, (16, 64), device=device)
+    logits = model(input_ids=x).logits
+    nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 65), x[:, 1:].reshape(-1)).backward()
+    return model
+
+
+class _Stack(nn.Module):
+    """The projectable matrices of ``layers`` LLaMA-60M blocks, with random gradients."""
+
+    def __init__(self, layers: int, device: torch.device) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        shapes = [(512, 512)] * 4 + [(1376, 512)] * 2 + [(512, 1376)]
+        self.mats = nn.ParameterList(
+            nn.Parameter(torch.randn(s, generator=g).mul_(0.02).to(device)) for _ in range(layers) for s in shapes
+        )
+        for p in self.mats:
+            p.grad = torch.randn(p.shape, generator=g).to(device)
+
+
+def _groups(model: nn.Module) -> list[dict[str, Any]]:
+    if isinstance(model, _Stack):
+        return [{"params": list(model.mats), "projectable": True}]
+    return param_groups(model)
+
+
+def _galore_groups(model: nn.Module, gap: int) -> list[dict[str, Any]]:
+    groups = _groups(model)
+    out = [{"params": g["params"]} for g in groups if not g["projectable"]]
+    by_shape: dict[tuple[int, ...], list[torch.Tensor]] = {}
+    for p in groups[-1]["params"]:
+        by_shape.setdefault(tuple(p.shape), []).append(p)
+    for shape, ps in by_shape.items():
+        out.append({"params": ps, "rank": round(RHO * min(shape)), "update_proj_gap": gap, "scale": 0.25})
+    return out
+
+
+def _optimizers(model: nn.Module, gap: int) -> dict[str, Callable[[], torch.optim.Optimizer]]:
+    from galore_torch import GaLoreAdamW
+
+    def frugal(selector: str) -> Callable[[], torch.optim.Optimizer]:
+        return lambda: FRUGAL(_groups(model), lr=LR, density=RHO, update_gap=gap, selector=selector, foreach=True)
+
+    return {
+        "AdamW(foreach)": lambda: torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0, foreach=True),
+        "GaLoreAdamW": lambda: GaLoreAdamW(_galore_groups(model, gap), lr=LR, no_deprecation_warning=True),
+        "FRUGAL block": frugal("block"),
+        "FRUGAL svd": frugal("svd"),
+        "FRUGAL columns": frugal("columns"),
+    }
+
+
+def _round_robin(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, Timing]:
+    names = list(fns)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(repeats):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for k in order:
+            synchronize(device)
+            t0 = time.perf_counter()
+            fns[k]()
+            synchronize(device)
+            times[k].append(time.perf_counter() - t0)
+    return {k: Timing(v) for k, v in times.items()}
+
+
+def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> dict[str, Any]:
+    steady = {k: f() for k, f in _optimizers(model, NEVER).items()}
+    for o in steady.values():  # allocate states and choose the subspace once
+        o.step()
+    timings = _round_robin({k: o.step for k, o in steady.items()}, repeats, device)
+    refresh = {k: f() for k, f in _optimizers(model, 1).items() if k in ("GaLoreAdamW", "FRUGAL svd")}
+    for o in refresh.values():
+        o.step()
+    refresh_t = _round_robin({k: o.step for k, o in refresh.items()}, max(3, repeats // 4), device)
+    base = timings["AdamW(foreach)"].median
+    rows = {
+        k: {
+            "median_s": timings[k].median,
+            "ratio_to_adamw": timings[k].median / base,
+            "state_bytes": state_bytes(o),
+            "state_ratio_to_adamw": state_bytes(o) / state_bytes(steady["AdamW(foreach)"]),
+        }
+        for k, o in steady.items()
+    }
+    for k, t in refresh_t.items():
+        rows[k]["refresh_step_s"] = t.median
+    return {
+        "setting": name,
+        "device": str(device),
+        "torch_threads": torch.get_num_threads(),
+        "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "rss_bytes": current_rss(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "repeats": repeats,
+        "rows": rows,
+        "block_over_adamw": rows["FRUGAL block"]["ratio_to_adamw"],
+        "svd_over_galore": rows["FRUGAL svd"]["median_s"] / rows["GaLoreAdamW"]["median_s"],
+        "svd_refresh_over_galore_refresh": rows["FRUGAL svd"]["refresh_step_s"] / rows["GaLoreAdamW"]["refresh_step_s"],
+    }
+
+
+def _table(res: dict[str, Any]) -> list[str]:
+    lines = [
+        f"== {res['setting']} on {res['device']} ({res['parameters']:,} parameters, {res['repeats']} rounds, "
+        f"{res['torch_threads']} threads, load {res['load_average']:.1f})",
+        f"{'optimizer':<16}{'step ms':>10}{'x AdamW':>9}{'state bytes':>14}{'x AdamW':>9}{'refresh ms':>12}",
+    ]
+    for k, r in res["rows"].items():
+        refresh = f"{1e3 * r['refresh_step_s']:>12.2f}" if "refresh_step_s" in r else f"{'':>12}"
+        lines.append(
+            f"{k:<16}{1e3 * r['median_s']:>10.2f}{r['ratio_to_adamw']:>9.2f}{r['state_bytes']:>14,}"
+            f"{r['state_ratio_to_adamw']:>9.3f}{refresh}"
+        )
+    lines.append(
+        f"block / AdamW {res['block_over_adamw']:.2f} (aim <= 1.2);  svd / GaLore {res['svd_over_galore']:.2f} "
+        f"(aim <= 1.0);  refresh svd / GaLore {res['svd_refresh_over_galore_refresh']:.2f}"
+    )
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--layers", type=int, default=1, help="LLaMA-60M blocks in the matrix stack (the model has 8)")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON path; the table goes to the same name .log")
+    args = ap.parse_args()
+    device = get_device()
+    results = [
+        bench("tiny-llama", _tiny_llama(device), device, args.repeats),
+        bench(f"llama60m x{args.layers} layers", _Stack(args.layers, device), device, args.repeats),
+    ]
+    lines = [line for r in results for line in ["", *_table(r)]]
+    print("\n".join(lines))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    args.out.with_suffix(".log").write_text("\n".join(lines).lstrip() + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
