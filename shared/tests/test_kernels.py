@@ -145,6 +145,17 @@ def test_grouped_lora_triton_matches_reference(interpret, dtype):
         close(a, b, RTOL[dtype])
 
 
+@needs_triton
+def test_grouped_matmul_tile_schedule_kernel_equals_torch_construction(interpret):
+    from icml25_shared.kernels.segmm import _Schedule
+
+    gen = torch.Generator().manual_seed(1)
+    for N, G, block_m in [(37, 5, 16), (5, 40, 16), (0, 3, 16), (300, 9, 32)]:
+        sched = _Schedule(torch.randint(-1, G, (N,), generator=gen), G, group_sorted=False)
+        n_tiles = -(-N // block_m) + G + 1
+        assert torch.equal(sched.tiles(block_m, triton=True), sched._tiles_torch(block_m, n_tiles))
+
+
 def test_grouped_matmul_bad_input():
     x, W, group = seg_problem(dtype=torch.float32)
     with pytest.raises(ValueError, match=r"weight must have shape \(G >= 1, 24, M\)"):

@@ -117,6 +117,33 @@ def _segmm_dw(
     )
 
 
+def _segmm_tiles(
+    seg_ptr, tiles_ptr, G, n_tiles,
+    BLOCK_M: tl.constexpr, P: tl.constexpr, TB: tl.constexpr,
+):  # fmt: skip
+    # one program writes the whole schedule (one launch instead of a dozen small torch ops). Segment s = 0 holds the
+    # rows without a group (sorted positions [0, seg[0])), segment s = g + 1 group g ([seg[g], seg[g+1]))
+    s = tl.arange(0, P)
+    smask = s <= G
+    ends = tl.load(seg_ptr + s, mask=smask, other=0)
+    starts = tl.load(seg_ptr + s - 1, mask=smask & (s >= 1), other=0)
+    per = tl.where(smask, (ends - starts + BLOCK_M - 1) // BLOCK_M, 0)  # tiles of each segment
+    tile_end = tl.cumsum(per, axis=0)
+    for t0 in range(0, n_tiles, TB):
+        t = t0 + tl.arange(0, TB)
+        # the segments wholly before tile t form a prefix; tile t is in the next one (G + 1: past the last tile)
+        before = (tile_end[None, :] <= t[:, None]) & smask[None, :]
+        seg_t = tl.sum(before.to(tl.int32), axis=1)
+        tiles_before = tl.sum(tl.where(before, per[None, :], 0), axis=1)
+        valid = seg_t <= G
+        first = tl.load(seg_ptr + seg_t - 1, mask=valid & (seg_t >= 1), other=0) + (t - tiles_before) * BLOCK_M
+        end = tl.load(seg_ptr + seg_t, mask=valid, other=0)
+        tmask = t < n_tiles
+        tl.store(tiles_ptr + 3 * t, tl.where(valid, seg_t - 1, -2), mask=tmask)
+        tl.store(tiles_ptr + 3 * t + 1, tl.where(valid, first, 0), mask=tmask)
+        tl.store(tiles_ptr + 3 * t + 2, tl.where(valid, end, 0), mask=tmask)
+
+
 def _pow2(n: int) -> int:
     return max(16, triton.next_power_of_2(int(n)))
 
@@ -152,6 +179,7 @@ def build(interpret: bool) -> SimpleNamespace:
     """The kernels (autotuned when compiled; one small fixed configuration under the CPU interpreter)."""
     fwd = triton.jit(_segmm_fwd)
     dw = triton.jit(_segmm_dw)
+    tiles_kernel = triton.jit(_segmm_tiles)
     if not interpret:
         fwd = triton.autotune(
             [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s) for n, k, w, s in _FWD],
@@ -196,4 +224,15 @@ def build(interpret: bool) -> SimpleNamespace:
                 PRECISION=dot_precision(x.dtype), enable_fp_fusion=True, **fixed,
             )  # fmt: skip
 
-    return SimpleNamespace(forward=forward, weight_grad=weight_grad)
+    def tiles(seg, n_tiles: int, block_m: int):
+        """The ``[n_tiles, 3]`` schedule ``(group, first, end)`` from the group starts ``seg`` (see
+        ``segmm._Schedule.tiles``)."""
+        G = seg.shape[0] - 1
+        out = torch.empty(n_tiles, 3, dtype=torch.int64, device=seg.device)
+        P = triton.next_power_of_2(G + 1)
+        with device_context(seg):
+            tiles_kernel[(1,)](seg, out, G, n_tiles, BLOCK_M=block_m, P=P, TB=max(16, min(128, 8192 // P)),
+                               num_warps=4, enable_fp_fusion=True)  # fmt: skip
+        return out
+
+    return SimpleNamespace(forward=forward, weight_grad=weight_grad, tiles=tiles)

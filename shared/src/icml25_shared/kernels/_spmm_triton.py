@@ -122,7 +122,8 @@ def build(interpret: bool) -> SimpleNamespace:
                 keep if keep is not None else val, score if score is not None else val,
                 thr if thr is not None else val, x, out,
                 F, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
-                HAS_EID=eid is not None, HAS_KEEP=keep is not None, HAS_SCORE=score is not None, enable_fp_fusion=True, **fixed,
+                HAS_EID=eid is not None, HAS_KEEP=keep is not None, HAS_SCORE=score is not None,
+                enable_fp_fusion=True, **fixed,
             )  # fmt: skip
 
     def edge_grad(row, col, keep, score, thr, dout, x, dval) -> None:

@@ -90,34 +90,38 @@ class _Schedule:
         avg = self.n / max(1, self.G)
         return next((b for b in (16, 32, 64) if avg <= b), 128)
 
-    def tiles(self, block_m: int) -> Tensor:
+    def tiles(self, block_m: int, *, triton: bool = False) -> Tensor:
         """``[T, 3]`` int64 rows ``(group, first, end)`` in sorted positions, one per tile of ``block_m`` rows.
 
         Segment 0 holds the ``-1`` rows (written as zeros), segment ``j`` group ``j - 1``; ``T`` is the host-known
-        bound ``ceil(N / block_m) + G + 1`` and the tiles past the last real one are ``(-2, 0, 0)`` (no-ops)."""
+        bound ``ceil(N / block_m) + G + 1`` and the tiles past the last real one are ``(-2, 0, 0)`` (no-ops). With
+        ``triton`` (and up to 1,024 groups) one small kernel writes it; else a dozen torch ops do."""
         if block_m not in self._tiles:
-            dev = self.seg.device
-            ends = self.seg
-            starts = torch.cat([ends.new_zeros(1), ends[:-1]])
-            per = (ends - starts + block_m - 1) // block_m
-            tile_end = per.cumsum(0)
-            tile_start = tile_end - per
             n_tiles = -(-self.n // block_m) + self.G + 1
-            t = torch.arange(n_tiles, device=dev)
-            s = torch.searchsorted(tile_end, t, right=True)
-            valid = s <= self.G
-            sc = s.clamp(max=self.G)
-            first = starts[sc] + (t - tile_start[sc]) * block_m
-            zero = torch.zeros_like(t)
-            self._tiles[block_m] = torch.stack(
-                [
-                    torch.where(valid, sc - 1, zero - 2),
-                    torch.where(valid, first, zero),
-                    torch.where(valid, ends[sc], zero),
-                ],
-                dim=1,
-            ).contiguous()
+            if triton and self.G < 1024:
+                self._tiles[block_m] = kernels("segmm").tiles(self.seg, n_tiles, block_m)
+            else:
+                self._tiles[block_m] = self._tiles_torch(block_m, n_tiles)
         return self._tiles[block_m]
+
+    def _tiles_torch(self, block_m: int, n_tiles: int) -> Tensor:
+        ends = self.seg
+        starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+        per = (ends - starts + block_m - 1) // block_m
+        tile_end = per.cumsum(0)
+        tile_start = tile_end - per
+        t = torch.arange(n_tiles, device=ends.device)
+        s = torch.searchsorted(tile_end, t, right=True)
+        valid = s <= self.G
+        sc = s.clamp(max=self.G)
+        first = starts[sc] + (t - tile_start[sc]) * block_m
+        zero = torch.zeros_like(t)
+        cols = [
+            torch.where(valid, sc - 1, zero - 2),
+            torch.where(valid, first, zero),
+            torch.where(valid, ends[sc], zero),
+        ]
+        return torch.stack(cols, dim=1).contiguous()
 
 
 def _forward(x: Tensor, w: Tensor, sched: _Schedule, scale: float, triton: bool) -> Tensor:
@@ -127,7 +131,7 @@ def _forward(x: Tensor, w: Tensor, sched: _Schedule, scale: float, triton: bool)
         return y
     if triton:
         bm = sched.block_m()
-        kernels("segmm").forward(x, w, y, sched.perm, sched.tiles(bm), bm, scale)
+        kernels("segmm").forward(x, w, y, sched.perm, sched.tiles(bm, triton=True), bm, scale)
         return y
     b = sched.bounds()
     xs = x if sched.perm is None else x.index_select(0, sched.perm)
