@@ -12,6 +12,7 @@ try:
 except ImportError as err:  # pragma: no cover - exercised only without the extra
     raise ImportError("SoftShapeAeonClassifier needs aeon: pip install 'icml25-softshape[aeon]'") from err
 
+from softshape.config import EvalSparse
 from softshape.estimator import SoftShapeClassifier
 
 __all__ = ["SoftShapeAeonClassifier"]
@@ -50,7 +51,7 @@ class SoftShapeAeonClassifier(BaseClassifier):
         dropout: float = 0.15,
         early_stopping: int | None = 80,
         validation_fraction: float = 0.25,
-        eval_sparse: str = "match_train",
+        eval_sparse: EvalSparse = "match_train",
         random_state: int | None = None,
         verbose: bool = False,
     ) -> None:

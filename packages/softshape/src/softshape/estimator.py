@@ -23,7 +23,14 @@ from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d,
 from icml25_shared.device import get_device
 from icml25_shared.progress import track
 from icml25_shared.validate import check_choice, check_float, check_int
-from softshape.config import EVAL_SPARSE_MODES, SPARSIFY_MODES, SoftShapeConfig, resolve_shape_size
+from softshape.config import (
+    EVAL_SPARSE_MODES,
+    SPARSIFY_MODES,
+    EvalSparse,
+    SoftShapeConfig,
+    Sparsify,
+    resolve_shape_size,
+)
 from softshape.model import SoftShapeNet
 
 __all__ = ["SoftShapeClassifier", "fit_shared_warmup", "to_3d"]
@@ -152,9 +159,9 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         dropout: float = 0.15,
         early_stopping: int | None = 80,
         validation_fraction: float = 0.25,
-        eval_sparse: str = "match_train",
+        eval_sparse: EvalSparse = "match_train",
         fill_nan: bool = False,
-        sparsify: str = "soft",
+        sparsify: Sparsify = "soft",
         use_moe: bool = True,
         use_inception: bool = True,
         device: str = "cpu",
