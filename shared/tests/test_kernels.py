@@ -45,7 +45,8 @@ def close(a: torch.Tensor, b: torch.Tensor, rtol: float) -> None:
 def grads(out: torch.Tensor, inputs: list[torch.Tensor], seed: int = 7) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """A fixed random cotangent of ``out`` (in float32 or wider) and the gradients it gives ``inputs``."""
     g = torch.Generator().manual_seed(seed)
-    cot = torch.randn(out.shape, generator=g, dtype=torch.float64).to(torch.promote_types(out.dtype, torch.float32))
+    cot = torch.randn(out.shape, generator=g, dtype=torch.float64)
+    cot = cot.to(device=out.device, dtype=torch.promote_types(out.dtype, torch.float32))
     return cot, list(torch.autograd.grad(out, inputs, cot.to(out.dtype)))
 
 
@@ -409,6 +410,21 @@ def test_impl_triton_needs_cuda_or_the_interpreter(monkeypatch):
     else:
         with pytest.raises(RuntimeError, match="needs the triton package"):
             linear_scan(x, 0.5, impl="triton")
+
+
+@pytest.mark.parametrize("impl", ["torch", pytest.param("triton", marks=needs_triton)])
+def test_empty_inputs(monkeypatch, impl):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x = torch.randn(0, 4, requires_grad=True)
+    W = torch.randn(2, 4, 3, requires_grad=True)
+    y = grouped_matmul(x, W, torch.zeros(0, dtype=torch.long), impl=impl)
+    y.sum().backward()
+    assert y.shape == (0, 3) and torch.equal(W.grad, torch.zeros_like(W))
+    csr = CSR(torch.zeros(4, dtype=torch.long), torch.zeros(0, dtype=torch.long), (3, 5))
+    out = masked_spmm(csr, torch.zeros(0), torch.randn(5, 2), impl=impl)
+    assert torch.equal(out, torch.zeros(3, 2))
+    h = linear_scan(torch.randn(0, 3), 0.5, torch.randn(3), impl=impl)
+    assert h.shape == (0, 3)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from icml25_shared.kernels._dispatch import TRITON_DTYPES, dtype_reason, kernels, use_triton
 from icml25_shared.validate import check_float, check_int, check_tensor
@@ -93,13 +94,14 @@ class LinearScan(torch.autograd.Function):
                 kernels("scan").scan(x, lam, h, init=init, chunk=chunk)
         else:
             h = _torch_scan(x, lam, h0, reverse=False)
-        need_h = lam.requires_grad
+        need_h = ctx.needs_input_grad[1]
         ctx.save_for_backward(lam, h if need_h else None, h0 if need_h else None)
         ctx.chunk, ctx.triton, ctx.x_dtype = chunk, triton, x.dtype
         ctx.h0_dtype = None if h0 is None else h0.dtype
         return h
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dh):  # type: ignore[override]
         lam, h, h0 = ctx.saved_tensors
         T, M = dh.shape

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from icml25_shared.kernels._dispatch import dtype_reason, kernels, use_triton
 from icml25_shared.validate import check_bool, check_float, check_tensor
@@ -127,7 +128,7 @@ class _Schedule:
 def _forward(x: Tensor, w: Tensor, sched: _Schedule, scale: float, triton: bool) -> Tensor:
     """``scale * x[i] @ w[g_i]`` on ``sched``'s row order (``w`` any strides)."""
     y = torch.empty(x.shape[0], w.shape[2], dtype=x.dtype, device=x.device)
-    if x.shape[0] == 0:
+    if y.numel() == 0:
         return y
     if triton:
         bm = sched.block_m()
@@ -150,7 +151,7 @@ def _forward(x: Tensor, w: Tensor, sched: _Schedule, scale: float, triton: bool)
 def _weight_grad(x: Tensor, dy: Tensor, sched: _Schedule, scale: float, dtype: torch.dtype, triton: bool) -> Tensor:
     """``dW[g] = scale * x_g^T dy_g`` (zero for groups without rows)."""
     G, K, M = sched.G, x.shape[1], dy.shape[1]
-    if triton and x.shape[0] > 0:
+    if triton and x.shape[0] > 0 and K * M > 0:
         dw = torch.empty(G, K, M, dtype=dtype, device=x.device)
         kernels("segmm").weight_grad(x, dy, dw, sched.perm, sched.seg, scale)
         return dw
@@ -173,11 +174,12 @@ class GroupedMatmul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, sched: _Schedule, scale: float, triton: bool) -> Tensor:  # type: ignore[override]
-        ctx.save_for_backward(x if weight.requires_grad else None, weight if x.requires_grad else None)
+        ctx.save_for_backward(x if ctx.needs_input_grad[1] else None, weight if ctx.needs_input_grad[0] else None)
         ctx.sched, ctx.scale, ctx.triton, ctx.w_dtype = sched, scale, triton, weight.dtype
         return _forward(x, weight, sched, scale, triton)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dy: Tensor):  # type: ignore[override]
         x, weight = ctx.saved_tensors
         dx = dw = None

@@ -20,6 +20,7 @@ import warnings
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from icml25_shared.kernels._dispatch import TRITON_DTYPES, dtype_reason, kernels, use_triton
 from icml25_shared.validate import ArgumentTypeError, check_float, check_int, check_tensor
@@ -195,7 +196,7 @@ class MaskedSpMM(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, values, x, csr, keep, score, thr, triton):  # type: ignore[override]
-        ctx.save_for_backward(values, x if values.requires_grad else None, keep, score, thr)
+        ctx.save_for_backward(values, x if ctx.needs_input_grad[0] else None, keep, score, thr)
         ctx.csr, ctx.triton = csr, triton
         n_rows, F = csr.shape[0], x.shape[1]
         if triton:
@@ -208,6 +209,7 @@ class MaskedSpMM(torch.autograd.Function):
         return _torch_spmm(csr, w, x)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):  # type: ignore[override]
         values, x, keep, score, thr = ctx.saved_tensors
         csr: CSR = ctx.csr
