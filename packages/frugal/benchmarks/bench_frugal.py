@@ -78,7 +78,9 @@ def _galore_groups(model: nn.Module, gap: int) -> list[dict[str, Any]]:
     for p in groups[-1]["params"]:
         by_shape.setdefault(tuple(p.shape), []).append(p)
     for shape, ps in by_shape.items():
-        out.append({"params": ps, "rank": round(RHO * min(shape)), "update_proj_gap": gap, "scale": 0.25})
+        out.append(
+            {"params": ps, "rank": round(RHO * min(shape)), "update_proj_gap": gap, "scale": 0.25, "proj_type": "std"}
+        )
     return out
 
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from frugal import FRUGAL, param_groups
 from frugal.experiments import QUICK, expected_bytes, galore_groups, llama_memory_table, state_bytes, tiny_llama_config
 from frugal.reproduce import reproduce
+from icml25_shared.data import DataNotFoundError
 
 transformers = pytest.importorskip("transformers")
 galore_torch = pytest.importorskip("galore_torch")
@@ -115,7 +116,10 @@ def test_reproduce_reduced_writes_claims_plot_and_json(tmp_path):
         QUICK, hidden_size=32, num_hidden_layers=1, intermediate_size=88, seq_len=16, batch_size=4, steps=6,
         update_gap=3, val_batches=2,
     )  # fmt: skip
-    result = reproduce(False, tmp_path, setup=small)
+    try:
+        result = reproduce(False, tmp_path, setup=small)
+    except DataNotFoundError as err:
+        pytest.skip(f"Tiny Shakespeare is not installed (the [data] extra) and we are offline: {err}")
     assert result.package == "frugal"
     first, memory, table = result.claims[:3]
     assert isinstance(first.holds, bool) and "margin" in first.measured

@@ -96,7 +96,7 @@ def validate_hparams(h: dict[str, Any]) -> None:
 class FRUGALConfig:
     """Hyper-parameters of :class:`frugal.FRUGAL`; ``FRUGAL.from_config(params, cfg)`` builds the optimizer.
 
-    Defaults are those of the authors' pre-training runs (paper Sec. 5, Appendix): block selector walking the
+    Defaults are those of the authors' pre-training scripts (the paper's LLaMA/C4 runs): block selector walking the
     layers backwards, density 0.25, update gap 200, AdamW state-full, signSGD state-free.
     """
 

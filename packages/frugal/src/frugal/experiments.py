@@ -1,6 +1,6 @@
 """The paper's pre-training comparison at CPU scale: a tiny LLaMA on character-level Tiny Shakespeare.
 
-The paper (Sec. 5.1) pre-trains LLaMA 60M-1B on C4 in GaLore's protocol; this module keeps the protocol -- same
+The paper pre-trains LLaMA 60M-1B on C4 in GaLore's protocol; this module keeps the protocol -- same
 initialisation and batches for every optimizer, linear warm-up over 10% of the steps then cosine decay to 10%,
 validation loss on fixed windows, ρ = 0.25 -- on a model that trains in seconds on a CPU, and runs the peers as
 their users would: ``torch.optim.AdamW`` and ``galore_torch.GaLoreAdamW`` (one group per matrix shape, rank

@@ -1,4 +1,4 @@
-"""FRUGAL's two update rules as pure functions (paper Alg. 1; Sec. 3).
+"""FRUGAL's two update rules as pure functions (paper Alg. 1; its Alg. 2 is the SGD-M/SGD pair the theory covers).
 
 For a state-full part ``g`` (the r-dimensional ``down(G)`` or a whole active tensor) with learning rate
 ``η_p = η·s_p`` one of
@@ -42,7 +42,8 @@ def adamw_update(
 
 
 def sgdm_update(grad: Tensor, momentum_buffer: Tensor, lr: float, momentum: float) -> Tensor:
-    """Heavy-ball momentum without dampening (the paper's FRUGAL(SGD-M) of Sec. 5's theory); buffer in place."""
+    """Heavy-ball momentum without dampening (the state-full rule of the paper's Alg. 2, the pair its convergence
+    theorem covers); the buffer is updated in place."""
     momentum_buffer.mul_(momentum).add_(grad)
     return momentum_buffer.mul(-lr)
 

@@ -1,4 +1,4 @@
-"""Closed forms of the optimizer-state memory (paper Sec. 3 "memory", Table 1 of the memory comparison).
+"""Closed forms of the optimizer-state memory (the memory column of the paper's comparisons).
 
 FRUGAL keeps state only for the r-dimensional state-full part of each projectable matrix: the moments of
 ``down(G)`` plus what defines the subspace (a projector for ``svd``/``random``, an index tensor for the coordinate

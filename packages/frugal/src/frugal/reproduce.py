@@ -3,7 +3,7 @@
 Quick mode (under a minute on one CPU thread), every optimizer from the same initialisation on the same batches,
 ρ = 0.25, T = 50, 300 steps:
 
-1. full rank at low-rank memory -- "FRUGAL consistently outperforms concurrent approaches" (abstract; Sec. 5.1:
+1. full rank at low-rank memory -- "FRUGAL consistently outperforms concurrent approaches" (abstract; pre-training:
    at ρ = 0.25 it beats GaLore and BAdam and approaches AdamW): FRUGAL-SVD and ``galore_torch.GaLoreAdamW`` hold
    the same state (moments of the same projected gradients plus the projectors); holds if the bytes are equal,
    FRUGAL's validation loss is below GaLore's and within 2% of AdamW's;

@@ -1,4 +1,4 @@
-"""How FRUGAL chooses the state-full subspace (paper Sec. 3, Alg. 1 line "choose subspace"; Sec. 4 variants).
+"""How FRUGAL chooses the state-full subspace (paper Alg. 1: the projector P_k re-chosen every T steps).
 
 A gradient ``G`` of a matrix ``W ∈ R^{m×n}`` (torch layout ``(out, in)``) is split as
 
@@ -13,7 +13,7 @@ where ``down`` maps to the r-dimensional state-full coordinates and ``up`` back.
   them into zeros. ``randperm`` is GaLore's side rule applied to a random permutation matrix, i.e. a row or column
   subset of size ``round(ρ·dim)``.
 
-The block selector (BAdam-style, Sec. 4) activates whole tensors in a fixed or random order: :func:`block_schedule`.
+The block selector (BAdam-style) activates whole tensors in a fixed or random order: :func:`block_schedule`.
 """
 
 from __future__ import annotations
