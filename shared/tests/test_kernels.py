@@ -348,7 +348,7 @@ def test_linear_scan_torch_path_matches_autograd_of_reference_and_gradcheck(deca
 @pytest.mark.parametrize(
     ("dtype", "decay_shape", "chunk"),
     [(torch.float32, "full", None), (torch.float32, "scalar", 4), (torch.bfloat16, "step", 3),
-     (torch.float32, "element", 5)],
+     (torch.float16, "element", 5)],
 )  # fmt: skip
 def test_linear_scan_triton_matches_reference(interpret, dtype, decay_shape, chunk):
     x, lam, h0 = scan_problem(T=13, shape=(3, 5))

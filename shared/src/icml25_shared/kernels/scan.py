@@ -117,10 +117,11 @@ class LinearScan(torch.autograd.Function):
                 )
         else:
             g = _torch_scan(dh, lam, None, reverse=True)
-            if want_lam:
-                prev = torch.cat([(h0 if h0 is not None else torch.zeros_like(h[0])).to(h.dtype).unsqueeze(0), h[:-1]])
-                acc = _acc_dtype(g.dtype, prev.dtype)
-                dlam = (g.to(acc) * prev.to(acc)).to(lam.dtype)
+            if want_lam:  # dλ_t = g_t h_{t-1}, h_{-1} = h0 (or 0)
+                acc = _acc_dtype(g.dtype, h.dtype)
+                first = torch.zeros(1, M, dtype=acc, device=h.device) if h0 is None else h0.to(acc).view(1, M)
+                prev = torch.cat([first, h[:-1].to(acc)])
+                dlam = (g.to(acc) * prev).to(lam.dtype)
         dh0 = None
         if ctx.needs_input_grad[2]:
             if T == 0:

@@ -48,6 +48,8 @@ class CSR:
         n_rows, n_cols = check_int("shape[0]", shape[0], min=0), check_int("shape[1]", shape[1], min=0)
         check_tensor("crow", crow, ndim=1, shape=(n_rows + 1,), dtype="integer")
         check_tensor("col", col, ndim=1, dtype="integer", device=crow.device)
+        if crow.dtype != col.dtype:  # torch's CSR tensors (the torch path) need one index dtype
+            crow, col = crow.long(), col.long()
         self.crow, self.col = crow.contiguous(), col.contiguous()
         self.shape = (n_rows, n_cols)
         self.nnz = int(col.numel())
