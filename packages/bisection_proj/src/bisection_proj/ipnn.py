@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from bisection_proj.config import IPNNConfig
+from bisection_proj.config import IPNNConfig, NoiseKind
 from bisection_proj.problems.base import Problem
 from icml25_shared.progress import track
 from icml25_shared.validate import check_choice, check_float, check_int
@@ -72,7 +72,7 @@ class NoiseModule(nn.Module):
     """Training-time perturbation with a (learnable) margin γ = exp(log γ): ``out + γ·ε`` or ``out·(1 + γ·ε)``,
     ε ~ N(0, I); the identity in eval mode."""
 
-    def __init__(self, margin_init: float = 1e-3, learn_margin: bool = True, noise: str = "add") -> None:
+    def __init__(self, margin_init: float = 1e-3, learn_margin: bool = True, noise: NoiseKind = "add") -> None:
         super().__init__()
         log_gamma = torch.tensor(math.log(margin_init))
         if learn_margin:
@@ -99,7 +99,7 @@ class IPNN(nn.Module):
 
     def __init__(self, theta_dim: int, z_dim: int, n_ip: int = 1, hidden: int | None = None, n_layers: int = 3,
                  dropout: float = 0.1, margin_init: float = 1e-3, learn_margin: bool = True,
-                 noise: Literal["add", "mul"] = "add", sigmoid: bool = True) -> None:  # fmt: skip
+                 noise: NoiseKind = "add", sigmoid: bool = True) -> None:  # fmt: skip
         super().__init__()
         self.config = IPNNConfig(theta_dim, z_dim, n_ip, hidden, n_layers, dropout, margin_init, learn_margin,
                                  noise, sigmoid)  # fmt: skip
