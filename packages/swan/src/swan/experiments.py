@@ -19,7 +19,7 @@ import copy
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,6 +91,10 @@ class Setup:
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields plus ``eval_every`` and ``tokens_per_step`` (recorded in the reproduction's settings)."""
+        return {**asdict(self), "eval_every": self.eval_every, "tokens_per_step": self.tokens_per_step}
+
 
 QUICK = Setup()
 FULL = Setup(hidden_size=128, num_hidden_layers=4, intermediate_size=352, seq_len=128, steps=1500, val_batches=16)
@@ -160,6 +164,10 @@ class RunResult:
     train_loss: list[float]
     state_bytes: int
     seconds: float
+
+    def summary(self) -> dict[str, Any]:
+        """The validation curve, wall time and state bytes (recorded in the reproduction's settings)."""
+        return {k: getattr(self, k) for k in ("steps", "val_loss", "seconds", "state_bytes")}
 
 
 class _Chain:

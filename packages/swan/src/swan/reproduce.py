@@ -14,7 +14,6 @@ runs the ablation of Sec. 5.2 (GradNorm only / GradWhitening only / both), β = 
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 from icml25_shared.report import Claim, ReproResult
@@ -140,14 +139,9 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
             )
         )
     settings = {
-        **asdict(task.setup),
-        "eval_every": task.setup.eval_every,
-        "tokens_per_step": task.setup.tokens_per_step,
+        **task.setup.to_dict(),
         "parameters": count_parameters(task.init_model),
         "optimizer_defaults": {"ns_steps": 10, "ns_beta": 0.8, "whitening": "newton_schulz"},
-        "runs": {
-            r.spec.name: {"steps": r.steps, "val_loss": r.val_loss, "seconds": r.seconds, "state_bytes": r.state_bytes}
-            for r in runs
-        },
+        "runs": {r.spec.name: r.summary() for r in runs},
     }
     return ReproResult("swan", claims, settings=settings, artifacts=[str(plot)])
