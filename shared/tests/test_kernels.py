@@ -428,6 +428,73 @@ def test_empty_inputs(monkeypatch, impl):
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# every kernel compiles to an sm_90 binary (Triton's offline compiler and bundled ptxas; no device needed)
+# ------------------------------------------------------------------------------------------------------------------
+def _signatures(dt: str) -> dict:
+    i32 = "i32"
+    return {
+        ("segmm", "_segmm_fwd"): (
+            {"x_ptr": f"*{dt}", "w_ptr": f"*{dt}", "y_ptr": f"*{dt}", "perm_ptr": "*i64", "tiles_ptr": "*i64",
+             "K": i32, "N_OUT": i32, "stride_xn": i32, "stride_xk": i32, "stride_wg": i32, "stride_wk": i32,
+             "stride_wn": i32, "stride_yn": i32, "stride_yo": i32, "scale": "fp32"},
+            {"HAS_PERM": True, "UPCAST": False, "PRECISION": "ieee" if dt == "fp32" else "tf32", "BLOCK_M": 64,
+             "BLOCK_N": 64, "BLOCK_K": 32},
+        ),
+        ("segmm", "_segmm_dw"): (
+            {"x_ptr": f"*{dt}", "dy_ptr": f"*{dt}", "dw_ptr": f"*{dt}", "perm_ptr": "*i64", "seg_ptr": "*i64",
+             "K": i32, "N_OUT": i32, "stride_xn": i32, "stride_xk": i32, "stride_dn": i32, "stride_do": i32,
+             "stride_wg": i32, "stride_wk": i32, "stride_wn": i32, "scale": "fp32"},
+            {"HAS_PERM": True, "UPCAST": False, "PRECISION": "tf32", "BLOCK_R": 32, "BLOCK_K": 64, "BLOCK_N": 16},
+        ),
+        ("segmm", "_segmm_tiles"): (
+            {"seg_ptr": "*i64", "tiles_ptr": "*i64", "G": i32, "n_tiles": i32},
+            {"BLOCK_M": 64, "P": 128, "TB": 64},
+        ),
+        ("spmm", "_spmm_fwd"): (
+            {"crow_ptr": "*i64", "col_ptr": "*i64", "eid_ptr": "*i64", "val_ptr": f"*{dt}", "keep_ptr": "*u8",
+             "score_ptr": "*fp32", "thr_ptr": "*fp64", "x_ptr": f"*{dt}", "out_ptr": f"*{dt}", "F": i32,
+             "stride_xn": i32, "stride_xf": i32, "stride_on": i32, "stride_of": i32},
+            {"HAS_EID": True, "HAS_KEEP": True, "HAS_SCORE": True, "BLOCK_E": 32, "BLOCK_F": 64},
+        ),
+        ("spmm", "_sddmm"): (
+            {"row_ptr": "*i64", "col_ptr": "*i64", "keep_ptr": "*u8", "score_ptr": "*fp32", "thr_ptr": "*fp32",
+             "dout_ptr": f"*{dt}", "x_ptr": f"*{dt}", "dval_ptr": f"*{dt}", "NNZ": i32, "F": i32,
+             "stride_dn": i32, "stride_df": i32, "stride_xn": i32, "stride_xf": i32},
+            {"HAS_KEEP": True, "HAS_SCORE": True, "BLOCK_E": 64, "BLOCK_F": 64},
+        ),
+        ("scan", "_scan"): (
+            {"x_ptr": f"*{dt}", "lam_ptr": "*fp32", "out_ptr": f"*{dt}", "init_ptr": "*fp32", "carry_ptr": "*fp32",
+             "hprev_ptr": f"*{dt}", "h0_ptr": "*fp32", "dlam_ptr": "*fp32", "end_ptr": "*fp32", "prod_ptr": "*fp32",
+             "T": i32, "M": i32, "CHUNK": i32, "stride_xt": i32, "stride_xm": i32, "stride_lt": i32,
+             "stride_lm": i32},
+            {"REVERSE": True, "HAS_INIT": True, "HAS_CARRY": True, "SUMMARY": False, "STORE_DLAM": True,
+             "HAS_H0": True, "BLOCK_M": 512},
+        ),
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_triton
+@pytest.mark.parametrize("dt", ["fp32", "bf16"])
+@pytest.mark.parametrize("kernel", list(_signatures("fp32")), ids=lambda k: k[1])
+def test_kernel_compiles_for_sm90(monkeypatch, kernel, dt):
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    module = importlib.import_module(f"icml25_shared.kernels._{kernel[0]}_triton")
+    fn = triton.jit(getattr(module, kernel[1]))
+    sig, consts = _signatures(dt)[kernel]
+    full = {name: sig.get(name, "constexpr") for name in fn.arg_names}
+    options = {"num_warps": 4, "num_stages": 3, "enable_fp_fusion": True}
+    compiled = triton.compile(ASTSource(fn, full, constexprs=consts), target=GPUTarget("cuda", 90, 32), options=options)
+    assert compiled.asm["cubin"]
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # the compiled kernels on CUDA (-m gpu)
 # ------------------------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
