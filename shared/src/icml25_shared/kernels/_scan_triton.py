@@ -31,8 +31,8 @@ def _scan(
     ms = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     mmask = ms < M
     ms64 = ms.to(tl.int64)
-    # masks that depend on a scalar are written `ms < where(cond, M, 0)` (the interpreter cannot and a block
-    # with a scalar bool)
+    # masks that depend on a scalar condition are written `ms < where(cond, M, 0)`: Triton 3.9's CPU interpreter
+    # rejects `block_mask & scalar_bool` as a load mask
     if REVERSE:
         t_hi = T - c * CHUNK
         t_lo = tl.maximum(t_hi - CHUNK, 0)
