@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args
 
 from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
-__all__ = ["TimeBaseConfig", "TrainingPreset", "PRESETS", "training_preset"]
+__all__ = ["TimeBaseConfig", "TrainingPreset", "PRESETS", "training_preset", "PadMode", "OrthNorm"]
 
 PadMode = Literal["aligned", "official"]
 OrthNorm = Literal["fro", "fro2"]

@@ -21,13 +21,13 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 from torch import Tensor, nn
 
 from icml25_shared.validate import check_choice, check_tensor
-from timebase.config import TimeBaseConfig
+from timebase.config import OrthNorm, PadMode, TimeBaseConfig
 
 __all__ = [
     "TimeBase",
@@ -39,13 +39,13 @@ __all__ = [
 ]
 
 
-def orthogonal_loss(basis: Tensor, norm: str = "fro") -> Tensor:
+def orthogonal_loss(basis: Tensor, norm: OrthNorm = "fro") -> Tensor:
     """Orthogonality regulariser (paper Eq. 6 / official code) of ``basis`` with shape (G, P, R).
 
     For each group b, Gram G_b = basis_b^T basis_b (R x R); the loss is the mean over groups of the Frobenius
     norm of G_b minus its diagonal: unsquared for ``norm="fro"`` (official code), squared for ``"fro2"`` (paper).
     """
-    check_choice("norm", norm, ("fro", "fro2"))
+    check_choice("norm", norm, get_args(OrthNorm))
     if basis.ndim != 3:
         raise ValueError(f"basis must have shape (groups, period_len, basis_num), got {tuple(basis.shape)}")
     gram = basis.transpose(-1, -2) @ basis  # (G, R, R)
@@ -59,14 +59,14 @@ def orthogonal_loss(basis: Tensor, norm: str = "fro") -> Tensor:
     return torch.where(sq > 0, safe.sqrt(), torch.zeros_like(sq)).mean()
 
 
-def pad_segments(x: Tensor, period_len: int, mode: str = "aligned", dim: int = -1) -> Tensor:
+def pad_segments(x: Tensor, period_len: int, mode: PadMode = "aligned", dim: int = -1) -> Tensor:
     """Pad ``x`` along ``dim`` (length T) to N*P steps with same-phase values.
 
     ``"official"`` appends x[s - pad : s] with s = (N - 1) * P (the segment grid starts at t = 0);
     ``"aligned"`` prepends x[r : r + pad] with r = T mod P (the grid ends at t = T - 1, so output phases
     line up with input phases). Both return ``x`` unchanged when P divides T.
     """
-    check_choice("mode", mode, ("aligned", "official"))
+    check_choice("mode", mode, get_args(PadMode))
     t = x.shape[dim]
     n = -(-t // period_len)
     pad = n * period_len - t

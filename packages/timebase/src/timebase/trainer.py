@@ -12,7 +12,7 @@ import copy
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -144,7 +144,7 @@ def fit(
     eval_batch_size: int = 2048,
     evaluate_test: bool = True,
     progress: bool | None = None,
-    optimizer: str = "adam",
+    optimizer: Literal["adam", "torch"] = "adam",
 ) -> FitResult:
     """Train ``model`` in place with the official protocol and restore its best-validation weights.
 
