@@ -146,6 +146,20 @@ def test_grouped_lora_triton_matches_reference(interpret, dtype):
         close(a, b, RTOL[dtype])
 
 
+def test_grouped_matmul_per_request_ids_over_tokens():
+    # x (batch, tokens, K) with one id per request equals the flat rows with the id repeated over the tokens
+    x, W, _ = seg_problem(N=12)
+    x3, req = x.view(4, 3, -1), torch.tensor([2, -1, 0, 2])
+    flat = grouped_matmul(x, W, req.repeat_interleave(3), impl="torch")
+    close(grouped_matmul(x3, W, req, impl="torch"), flat.view(4, 3, -1), 1e-12)
+    close(grouped_matmul(x3, W, req.repeat_interleave(3).view(4, 3), impl="torch"), flat.view(4, 3, -1), 1e-12)
+    A, B = W[:, :, :2], W[:, :2, :]
+    lora = grouped_lora(x, A, B, req.repeat_interleave(3), impl="torch")
+    close(grouped_lora(x3, A, B, req, impl="torch"), lora.view(4, 3, -1), 1e-12)
+    with pytest.raises(ValueError, match=r"group must have shape \(4, 3\) or a prefix of it"):
+        grouped_matmul(x3, W, req[:3])
+
+
 @needs_triton
 def test_grouped_matmul_tile_schedule_kernel_equals_torch_construction(interpret):
     from icml25_shared.kernels.segmm import _Schedule

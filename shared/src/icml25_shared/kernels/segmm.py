@@ -193,27 +193,39 @@ class GroupedMatmul(torch.autograd.Function):
 # ------------------------------------------------------------------------------------------------------------------
 # the public functions
 # ------------------------------------------------------------------------------------------------------------------
-def _check_group(group: object, x: Tensor, num_groups: int, group_sorted: bool, check_ids: bool) -> Tensor:
-    check_tensor("group", group, ndim=1, shape=(x.shape[0],), dtype="integer", device=x.device)
-    assert isinstance(group, Tensor)
-    if check_ids and group.numel() > 0:
-        lo, hi = group.aminmax()
-        unsorted = (group[1:] < group[:-1]).any() if group_sorted else torch.zeros((), dtype=torch.bool)
-        lo_v, hi_v, uns = torch.stack([lo.long(), hi.long(), unsorted.long().to(lo.device)]).tolist()
-        if lo_v < -1 or hi_v >= num_groups:
-            raise ValueError(
-                f"group ids must lie in [-1, {num_groups}) (-1: a row without a group, {num_groups} weights), "
-                f"got ids from {lo_v} to {hi_v}"
-            )
-        if uns:
-            raise ValueError("group must be non-decreasing when group_sorted=True, got ids out of order")
-    return group
-
-
-def _check_x(x: object) -> Tensor:
-    check_tensor("x", x, ndim=2, dtype="floating")
+def _rows(x: object, group: object) -> tuple[Tensor, Tensor, tuple[int, ...]]:
+    """``x (..., K)`` as ``(N, K)`` rows and ``group`` as ``(N,)``: ``group`` has ``x``'s leading shape, or a
+    prefix of it (one id per request of a ``(batch, tokens, K)`` input, repeated over its tokens)."""
+    check_tensor("x", x, dtype="floating")
     assert isinstance(x, Tensor)
-    return x
+    if x.dim() < 2:
+        raise ValueError(f"x must have shape (..., K) with at least one row dimension, got shape {tuple(x.shape)}")
+    lead = tuple(x.shape[:-1])
+    check_tensor("group", group, dtype="integer", device=x.device)
+    assert isinstance(group, Tensor)
+    if group.dim() == 0 or tuple(group.shape) != lead[: group.dim()]:
+        raise ValueError(
+            f"group must have shape {lead} or a prefix of it (one id per row of x, or per leading index), "
+            f"got shape {tuple(group.shape)}"
+        )
+    if group.dim() < len(lead):
+        group = group.reshape(tuple(group.shape) + (1,) * (len(lead) - group.dim())).expand(lead)
+    return x.reshape(-1, x.shape[-1]), group.reshape(-1), lead
+
+
+def _check_ids(group: Tensor, num_groups: int, group_sorted: bool) -> None:
+    if group.numel() == 0:
+        return
+    lo, hi = group.aminmax()
+    unsorted = (group[1:] < group[:-1]).any() if group_sorted else torch.zeros((), dtype=torch.bool)
+    lo_v, hi_v, uns = torch.stack([lo.long(), hi.long(), unsorted.long().to(lo.device)]).tolist()
+    if lo_v < -1 or hi_v >= num_groups:
+        raise ValueError(
+            f"group ids must lie in [-1, {num_groups}) (-1: a row without a group, {num_groups} weights), "
+            f"got ids from {lo_v} to {hi_v}"
+        )
+    if uns:
+        raise ValueError("group must be non-decreasing when group_sorted=True, got ids out of order")
 
 
 def grouped_matmul(
@@ -229,10 +241,12 @@ def grouped_matmul(
     """``y[i] = scale * x[i] @ weight[group[i]]``, zero rows where ``group[i] == -1``.
 
     Args:
-        x: ``(N, K)`` floating, any strides.
+        x: ``(N, K)`` floating, any strides; or ``(..., K)``, every leading index a row.
         weight: ``(G, K, M)``, the dtype and device of ``x``, any strides (``W.transpose(1, 2)`` of a ``(G, M, K)``
             stack is read in place).
-        group: ``(N,)`` integer ids in ``[-1, G)``.
+        group: ``(N,)`` integer ids in ``[-1, G)``: one per row, shaped like ``x``'s leading dimensions or a
+            prefix of them (``x (batch, tokens, K)`` with ``group (batch,)``: one id per request, for all its
+            tokens).
         scale: a constant factor folded into the kernel.
         group_sorted: the ids are non-decreasing (skips the sort).
         check_ids: check the id range (and the order, with ``group_sorted``): one host sync; pass ``False`` in a
@@ -241,21 +255,22 @@ def grouped_matmul(
             ``"triton"``.
 
     Returns:
-        ``(N, M)`` in ``x``'s dtype, differentiable in ``x`` and ``weight``.
+        ``(..., M)`` (``x``'s leading shape) in ``x``'s dtype, differentiable in ``x`` and ``weight``.
     """
-    x = _check_x(x)
-    check_tensor("weight", weight, ndim=3, dtype=x.dtype, device=x.device, nonempty=False)
-    if weight.shape[1] != x.shape[1] or weight.shape[0] < 1:
+    x2, group, lead = _rows(x, group)
+    check_tensor("weight", weight, ndim=3, dtype=x2.dtype, device=x2.device)
+    if weight.shape[1] != x2.shape[1] or weight.shape[0] < 1:
         raise ValueError(
-            f"weight must have shape (G >= 1, {x.shape[1]}, M) for x of shape {tuple(x.shape)}, "
+            f"weight must have shape (G >= 1, {x2.shape[1]}, M) for x of shape {tuple(x.shape)}, "
             f"got {tuple(weight.shape)}"
         )
     scale = check_float("scale", scale)
     group_sorted = check_bool("group_sorted", group_sorted)
-    group = _check_group(group, x, weight.shape[0], group_sorted, check_bool("check_ids", check_ids))
-    triton = use_triton("grouped_matmul", impl, [x, weight, group], why_not=dtype_reason(x.dtype))
+    if check_bool("check_ids", check_ids):
+        _check_ids(group, weight.shape[0], group_sorted)
+    triton = use_triton("grouped_matmul", impl, [x2, weight, group], why_not=dtype_reason(x2.dtype))
     sched = _Schedule(group, weight.shape[0], group_sorted)
-    return GroupedMatmul.apply(x, weight, sched, scale, triton)
+    return GroupedMatmul.apply(x2, weight, sched, scale, triton).view(*lead, weight.shape[2])
 
 
 def grouped_lora(
@@ -273,29 +288,30 @@ def grouped_lora(
     is ``-1``: a shrink and an expand segmented matmul sharing one row schedule.
 
     Args:
-        x: ``(N, K)``.
+        x: ``(N, K)`` or ``(..., K)``.
         A: ``(G, K, R)`` down projections; peft's ``lora_A`` weights stacked ``(G, R, K)`` pass as
             ``A.transpose(1, 2)`` (read through the strides, no copy).
         B: ``(G, R, M)`` up projections (peft's stacked ``(G, M, R)``: ``B.transpose(1, 2)``).
         group, scale, group_sorted, check_ids, impl: as in :func:`grouped_matmul`.
 
     Returns:
-        ``(N, M)`` in ``x``'s dtype, differentiable in ``x``, ``A`` and ``B``.
+        ``(..., M)`` in ``x``'s dtype, differentiable in ``x``, ``A`` and ``B``.
     """
-    x = _check_x(x)
-    check_tensor("A", A, ndim=3, dtype=x.dtype, device=x.device)
-    check_tensor("B", B, ndim=3, dtype=x.dtype, device=x.device)
-    if A.shape[1] != x.shape[1] or A.shape[0] < 1 or A.shape[2] < 1:
+    x2, group, lead = _rows(x, group)
+    check_tensor("A", A, ndim=3, dtype=x2.dtype, device=x2.device)
+    check_tensor("B", B, ndim=3, dtype=x2.dtype, device=x2.device)
+    if A.shape[1] != x2.shape[1] or A.shape[0] < 1 or A.shape[2] < 1:
         raise ValueError(
-            f"A must have shape (G >= 1, {x.shape[1]}, R >= 1) for x of shape {tuple(x.shape)}, got {tuple(A.shape)}"
+            f"A must have shape (G >= 1, {x2.shape[1]}, R >= 1) for x of shape {tuple(x.shape)}, got {tuple(A.shape)}"
         )
     if B.shape[:2] != A.shape[::2]:
         raise ValueError(f"B must have shape ({A.shape[0]}, {A.shape[2]}, M) for A of shape {tuple(A.shape)}, "
                          f"got {tuple(B.shape)}")  # fmt: skip
     scale = check_float("scale", scale)
     group_sorted = check_bool("group_sorted", group_sorted)
-    group = _check_group(group, x, A.shape[0], group_sorted, check_bool("check_ids", check_ids))
-    triton = use_triton("grouped_lora", impl, [x, A, B, group], why_not=dtype_reason(x.dtype))
+    if check_bool("check_ids", check_ids):
+        _check_ids(group, A.shape[0], group_sorted)
+    triton = use_triton("grouped_lora", impl, [x2, A, B, group], why_not=dtype_reason(x2.dtype))
     sched = _Schedule(group, A.shape[0], group_sorted)
-    z = GroupedMatmul.apply(x, A, sched, 1.0, triton)
-    return GroupedMatmul.apply(z, B, sched, scale, triton)
+    z = GroupedMatmul.apply(x2, A, sched, 1.0, triton)
+    return GroupedMatmul.apply(z, B, sched, scale, triton).view(*lead, B.shape[2])
