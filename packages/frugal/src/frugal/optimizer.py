@@ -362,7 +362,8 @@ class FRUGAL(torch.optim.Optimizer):
 
     def _checked(self, group: dict[str, Any]) -> list[tuple[int, Tensor]]:
         """(index in group, parameter) of the tensors to update: a gradient, sparse refused, non-finite raised or
-        skipped (one host sync for the group; the per-tensor search only runs when something is wrong)."""
+        skipped (the exact per-tensor search only runs when a sum is not finite: an overflowing sum of finite
+        entries costs a search and nothing else)."""
         out = []
         for i, p in enumerate(group["params"]):
             if p.grad is None:
@@ -370,7 +371,8 @@ class FRUGAL(torch.optim.Optimizer):
             if p.grad.is_sparse:
                 raise RuntimeError(f"FRUGAL does not support sparse gradients (parameter of shape {tuple(p.shape)})")
             out.append((i, p))
-        if not out or bool(torch.stack([p.grad.isfinite().all() for _, p in out]).all()):
+        # a sum is non-finite whenever an entry is (NaN and ±Inf propagate): one pass per tensor, one host sync
+        if not out or bool(torch.stack([p.grad.sum() for _, p in out]).isfinite().all()):
             return out
         kept = []
         for i, p in out:
@@ -417,9 +419,11 @@ class FRUGAL(torch.optim.Optimizer):
                 if group["state_free"] == "none" or full_rank:
                     p.add_(project_up(update_low, left, right))
                     continue
-                # the residual G - up(down(G)) and its state-free update share one m×n buffer
-                u = project_up(low, left, right)
-                torch.sub(g, u, out=u)
+                # the residual G - up(down(G)) (one fused addmm) and its state-free update share one m×n buffer
+                if right is not None:
+                    u = torch.addmm(g, low if left is None else left @ low, right, alpha=-1)
+                else:
+                    u = torch.addmm(g, left, low, alpha=-1)
                 state_free_update(u, group["state_free"], lr_f, out=u)
                 if left is not None and right is not None:
                     u.addmm_(left @ update_low, right)
