@@ -1,0 +1,153 @@
+"""Exact parameter accounting: total and activated parameters per token, and activated FLOPs.
+
+The abstract's two claims are statements about activated parameters: "+1.7 % with 50 % fewer activated parameters"
+and "+3.7 % with a 3x parameter expansion at constant activation cost". With the residual-stream placement every
+projection touches H on one side only, so with active ratio delta = (N_s + K)/N each projection has exactly
+delta x its parameters activated; expanding H -> kH with delta = 1/k keeps the activated projection parameters
+equal to the vanilla model's while the total grows k-fold. Router, fusion and norms are counted as dense (they run
+on every token) and reported separately: they are the "negligible increase" of the abstract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from transformers import LlamaConfig, MixtralConfig, PretrainedConfig, PreTrainedModel
+
+from mohd.config import MoHDConfig
+
+__all__ = ["ParamCount", "count_active_parameters", "activated_flops"]
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    """Parameter counts of a decoder (integers; embedding and LM head counted as dense)."""
+
+    total: int
+    """Every parameter (= the sum of ``numel()`` over ``model.parameters()``)."""
+    active: int
+    """Parameters activated for one token: dense parts in full, projections at their activated fraction."""
+    embedding: int
+    """V x H input embedding."""
+    head: int
+    """V x H LM head (0 when tied to the embedding)."""
+    projection_total: int
+    """All attention and FFN projections (W_q, W_k, W_v, W_o, W_gate, W_up, W_down; all experts for an MoE)."""
+    projection_active: int
+    """The projection entries one token touches."""
+    router: int
+    """Router weights (MoHD's per-sublayer routers or an MoE's gates)."""
+    fusion: int
+    """Group-fusion weights (Monarch / group / block-diagonal)."""
+    norms: int
+    """RMSNorm weights (two per layer and the final norm)."""
+    scaling: int = 0
+    """Learned activation-scaling factors (``scaling="learned"``)."""
+
+    @property
+    def active_non_embedding(self) -> int:
+        """Activated parameters without the embedding and the head."""
+        return self.active - self.embedding - self.head
+
+    def to_dict(self) -> dict[str, int]:
+        """The counts as a plain dict (with ``active_non_embedding``)."""
+        return {**asdict(self), "active_non_embedding": self.active_non_embedding}
+
+
+def _widths(cfg: PretrainedConfig) -> tuple[int, int, int, int, int, int, int]:
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    return (
+        cfg.hidden_size,
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads * head_dim,
+        kv * head_dim,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+        head_dim,
+    )
+
+
+def _fusion_params(cfg: MoHDConfig) -> int:
+    h, n = cfg.hidden_size, cfg.num_subdims
+    if cfg.fusion == "monarch":
+        b = cfg.resolved_monarch_blocks
+        return h * (h // b + b)
+    if cfg.fusion == "group":
+        return n * n
+    if cfg.fusion == "blockdiag":
+        return h * (h // n)
+    return 0
+
+
+def count_active_parameters(model_or_config: PreTrainedModel | PretrainedConfig) -> ParamCount:
+    """Exact total and activated parameter counts of a MoHD, Llama or Mixtral model (or config).
+
+    MoHD, per layer (R router, Phi fusion, Pi = H(2A + 2A_kv + 3F) projections, A attention width, A_kv KV width,
+    F FFN width): total non-embedding ``L(2H + 2R + 2Phi + Pi) + H`` and activated ``L(2H + 2R + 2Phi + delta Pi)
+    + H``; with ``fusion_site="output"`` the write projections (W_o, W_down) count in full; with ``placement="ffn"``
+    one router and fusion per layer, attention dense and the FFN at delta. Llama: active = total. Mixtral: all
+    experts in the total, ``num_experts_per_tok`` of them active.
+    """
+    cfg = model_or_config.config if isinstance(model_or_config, PreTrainedModel) else model_or_config
+    if not isinstance(cfg, PretrainedConfig):
+        raise TypeError(f"model_or_config must be a PreTrainedModel or a PretrainedConfig, got {type(cfg).__name__}")
+    h, layers, a, akv, f, v, _ = _widths(cfg)
+    embedding = v * h
+    head = 0 if cfg.tie_word_embeddings else v * h
+    norms = layers * 2 * h + h
+    attn = h * (2 * a + 2 * akv)
+    router = fusion = scaling = 0
+    if isinstance(cfg, MoHDConfig):
+        n, ns, k, ds = cfg.num_subdims, cfg.num_shared, cfg.num_routed, cfg.subdim_size
+        sublayers = 2 if cfg.placement == "residual" else 1
+        if cfg.num_specialized:
+            router = layers * sublayers * h * ((n - ns) if cfg.router == "linear" else n)
+        fusion = layers * sublayers * _fusion_params(cfg)
+        scaling = layers * sublayers * n if cfg.scaling == "learned" else 0
+        proj_total = layers * (attn + 3 * h * f)
+        active_groups = (ns + k) * ds  # = delta x the cut width, an integer
+        if cfg.placement == "residual":
+            if cfg.fusion_site == "output":
+                per_layer = active_groups * (a + 2 * akv + 2 * f) + h * (a + f)
+            else:
+                per_layer = active_groups * (2 * a + 2 * akv + 3 * f)
+        else:
+            per_layer = attn + 3 * h * active_groups
+        proj_active = layers * per_layer
+    elif isinstance(cfg, MixtralConfig):
+        experts, topk = cfg.num_local_experts, cfg.num_experts_per_tok
+        router = layers * experts * h
+        proj_total = layers * (attn + experts * 3 * h * f)
+        proj_active = layers * (attn + topk * 3 * h * f)
+    elif isinstance(cfg, LlamaConfig):
+        proj_total = proj_active = layers * (attn + 3 * h * f)
+    else:
+        raise TypeError(f"count_active_parameters supports MoHD, Llama and Mixtral configs, got {type(cfg).__name__}")
+    dense = embedding + head + norms + router + fusion + scaling
+    return ParamCount(
+        total=dense + proj_total,
+        active=dense + proj_active,
+        embedding=embedding,
+        head=head,
+        projection_total=proj_total,
+        projection_active=proj_active,
+        router=router,
+        fusion=fusion,
+        norms=norms,
+        scaling=scaling,
+    )
+
+
+def activated_flops(model_or_config: PreTrainedModel | PretrainedConfig, context: int = 0) -> dict[str, Any]:
+    """Forward FLOPs of one token (multiply-add = 2): ``2 x`` the activated matmul parameters (projections, router,
+    fusion, LM head; the embedding is a lookup) plus attention over ``context`` cached positions
+    (``4 A context`` per layer: scores and weighted sum)."""
+    cfg = model_or_config.config if isinstance(model_or_config, PreTrainedModel) else model_or_config
+    pc = count_active_parameters(cfg)
+    _, layers, a, _, _, v, _ = _widths(cfg)
+    head = pc.head or v * cfg.hidden_size
+    matmul = 2 * (pc.projection_active + pc.router + pc.fusion + head)
+    attention = 4 * a * context * layers
+    return {"matmul": matmul, "attention": attention, "total": matmul + attention}

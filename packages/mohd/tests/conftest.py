@@ -1,0 +1,8 @@
+"""Makes ``mohd_testing`` (tiny configs and helpers) importable under ``--import-mode=importlib``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
