@@ -67,19 +67,36 @@ def test_budget_epochs_and_estimates():
     assert sum(r.draws for r in recs) == pol.ledger.draws
 
 
+def _mu_from_pull_log(arms, k, horizon, alpha, phi):
+    """Ex-post GDP recomputed from the public pull sequence alone (b0 = 1), without the ledger: arm i's batches
+    close at 1, 2, 4, ... of its pulls; each model of n rewards is read by one draw per round while it is live,
+    at most phi; the transcript is max over models sqrt(draws / (n ln^a T))."""
+    n, buf, draws, mus = [0] * k, [0] * k, [0] * k, []
+    for t, a in enumerate(arms):
+        if t >= k:  # no draws during the initial round robin
+            draws = [min(phi, d + 1) if m > 0 else d for d, m in zip(draws, n)]
+        buf[a] += 1
+        if buf[a] == (1 if n[a] == 0 else 2 * n[a]):
+            if n[a] > 0:
+                mus.append(math.sqrt(draws[a] / (n[a] * math.log(horizon) ** alpha)))
+            n[a], buf[a], draws[a] = buf[a], 0, 0
+    mus += [math.sqrt(d / (m * math.log(horizon) ** alpha)) for d, m in zip(draws, n)]
+    return max(mus)
+
+
 def test_ledger_realized_vs_bound_and_monotone():
     for horizon, alpha in [(10**4, 1.0), (10**4, 0.5), (2000, 0.0), (5000, 0.75)]:
         pol = DPTSUCB(n_arms=4, horizon=horizon, alpha=alpha, seed=3)
         env = BernoulliBandit([0.6, 0.5, 0.4, 0.3], seed=4)
-        trace = []
+        trace, arms = [], []
         for _ in range(horizon):
             a = pol.select()
             pol.update(a, env.pull(a))
             trace.append(pol.ledger.mu_realized)
+            arms.append(a)
         led = pol.ledger
         assert np.all(np.diff(trace) >= 0)
-        # recompute from the public pull log: each (arm, epoch) model read by m draws from n rewards
-        recomputed = max(math.sqrt(r.draws / (r.n * math.log(horizon) ** alpha)) for r in led.records)
+        recomputed = _mu_from_pull_log(arms, 4, horizon, alpha, pol.phi)
         assert led.mu_realized == pytest.approx(recomputed)
         assert led.mu_realized <= led.mu_bound + 1e-12 <= led.paper_bound + 1e-12
         assert led.epsilon(1e-5) > 0
@@ -91,39 +108,56 @@ def test_phi_one_holds_a_single_sample_per_epoch():
     assert pol.phi == 1
     env = BernoulliBandit([0.6, 0.4], seed=1)
     run(pol, env, 2)
-    first = None
-    for _ in range(30):
+    held, held_epoch, kept = None, None, 0
+    for _ in range(60):
         a = pol.select()
-        if first is None:
-            first = pol.maxidx.copy()
         assert np.all(pol.h == 0)
+        assert a == int(np.argmax(pol.maxidx))  # the index is the held sample
+        if held is not None:
+            same = pol.epoch == held_epoch  # arms whose epoch did not change since the last round
+            assert np.array_equal(pol.maxidx[same], held[same])  # their one sample is held, not redrawn
+            kept += int(same.sum())
+        held, held_epoch = pol.maxidx.copy(), pol.epoch.copy()
         pol.update(a, env.pull(a))
+    assert kept > 60  # the check above ran on most arm-rounds
     assert all(r.draws <= 1 for r in pol.ledger.records)
 
 
-def test_streaming_equals_vectorised_one_run():
-    horizon = 3000
-    for cls, params, env in [
+@pytest.mark.parametrize(
+    ("cls", "params", "env"),
+    [
         (DPTSUCB, {"alpha": 0.5, "init_pulls": 2}, BernoulliBandit(MEANS_A)),
         (DPTSUCB, {"alpha": 1.0}, TruncatedGaussianBandit([0.6, 0.5, 0.45], sigma=0.2)),
         (MTSGaussian, {"b": 3, "c": 2.0}, BernoulliBandit(MEANS_A)),
+        (TSGaussian, {}, BernoulliBandit(MEANS_A)),
         (UCB1, {}, BernoulliBandit(MEANS_A)),
-    ]:
-        res = simulate(cls, params, env, horizon, n_runs=1, seed=11, return_arms=True)
-        ps, es, _ = chunk_seeds(11, 1)[0]
-        pol = cls(n_arms=env.n_arms, horizon=horizon, seed=ps, **params)
-        e = env.reseed(es)
-        arms = []
-        for _ in range(horizon):
-            a = pol.select()
-            arms.append(a)
-            pol.update(a, e.pull(a))
-        assert np.array_equal(res.arms[0], arms), cls.name
-        assert res.draws[0] == pol.ledger.draws
-        if np.isfinite(pol.ledger.mu_realized):
-            assert res.mu_realized[0] == pytest.approx(pol.ledger.mu_realized)
-        gaps = env.gaps
-        assert res.regret[0] == pytest.approx(sum(gaps[a] for a in arms))
+        # small constants: several elimination epochs inside the horizon, the last one cut by it
+        (DPSE, {"epsilon": 2.0, "c1": 0.5, "c2": 0.5}, BernoulliBandit([0.7, 0.6, 0.55])),
+        (DPSE, {"epsilon": 2.0, "c1": 0.5, "c2": 0.5}, TruncatedGaussianBandit([0.6, 0.5, 0.45], sigma=0.2)),
+        (AdaPUCB, {"epsilon": 2.0}, BernoulliBandit(MEANS_A)),
+        (AdaPUCB, {"epsilon": 2.0}, TruncatedGaussianBandit([0.6, 0.5, 0.45], sigma=0.2)),
+    ],
+)
+def test_streaming_equals_vectorised_one_run(cls, params, env):
+    """One simulated run is the streaming policy's run: the same arm and the same regret at every round."""
+    horizon = 3000
+    res = simulate(cls, params, env, horizon, n_runs=1, seed=11, return_arms=True, checkpoints=range(1, horizon + 1))
+    ps, es, _ = chunk_seeds(11, 1)[0]
+    pol = cls(n_arms=env.n_arms, horizon=horizon, seed=ps, **params)
+    e = env.reseed(es)
+    arms = []
+    for _ in range(horizon):
+        a = pol.select()
+        arms.append(a)
+        pol.update(a, e.pull(a))
+    assert np.array_equal(res.arms[0], arms), cls.name
+    assert len(set(arms[-100:])) < env.n_arms or cls is UCB1  # the run gets past its exploration phase
+    assert res.draws[0] == pol.ledger.draws
+    if np.isfinite(pol.ledger.mu_realized):
+        assert res.mu_realized[0] == pytest.approx(pol.ledger.mu_realized)
+    assert np.array_equal(res.pulls[0], np.bincount(arms, minlength=env.n_arms))
+    assert res.regret_at[0] == pytest.approx(np.cumsum(env.gaps[arms]))  # the whole curve, not only R(T)
+    assert res.regret[0] == pytest.approx(sum(env.gaps[a] for a in arms))
 
 
 def test_mts_b0_c1_is_ts_draw_for_draw():
@@ -209,6 +243,37 @@ def test_bad_input():
         BernoulliBandit([0.5, 1.2])
     with pytest.raises(ValueError, match="means"):
         BernoulliBandit([0.5, float("nan")])
+    with pytest.raises(ValueError, match="c1"):
+        DPSE(3, 100, c1=0.0, c2=0.0)  # R_e = 0: the epoch would never end
+    with pytest.raises(ValueError, match="alpha"):
+        DPTSUCB(3, 100, alpha=True)
+    pol = DPTSUCB(2, 10, seed=0)
+    with pytest.raises(ValueError, match="reward"):
+        pol.update(pol.select(), "0.5")
+    with pytest.raises(ValueError, match="b must be a non-negative int"):
+        MTSGaussian.matched(1.0, 1000, -5)
+    with pytest.raises(ValueError, match="horizon must be an int >= 2, got -10"):
+        MTSGaussian.matched(1.0, -10, 3)
+
+
+def test_simulate_refuses_unknown_params():
+    env = BernoulliBandit([0.6, 0.4])
+    with pytest.raises(ValueError, match="'foo'.*DPTSUCB.*'alpha', 'c0', 'init_pulls'"):
+        simulate(DPTSUCB, {"foo": 1}, env, 100, n_runs=1)
+    with pytest.raises(ValueError, match="'seed'"):
+        simulate(UCB1, {"seed": 3}, env, 100, n_runs=1)
+
+
+@pytest.mark.parametrize("cls", [DPTSUCB, MTSGaussian, UCB1])
+def test_state_is_strict_json(cls):
+    pol = cls(n_arms=3, horizon=100, seed=0)
+    env = BernoulliBandit([0.6, 0.5, 0.2], seed=1)
+    for rounds in (1, 10):  # after one round DP-TS-UCB's max index is still -inf (no sample drawn yet)
+        run(pol, env, rounds)
+        text = json.dumps(pol.to_state(), allow_nan=False)
+        restored = cls.from_state(json.loads(text))
+        for f in cls._state_fields:
+            assert np.array_equal(getattr(restored, f), getattr(pol, f))
 
 
 def test_mab_adapter_on_policy():

@@ -27,25 +27,25 @@ def test_mechanism_and_composition():
     [(1, 1, 0.126937), (1, 0.5, 0.006830), (2, 2, 0.331898), (1, math.sqrt(2), 0.286208), (0, 1, 0.382925)],
 )
 def test_delta_vectors(eps, mu, delta):
-    assert gdp_delta(mu, eps) == pytest.approx(delta, abs=1e-6)
+    assert gdp_delta(mu=mu, epsilon=eps) == pytest.approx(delta, abs=1e-6)
 
 
 @pytest.mark.parametrize(("mu", "eps"), [(0.5, 1.9931), (1, 4.3772), (math.sqrt(2), 6.5730), (2, 9.9973), (5, 33.1037)])
 def test_epsilon_vectors_and_inverse(mu, eps):
-    e = gdp_epsilon(mu, 1e-5)
+    e = gdp_epsilon(mu=mu, delta=1e-5)
     assert e == pytest.approx(eps, abs=1e-4)
-    assert gdp_delta(mu, e) == pytest.approx(1e-5, rel=1e-8)
+    assert gdp_delta(mu=mu, epsilon=e) == pytest.approx(1e-5, rel=1e-8)
 
 
 def test_monotone_and_zero_epsilon():
     eps = np.linspace(0, 5, 11)
-    d = [gdp_delta(1.0, e) for e in eps]
+    d = [gdp_delta(mu=1.0, epsilon=e) for e in eps]
     assert all(a > b for a, b in zip(d, d[1:]))
     mus = [0.2, 0.5, 1, 2, 4]
-    assert all(gdp_delta(a, 1.0) < gdp_delta(b, 1.0) for a, b in zip(mus, mus[1:]))
+    assert all(gdp_delta(mu=a, epsilon=1.0) < gdp_delta(mu=b, epsilon=1.0) for a, b in zip(mus, mus[1:]))
     for mu in mus:
-        assert gdp_delta(mu, 0.0) == pytest.approx(2 * norm.cdf(mu / 2) - 1, abs=1e-12)
-    assert gdp_delta(0.1, 700.0) == 0.0  # no overflow at huge epsilon
+        assert gdp_delta(mu=mu, epsilon=0.0) == pytest.approx(2 * norm.cdf(mu / 2) - 1, abs=1e-12)
+    assert gdp_delta(mu=0.1, epsilon=700.0) == 0.0  # no overflow at huge epsilon
 
 
 def test_tradeoff_curve():
@@ -55,11 +55,11 @@ def test_tradeoff_curve():
 
 def test_bad_conversion_input():
     with pytest.raises(ValueError, match="mu"):
-        gdp_delta(0.0, 1.0)
+        gdp_delta(mu=0.0, epsilon=1.0)
     with pytest.raises(ValueError, match="delta"):
-        gdp_epsilon(1.0, 1.5)
+        gdp_epsilon(mu=1.0, delta=1.5)
     with pytest.raises(ValueError, match="epsilon"):
-        gdp_delta(1.0, -1.0)
+        gdp_delta(mu=1.0, epsilon=-1.0)
 
 
 def test_pld_cross_check():
@@ -70,7 +70,7 @@ def test_pld_cross_check():
     acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-4)
     acc.compose(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(noise_multiplier=s), k))
     for eps in (0.5, 1.0, 2.0):
-        assert acc.get_delta(eps) == pytest.approx(gdp_delta(math.sqrt(k) / s, eps), abs=1e-6)
+        assert acc.get_delta(eps) == pytest.approx(gdp_delta(mu=math.sqrt(k) / s, epsilon=eps), abs=1e-6)
 
 
 def test_privacy_loss_monte_carlo():
@@ -112,3 +112,32 @@ def test_budget_and_bounds_table(horizon):
     ln_t = math.log(horizon)
     assert dp_ts_ucb_mu_bound(horizon, 1.0) <= math.sqrt(math.ceil(ln_t) / ln_t) + 1e-12
     assert dp_ts_ucb_mu_bound(horizon, 1.0, init_pulls=4) == pytest.approx(dp_ts_ucb_mu_bound(horizon, 1.0) / 2)
+
+
+def test_conversions_are_keyword_only():
+    """A caller meaning (epsilon=0.5, mu=3) got the delta of 0.5-GDP at epsilon 3 (3.4e-10) instead of 0.83."""
+    with pytest.raises(TypeError):
+        gdp_delta(0.5, 3.0)
+    with pytest.raises(TypeError):
+        gdp_epsilon(0.5, 1e-5)
+    closed_form = norm.cdf(-0.5 / 3 + 1.5) - math.exp(0.5) * norm.cdf(-0.5 / 3 - 1.5)  # mu = 3, eps = 0.5
+    assert gdp_delta(epsilon=0.5, mu=3.0) == pytest.approx(closed_form) == pytest.approx(0.83, abs=1e-4)
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), [0.1, float("nan")], -0.1, 1.5, True, "0.5"])
+def test_tradeoff_refuses_bad_alpha(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        gdp_tradeoff(1.0, alpha)
+
+
+def test_our_bound_vs_the_papers_rounding():
+    """Ours sqrt(ceil(phi) / ln^a T) is at most the paper's sqrt(2 phi / ln^a T) exactly when ceil(phi) <= 2 phi,
+    i.e. phi >= 1/2; a tiny c0 rounds phi up to one draw and ours is the larger (as the README says)."""
+    for c0 in (0.01, 0.05, 0.1, 0.2, 0.5, 1.0, 3.0):
+        for horizon in (100, 10**4, 10**6):
+            for alpha in (0.0, 0.5, 1.0):
+                phi = sampling_budget(horizon, alpha, c0, rounded=False)
+                ours, paper = dp_ts_ucb_mu_bound(horizon, alpha, c0), paper_mu_bound(horizon, alpha, c0)
+                assert (ours <= paper + 1e-12) == (math.ceil(phi - 1e-9) <= 2 * phi + 1e-12)
+    assert dp_ts_ucb_mu_bound(10**4, 1.0, 0.05) == pytest.approx(0.3295, abs=1e-4)
+    assert paper_mu_bound(10**4, 1.0, 0.05) == pytest.approx(0.3162, abs=1e-4)

@@ -70,6 +70,8 @@ class MTSGaussian(BanditPolicy):
     def matched(cls, mu: float, horizon: int, b: int) -> float:
         """The variance scale c giving a-priori ``mu``-GDP over ``horizon``: c = T / (mu^2 (max(b, 1) + 1))."""
         mu = check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[assignment]
+        horizon = check_int("horizon", horizon, min=2)  # type: ignore[assignment]
+        b = check_int("b", b, min=0)  # type: ignore[assignment]
         c = horizon / (mu * mu * (max(b, 1) + 1))
         if c < 1:
             raise ValueError(f"matching mu={mu} at T={horizon}, b={b} needs c={c:.4g} < 1 (less noise than TS)")

@@ -11,12 +11,14 @@ distributes chunks over joblib (loky) processes, so results are bit-for-bit thos
 Index policies (DP-TS-UCB, (M-)TS-Gaussian, UCB1) run as array programs over the (runs, arms) state, honouring
 the streaming RNG contract (one ``standard_normal(K)`` per round per run, one environment draw per pull): with one
 run the pull sequence equals the streaming policy's. Epoch-structured peers (DP-SE, AdaP-UCB) simulate whole
-blocks of pulls with one draw per block (a binomial for Bernoulli arms). Other ``BanditPolicy`` subclasses run
-their streaming loop.
+epochs at once, in the streaming policy's pull order (DP-SE's round robin over the active arms, AdaP-UCB's
+episodes), drawing one environment sample per pull, so they too reproduce the streaming pull sequence. Other
+``BanditPolicy`` subclasses run their streaming loop.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -95,7 +97,7 @@ class SimResult:
         """epsilon at ``delta`` of the a-priori guarantee (the pure-DP epsilon for epsilon-DP peers)."""
         if self.epsilon_dp is not None:
             return self.epsilon_dp
-        return gdp_epsilon(self.mu_bound, delta) if math.isfinite(self.mu_bound) else math.inf
+        return gdp_epsilon(mu=self.mu_bound, delta=delta) if math.isfinite(self.mu_bound) else math.inf
 
     def to_dict(self) -> dict:
         return {
@@ -149,13 +151,28 @@ class _Tracker:
 
     def block(self, run: int, t0: int, arm: int, length: int) -> None:
         """Record ``length`` pulls of ``arm`` in rounds t0 .. t0+length-1 of one run (block simulators)."""
-        while self._next < len(self.cps) and self.cps[self._next] <= t0 + length:
-            self.at[run, self._next] = self.regret[run] + self.gaps[arm] * (self.cps[self._next] - t0)
-            self._next += 1
+        i0, i1 = np.searchsorted(self.cps, (t0, t0 + length), side="right")  # checkpoints in (t0, t0 + length]
+        self.at[run, i0:i1] = self.regret[run] + self.gaps[arm] * (self.cps[i0:i1] - t0)
         self.regret[run] += self.gaps[arm] * length
         self.pulls[run, arm] += length
         if self.arms is not None:
             self.arms[run, t0 : t0 + length] = arm
+
+    def sequence(self, run: int, t0: int, arms: np.ndarray) -> None:
+        """Record the pulls ``arms`` (one per round) in rounds t0 .. t0+len(arms)-1 of one run."""
+        cum = np.cumsum(self.gaps[arms])
+        i0, i1 = np.searchsorted(self.cps, (t0, t0 + len(arms)), side="right")
+        self.at[run, i0:i1] = self.regret[run] + cum[self.cps[i0:i1] - t0 - 1]
+        self.regret[run] += cum[-1]
+        self.pulls[run] += np.bincount(arms, minlength=self.pulls.shape[1])
+        if self.arms is not None:
+            self.arms[run, t0 : t0 + len(arms)] = arms
+
+
+def _rewards(env: BernoulliBandit, arms: np.ndarray, env_rng: np.random.Generator) -> np.ndarray:
+    """Rewards of the pulls ``arms`` (one per round), drawing the environment's randomness exactly as that many
+    ``env.pull`` calls do (so a simulated run and the streaming policy see the same rewards)."""
+    return env.rewards_from_uniforms(arms, env.draw_noise(env_rng, len(arms)))
 
 
 class _Noise:
@@ -271,27 +288,24 @@ def _run_ucb1(pol: UCB1, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
 
 def _run_dpse(pol: DPSE, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
     for run in range(r):
-        tr._next = 0
         active = np.arange(pol.n_arms)
         t, e = 0, 0
         while t < horizon:
-            if len(active) == 1:
+            m = len(active)
+            if m == 1:  # a single survivor is pulled until the horizon (its rewards are never read)
                 tr.block(run, t, int(active[0]), horizon - t)
                 break
             e += 1
-            r_e = pol.epoch_pulls(e, len(active))
-            if t + r_e * len(active) > horizon:  # the horizon cuts the epoch: finish its round-robin passes
-                q, rem = divmod(horizon - t, len(active))
-                for j, arm in enumerate(active):
-                    tr.block(run, t, int(arm), q + (j < rem))
-                    t += q + (j < rem)
+            r_e = pol.epoch_pulls(e, m)
+            length = min(r_e * m, horizon - t)  # the horizon may cut the epoch
+            arms = active[np.arange(length) % m]  # R_e round-robin passes over the active arms
+            rewards = _rewards(env, arms, env_rng)
+            tr.sequence(run, t, arms)
+            t += length
+            if length < r_e * m:
                 break
-            sums = np.empty(len(active))
-            for j, arm in enumerate(active):
-                sums[j] = env.block_sum(int(arm), r_e, env_rng)
-                tr.block(run, t, int(arm), r_e)
-                t += r_e
-            noisy = sums / r_e + pol_rng.laplace(0.0, 1.0 / (pol.epsilon * r_e), len(active))
+            sums = np.cumsum(rewards.reshape(r_e, m), axis=0)[-1]  # summed in pull order, as the policy does
+            noisy = sums / r_e + pol_rng.laplace(0.0, 1.0 / (pol.epsilon * r_e), m)
             active = active[noisy >= noisy.max() - 2.0**-e]
     return np.zeros(r, dtype=np.int64), np.full(r, np.nan)
 
@@ -299,7 +313,6 @@ def _run_dpse(pol: DPSE, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
 def _run_adapucb(pol: AdaPUCB, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
     k, eps, beta = pol.n_arms, pol.epsilon, pol.beta
     for run in range(r):
-        tr._next = 0
         counts = np.zeros(k, dtype=np.int64)
         mu_t, n_last = np.zeros(k), np.zeros(k)
         t = 0
@@ -311,7 +324,7 @@ def _run_adapucb(pol: AdaPUCB, env, horizon, r, pol_rng, env_rng, tr: _Tracker):
                 arm = int(np.argmax(mu_t + np.sqrt(beta * lt / (2 * n_last)) + beta * lt / (eps * n_last)))
                 length = int(counts[arm])
             take = min(length, horizon - t)
-            s = env.block_sum(arm, take, env_rng)
+            s = np.cumsum(_rewards(env, np.full(take, arm), env_rng))[-1]  # summed in pull order
             tr.block(run, t, arm, take)
             counts[arm] += take
             t += take
@@ -326,7 +339,6 @@ def _run_streaming(pol_cls, params, env, horizon, r, pol_seed, env_seed, tr: _Tr
     for run, (ps, es) in enumerate(zip(pol_seed.spawn(r), env_seed.spawn(r))):
         pol = pol_cls(n_arms=env.n_arms, horizon=horizon, seed=ps, **params)
         e = env.reseed(es)
-        tr._next = 0
         for t in range(horizon):
             a = pol.select()
             pol.update(a, e.pull(a))
@@ -356,6 +368,20 @@ def _run_chunk(pol_cls, params, env, horizon, pol_seed, env_seed, r, checkpoints
     return tr.regret, tr.at, tr.pulls, draws, mus, tr.arms
 
 
+def _check_params(policy_cls: type[BanditPolicy], params: dict) -> None:
+    """Refuse keys ``policy_cls`` does not take (``seed`` included: ``simulate`` seeds every run itself)."""
+    sig = inspect.signature(policy_cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values()):
+        return
+    allowed = [n for n in sig if n not in ("self", "n_arms", "horizon", "seed")]
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"params has key(s) {', '.join(map(repr, unknown))} that {policy_cls.__name__} does not take; "
+            f"expected some of {', '.join(map(repr, allowed)) or 'none'} (seed is simulate's own argument)"
+        )
+
+
 def simulate(
     policy_cls: type[BanditPolicy],
     params: dict | None,
@@ -377,6 +403,7 @@ def simulate(
         raise ValueError(f"policy_cls must be a BanditPolicy subclass, got {policy_cls!r}")
     check_int("n_runs", n_runs, min=1)
     check_int("n_jobs", n_jobs, min=1)
+    _check_params(policy_cls, params)
     probe = policy_cls(n_arms=env.n_arms, horizon=horizon, **params)  # validates everything once
     if checkpoints is None:
         checkpoints = np.unique(np.linspace(horizon / 20, horizon, 20).astype(np.int64))
@@ -475,7 +502,7 @@ def run_instance(
     for a in alphas:
         out[f"DP-TS-UCB a={a:g}"] = simulate(DPTSUCB, {"alpha": a}, env, horizon, n_runs, seed, n_jobs, cps)
     mu = dp_ts_ucb_mu_bound(horizon, 1.0)
-    eps = gdp_epsilon(mu, DELTA)
+    eps = gdp_epsilon(mu=mu, delta=DELTA)
     b, mts, by_b = matched_mts(env, horizon, mu, n_runs, seed, n_jobs, cps)
     out[f"M-TS-Gaussian b={b} (mu={mu:.3f})"] = mts
     out["TS-Gaussian (non-private)"] = simulate(TSGaussian, {}, env, horizon, n_runs, seed, n_jobs, cps)

@@ -38,6 +38,20 @@ def make_rng(seed: Any) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+def _json_floats(x: Any) -> Any:
+    """Non-finite floats as the strings "inf", "-inf", "nan" (strict JSON has no such numbers), recursively."""
+    if isinstance(x, list):
+        return [_json_floats(v) for v in x]
+    return repr(x) if isinstance(x, float) and not math.isfinite(x) else x
+
+
+def _unjson_floats(x: Any) -> Any:
+    """Inverse of :func:`_json_floats`."""
+    if isinstance(x, list):
+        return [_unjson_floats(v) for v in x]
+    return float(x) if isinstance(x, str) else x
+
+
 def _check_reward(reward: Any) -> float:
     """A reward in [0, 1] as a float; a 0/1 bool reward (``rng.random() < p``) counts as 0.0/1.0."""
     if isinstance(reward, (bool, np.bool_)):
@@ -102,7 +116,7 @@ class BanditPolicy:
         """JSON-safe state: parameters, counters, arrays, ledger and the RNG's bit-generator state."""
 
         def enc(v: Any) -> Any:
-            return {"__nd__": v.tolist(), "dtype": str(v.dtype)} if isinstance(v, np.ndarray) else v
+            return {"__nd__": _json_floats(v.tolist()), "dtype": str(v.dtype)} if isinstance(v, np.ndarray) else v
 
         state = {
             "policy": type(self).__name__,
@@ -114,7 +128,9 @@ class BanditPolicy:
             "ledger": self.ledger.to_state(),
             "rng": self.rng.bit_generator.state,
         }
-        json.dumps(state)  # fail here, not at the caller's save, if anything is not JSON-safe
+        json.dumps(
+            state, allow_nan=False
+        )  # strict JSON; fail here, not at the caller's save, if anything is not JSON-safe
         return state
 
     @classmethod
@@ -125,7 +141,7 @@ class BanditPolicy:
 
         def dec(v: Any) -> Any:
             if isinstance(v, dict) and "__nd__" in v:
-                return np.asarray(v["__nd__"], dtype=v["dtype"])
+                return np.asarray(_unjson_floats(v["__nd__"]), dtype=v["dtype"])
             return v
 
         pol = cls(**state["params"])

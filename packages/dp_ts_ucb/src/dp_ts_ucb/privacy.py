@@ -6,9 +6,10 @@ One Thompson draw N(μ̂, ln^α T / n) from a batch of n rewards in [0, 1] is a 
 (the UCB phase) is post-processing, and a reward lives in one batch only, so the transcript is
 max over batches √(m / (n ln^α T))-GDP with m ≤ φ draws — the paper's Theorem 4.4 (α = 1: O(1)-GDP).
 
-Conventions: ``mu`` first in every conversion. A ledger holds the a-priori guarantee (``mu_bound``), the value
-realised by the public pull log (``mu_realized``, an ex-post diagnostic: quoting it as a guarantee would need a
-privacy filter), and converts to (epsilon, delta)-DP exactly.
+Conventions: the (ε, δ) conversions take keyword arguments only (``gdp_delta(mu=0.5, epsilon=3.0)``): both
+arguments are positive floats, so a swapped positional call would silently answer another question. A ledger
+holds the a-priori guarantee (``mu_bound``), the value realised by the public pull log (``mu_realized``, an ex-post
+diagnostic: quoting it as a guarantee would need a privacy filter), and converts to (epsilon, delta)-DP exactly.
 """
 
 from __future__ import annotations
@@ -53,10 +54,11 @@ def compose_gdp(mus: Iterable[float]) -> float:
     return float(np.sqrt(np.sum(arr**2)))
 
 
-def gdp_delta(mu: float, epsilon: float) -> float:
-    """The exact delta(epsilon) of a mu-GDP mechanism: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)."""
+def gdp_delta(*, mu: float, epsilon: float) -> float:
+    """The exact delta(epsilon) of a mu-GDP mechanism: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
+    (Dong, Roth & Su 2022, Corollary 2.13). Keyword arguments only."""
     mu = check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[assignment]
-    check_float("epsilon", epsilon, min=0.0)
+    epsilon = check_float("epsilon", epsilon, min=0.0)  # type: ignore[assignment]
     a = special.log_ndtr(-epsilon / mu + mu / 2)
     b = epsilon + special.log_ndtr(-epsilon / mu - mu / 2)  # log(e^eps Phi(.)) without overflow
     if b >= a:
@@ -64,24 +66,28 @@ def gdp_delta(mu: float, epsilon: float) -> float:
     return float(math.exp(a) * -math.expm1(b - a))
 
 
-def gdp_epsilon(mu: float, delta: float) -> float:
-    """The smallest epsilon >= 0 with delta(epsilon) <= ``delta`` for a mu-GDP mechanism (bracketing root)."""
+def gdp_epsilon(*, mu: float, delta: float) -> float:
+    """The smallest epsilon >= 0 with delta(epsilon) <= ``delta`` for a mu-GDP mechanism (bracketing root).
+    Keyword arguments only."""
     mu = check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[assignment]
-    check_float("delta", delta, min=0.0, max=1.0, min_open=True, max_open=True)
-    if gdp_delta(mu, 0.0) <= delta:
+    delta = check_float("delta", delta, min=0.0, max=1.0, min_open=True, max_open=True)  # type: ignore[assignment]
+    if gdp_delta(mu=mu, epsilon=0.0) <= delta:
         return 0.0
     hi = max(1.0, mu)
-    while gdp_delta(mu, hi) > delta:
+    while gdp_delta(mu=mu, epsilon=hi) > delta:
         hi *= 2.0
-    return float(optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
+    return float(optimize.brentq(lambda e: gdp_delta(mu=mu, epsilon=e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
 def gdp_tradeoff(mu: float, alpha: float | np.ndarray) -> float | np.ndarray:
     """The trade-off curve G_mu(alpha) = Phi(Phi^{-1}(1 - alpha) - mu): least type-II error at type-I ``alpha``."""
     mu = check_float("mu", mu, min=0.0, min_open=True)  # type: ignore[assignment]
-    a = np.asarray(alpha, dtype=np.float64)
-    if np.any((a < 0) | (a > 1)):
-        raise ValueError("alpha (type-I error) must lie in [0, 1]")
+    if np.ndim(alpha) == 0:
+        a = np.asarray(check_float("alpha", alpha, min=0.0, max=1.0))
+    else:
+        a = np.asarray(check_array("alpha", alpha, dtype="numeric", finite=True), dtype=np.float64)
+        if np.any((a < 0) | (a > 1)):
+            raise ValueError(f"alpha (type-I error) must lie in [0, 1], got values in [{a.min()}, {a.max()}]")
     out = stats.norm.cdf(stats.norm.ppf(1.0 - a) - mu)
     return float(out) if np.ndim(out) == 0 else out
 
@@ -168,11 +174,11 @@ class GDPLedger:
 
     def epsilon(self, delta: float) -> float:
         """epsilon at ``delta`` of the a-priori guarantee."""
-        return gdp_epsilon(self.mu_bound, delta) if math.isfinite(self.mu_bound) else math.inf
+        return gdp_epsilon(mu=self.mu_bound, delta=delta) if math.isfinite(self.mu_bound) else math.inf
 
     def delta(self, epsilon: float) -> float:
         """delta at ``epsilon`` of the a-priori guarantee."""
-        return gdp_delta(self.mu_bound, epsilon) if math.isfinite(self.mu_bound) else 1.0
+        return gdp_delta(mu=self.mu_bound, epsilon=epsilon) if math.isfinite(self.mu_bound) else 1.0
 
     def to_state(self) -> dict:
         return {
