@@ -51,7 +51,7 @@ def main() -> None:
         "PatchTST": PatchTST(t, h, c, patch_len=16, stride=8, d_model=128, n_layers=3, n_heads=16, d_ff=256),
     }
     report: dict[str, object] = {
-        "setting": vars(args),
+        "setting": {k: v for k, v in vars(args).items() if k != "out"},
         "params": {k: m.num_parameters() for k, m in models.items()},
         "macs_per_sample": {k: m.macs(c) for k, m in models.items()},
     }
