@@ -12,7 +12,7 @@ machine drift hits all alike):
 Steady state: T is larger than the run, so no step refreshes the subspace; the refresh step (an SVD of every
 matrix for ``svd`` and GaLore) is timed separately with T = 1. Usage::
 
-    python packages/frugal/benchmarks/bench_frugal.py [--layers 1] [--repeats 20] [--out PATH]
+    python packages/frugal/benchmarks/bench_frugal.py [--layers 1] [--repeats 20] [--threads 1] [--out PATH]
 
 writes ``benchmarks/results/bench_frugal.json`` and the printed table to ``.log`` beside it (the README's figures
 come from there). Not run by pytest.
@@ -34,7 +34,7 @@ from torch import nn
 from frugal import FRUGAL, param_groups
 from frugal.experiments import state_bytes, tiny_llama_config
 from icml25_shared.bench import Timing, current_rss
-from icml25_shared.device import get_device, synchronize
+from icml25_shared.device import get_device, synchronize, torch_threads
 
 RESULTS = Path(__file__).parent / "results" / "bench_frugal.json"
 RHO, LR, NEVER = 0.25, 1e-6, 10**9
@@ -173,12 +173,14 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=1, help="LLaMA-60M blocks in the matrix stack (the model has 8)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--out", type=Path, default=RESULTS, help="JSON path; the table goes to the same name .log")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: stable ratios on a shared machine)")
     args = ap.parse_args()
     device = get_device()
-    results = [
-        bench("tiny-llama", _tiny_llama(device), device, args.repeats),
-        bench(f"llama60m x{args.layers} layers", _Stack(args.layers, device), device, args.repeats),
-    ]
+    with torch_threads(args.threads):
+        results = [
+            bench("tiny-llama", _tiny_llama(device), device, args.repeats),
+            bench(f"llama60m x{args.layers} layers", _Stack(args.layers, device), device, args.repeats),
+        ]
     lines = [line for r in results for line in ["", *_table(r)]]
     print("\n".join(lines))
     args.out.parent.mkdir(parents=True, exist_ok=True)
