@@ -153,8 +153,22 @@ def test_save_pretrained_round_trip_via_auto_classes(tmp_path):
     model = tiny_mohd(seed=7, **SWITCHES["learned"])
     model.save_pretrained(tmp_path)
     text = (tmp_path / "config.json").read_text()
-    for key in ("num_subdims", "num_shared", "num_routed", "placement", "router", "gate_norm", "scaling", "fusion",
-                "fusion_site", "monarch_blocks", "write_gate", "router_aux_loss_coef", "aux_loss_sync", "impl"):
+    for key in (
+        "num_subdims",
+        "num_shared",
+        "num_routed",
+        "placement",
+        "router",
+        "gate_norm",
+        "scaling",
+        "fusion",
+        "fusion_site",
+        "monarch_blocks",
+        "write_gate",
+        "router_aux_loss_coef",
+        "aux_loss_sync",
+        "impl",
+    ):
         assert f'"{key}"' in text, key
     assert isinstance(AutoConfig.from_pretrained(tmp_path), MoHDConfig)
     # the attention backend is a load-time choice in transformers, not saved: load with the same one

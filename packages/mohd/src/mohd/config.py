@@ -10,8 +10,9 @@ import math
 from typing import Any, Literal, get_args
 
 from huggingface_hub.dataclasses import strict
-from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 from transformers import LlamaConfig
+
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "MoHDConfig",
@@ -121,8 +122,10 @@ class MoHDConfig(LlamaConfig):
                 "got 0"
             )
         if self.gate_norm == "topk" and k == 1:
-            raise ValueError("gate_norm must not be 'topk' with num_routed=1 (the gate would be 1 and the router "
-                             "would get no gradient); use 'softmax' or 'auto'")
+            raise ValueError(
+                "gate_norm must not be 'topk' with num_routed=1 (the gate would be 1 and the router "
+                "would get no gradient); use 'softmax' or 'auto'"
+            )
         split = self.split_size
         if split % n:
             what = "hidden_size" if self.placement == "residual" else "intermediate_size"

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from icml25_shared.kernels import grouped_matmul
 from torch import Tensor, nn
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -34,6 +33,7 @@ from transformers.models.llama.modeling_llama import (
     eager_attention_forward,
 )
 
+from icml25_shared.kernels import grouped_matmul
 from mohd.config import MoHDConfig
 from mohd.fusion import build_fusion
 from mohd.routing import Routing, SubDimRouter, dense_routing

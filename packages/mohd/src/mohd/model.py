@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from icml25_shared.validate import check_finite
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers import initialization as init
@@ -22,6 +21,7 @@ from transformers.modeling_outputs import MoeCausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
 from transformers.utils import ModelOutput
 
+from icml25_shared.validate import check_finite
 from mohd.config import MoHDConfig
 from mohd.fusion import BlockDiagFusion, GroupFusion, MonarchFusion
 from mohd.layer import MoHDDecoderLayer, MoHDSublayer

@@ -114,9 +114,7 @@ class SubDimRouter(nn.Module):
             logits, probs = logits[:, ns:], probs[:, ns:]
         top, idx = stable_topk(probs, self.num_routed)
         gate_values = routed_gates(top, self.gate_norm, self.num_specialized)
-        gates = torch.cat(
-            [h.new_ones(m, ns), h.new_zeros(m, self.num_specialized).scatter(1, idx, gate_values)], dim=1
-        )
+        gates = torch.cat([h.new_ones(m, ns), h.new_zeros(m, self.num_specialized).scatter(1, idx, gate_values)], dim=1)
         aux = load_balancing_loss(probs, idx, self.num_specialized, sync=self.aux_loss_sync)
         return Routing(gates, idx + ns, gate_values, logits, aux)
 

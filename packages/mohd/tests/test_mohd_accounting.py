@@ -1,0 +1,117 @@
+"""Parameter accounting against numel() (total), against the entries a one-token forward touches (active, counted
+by hooks), and the exact ratios of the paper's two claims."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from mohd_testing import SWITCHES, tiny_llama_config, tiny_mohd
+from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
+
+from mohd import MoHDConfig, MoHDForCausalLM, count_active_parameters
+from mohd.accounting import activated_flops
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@pytest.mark.parametrize("name", list(SWITCHES))
+def test_total_equals_numel(name):
+    model = tiny_mohd(**SWITCHES[name])
+    assert count_active_parameters(model).total == sum(p.numel() for p in model.parameters())
+
+
+def test_total_equals_numel_for_llama_mixtral_and_tied():
+    llama = LlamaForCausalLM(tiny_llama_config())
+    pc = count_active_parameters(llama)
+    assert pc.total == pc.active == sum(p.numel() for p in llama.parameters())
+    mix = MixtralForCausalLM(
+        MixtralConfig(
+            vocab_size=37,
+            hidden_size=24,
+            intermediate_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=10,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+        )
+    )
+    pc = count_active_parameters(mix)
+    assert pc.total == sum(p.numel() for p in mix.parameters())
+    assert pc.projection_total - pc.projection_active == 2 * 2 * 3 * 24 * 16
+    tied = MoHDForCausalLM(MoHDConfig.from_llama(tiny_llama_config(tie_word_embeddings=True), 2, 8, 3, 1))
+    assert count_active_parameters(tied).total == sum(p.numel() for p in tied.parameters())
+
+
+def _touched_by_one_token(model) -> int:
+    """Entries one token touches: projection entries with a non-zero gradient (tensor hooks), every parameter of
+    the other modules that ran (forward hooks), the embedding by convention dense. One earlier token sits in the KV
+    cache (computed without gradient), so that the token's query and key have a gradient (with a single key the
+    attention softmax is constant)."""
+    with torch.no_grad():
+        cache = model(torch.tensor([[5]]), use_cache=True).cache
+    counts: dict[str, int] = {}
+    handles = []
+    for name, p in model.named_parameters():
+        if any(k in name for k in PROJECTIONS):
+            handles.append(p.register_hook(lambda g, n=name: counts.__setitem__(n, int((g != 0).sum()))))
+    ran: set[int] = set()
+    for mod in model.modules():
+        if not any(True for _ in mod.children()):
+            handles.append(mod.register_forward_hook(lambda m, i, o: ran.add(id(m))))
+    ids = torch.tensor([[3]])
+    logits = model(ids, cache=cache).logits
+    (
+        logits * torch.randn(logits.shape, dtype=logits.dtype, generator=torch.Generator().manual_seed(0))
+    ).sum().backward()
+    for h in handles:
+        h.remove()
+    total = sum(counts.values())
+    for mod in model.modules():
+        if hasattr(mod, "alpha") and ran & {id(c) for c in mod.children()}:
+            total += mod.alpha.numel()  # learned scaling of a sublayer whose router/fusion ran
+        if id(mod) not in ran or isinstance(mod, torch.nn.Embedding):
+            continue
+        for name, p in mod.named_parameters(recurse=False):
+            if (
+                name == "weight"
+                and type(mod).__name__ == "Linear"
+                and any(mod is getattr(parent, k, None) for parent in model.modules() for k in PROJECTIONS)
+            ):
+                continue
+            total += p.numel()
+    return total + model.model.embed_tokens.weight.numel()
+
+
+@pytest.mark.parametrize("impl", ["masked", "gather"])
+@pytest.mark.parametrize("name", [n for n in SWITCHES if n != "write_gate"])
+def test_active_equals_entries_touched_by_one_token(name, impl):
+    model = tiny_mohd(seed=1, impl=impl, **SWITCHES[name])
+    assert count_active_parameters(model).active == _touched_by_one_token(model)
+
+
+def test_active_equals_touched_for_llama():
+    llama = LlamaForCausalLM(tiny_llama_config()).double()
+    assert count_active_parameters(llama).active == _touched_by_one_token(llama)
+
+
+def test_exact_ratios_of_the_two_claims():
+    v64 = LlamaConfig(vocab_size=65, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+    pv = count_active_parameters(v64)
+    m64 = count_active_parameters(MoHDConfig.from_llama(v64, 1, 8, 3, 1))
+    m128 = count_active_parameters(MoHDConfig.from_llama(v64, 2, 8, 3, 1))
+    assert (pv.projection_active, m64.projection_active, m128.projection_total) == (81_920, 40_960, 163_840)
+    assert m64.projection_active * 2 == pv.projection_active
+    assert m128.projection_active == pv.projection_active and m128.projection_total == 2 * pv.projection_total
+    m192 = count_active_parameters(MoHDConfig.from_llama(v64, 3, 12, 3, 1))  # the paper's 3x, delta = 1/3
+    assert m192.projection_active == pv.projection_active and m192.projection_total == 3 * pv.projection_total
+
+
+def test_activated_flops_ratio():
+    v = tiny_llama_config(hidden=48)
+    m = MoHDConfig.from_llama(v, 1, 8, 3, 1, fusion="none")
+    fv, fm = activated_flops(v), activated_flops(m)
+    pv, pm = count_active_parameters(v), count_active_parameters(m)
+    assert fv["matmul"] - fm["matmul"] == 2 * (pv.projection_active - pm.projection_active - pm.router)
+    assert activated_flops(v, context=10)["attention"] == 4 * 40 * 10 * 2
