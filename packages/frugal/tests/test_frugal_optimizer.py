@@ -389,8 +389,23 @@ def test_bad_hyperparameters_raise_value_error(kwargs, match):
 def test_numpy_scalars_are_accepted():
     import numpy as np
 
-    opt = FRUGAL(param_groups(_net()), lr=np.float32(1e-3), density=np.float64(0.5), update_gap=np.int64(4))
+    model = _net()
+    opt = FRUGAL(param_groups(model), lr=np.float32(1e-3), density=np.float64(0.5), update_gap=np.int64(4))
     assert opt.param_groups[1]["update_gap"] == 4
+    _train(model, opt, _batches(2))
+    assert opt.memory_report()["state_bytes"] == opt.memory_report()["expected_state_bytes"]
+
+
+@pytest.mark.parametrize("selector", ["svd", "columns", "block"])
+def test_bfloat16_parameters_keep_their_dtype(selector):
+    """bf16 weights: the SVD runs in fp32 and the projector is stored in bf16 (galore-torch's convention)."""
+    model = _net(dtype=torch.bfloat16)
+    opt = FRUGAL(param_groups(model), lr=1e-2, density=0.5, selector=selector)
+    w0 = model.attn.weight.detach().clone()
+    _train(model, opt, _batches(2))
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    assert not torch.equal(model.attn.weight.detach(), w0)
+    assert opt.memory_report()["state_bytes"] == opt.memory_report()["expected_state_bytes"]
 
 
 def test_non_matrix_in_projectable_group_is_rejected_with_its_shape():

@@ -351,6 +351,7 @@ class FRUGAL(torch.optim.Optimizer):
             [],
             steps,
             foreach=group["foreach"],
+            has_complex=any(torch.is_complex(p) for p in params),
             amsgrad=False,
             beta1=beta1,
             beta2=beta2,
