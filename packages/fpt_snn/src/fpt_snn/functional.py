@@ -21,16 +21,22 @@ Layout is spikingjelly's: time first, ``[T, N, *]``; every other axis is an inde
 
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from fpt_snn.config import DENSE_MAX_T, DENSE_MAX_T_CUDA, PATHS, FPTConfig, auto_chunk_size, validate_decay
 from icml25_shared.validate import check_choice, check_int, check_tensor
 
 __all__ = [
+    "clear_cache",
+    "cache_info",
     "lambda_matrix",
     "apply_lambda",
     "lif_reference",
@@ -74,9 +80,55 @@ def lambda_matrix(
     return torch.where(d >= 0, powers, torch.zeros((), dtype=lam.dtype, device=lam.device))
 
 
-@functools.lru_cache(maxsize=64)
+_CACHE_MAX_ENTRIES = 32
+_CACHE_MAX_BYTES = 64 << 20
+_cache: OrderedDict[tuple[int, float, torch.dtype, torch.device], Tensor] = OrderedDict()
+_cache_bytes = 0
+_cache_lock = threading.Lock()
+
+
+def clear_cache() -> None:
+    """Drop every cached leak matrix Λ (they are rebuilt on the next forward)."""
+    global _cache_bytes
+    with _cache_lock:
+        _cache.clear()
+        _cache_bytes = 0
+
+
+def cache_info() -> dict[str, int]:
+    """``{"entries": n, "bytes": b}`` of the leak-matrix cache (at most 32 entries and 64 MiB, least recently used
+    dropped first)."""
+    with _cache_lock:
+        return {"entries": len(_cache), "bytes": _cache_bytes}
+
+
 def _cached_lambda(T: int, decay: float, dtype: torch.dtype, device: torch.device) -> Tensor:
-    return lambda_matrix(T, decay, dtype, device)
+    """Λ for a fixed leak, cached by (T, λ, dtype, device).
+
+    Built with inference mode off and without autograd, so an entry made during ``torch.inference_mode()`` (a
+    validation pass) is an ordinary tensor that a later training step may save for backward; a normal tensor is
+    also usable inside inference mode, so one entry serves both.
+    """
+    global _cache_bytes
+    key = (T, decay, dtype, torch.device(device))
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    with torch.inference_mode(False), torch.no_grad():
+        mat = lambda_matrix(T, decay, dtype, device)
+    size = mat.numel() * mat.element_size()
+    if size > _CACHE_MAX_BYTES:
+        return mat
+    with _cache_lock:
+        if key not in _cache:
+            _cache[key] = mat
+            _cache_bytes += size
+        while len(_cache) > _CACHE_MAX_ENTRIES or _cache_bytes > _CACHE_MAX_BYTES:
+            _, old = _cache.popitem(last=False)
+            _cache_bytes -= old.numel() * old.element_size()
+    return mat
 
 
 def _leak_matrix(T: int, decay: float | Tensor, like: Tensor) -> Tensor:
@@ -113,6 +165,41 @@ def _chunked_lambda(y: Tensor, decay: float | Tensor, block: int) -> Tensor:
     return out[:T] if pad else out
 
 
+def _scan_lambda(y: Tensor, decay: float, *, reverse: bool = False, impl: str = "auto") -> Tensor:
+    """Λ·y (or Λᵀ·y with ``reverse``) as the recurrence u[t] = λ u[t-1] + y[t], one time step after the other.
+
+    CUDA tensors go to the shared Triton kernel (``icml25_shared.kernels.linear_scan``) under ``impl="auto"``; on CPU
+    it is one in-place axpy per step over all M columns (memory-bound: T·M numbers read and written once).
+    """
+    T = y.shape[0]
+    if impl == "triton" or (impl == "auto" and y.is_cuda):
+        from icml25_shared.kernels import linear_scan
+
+        if reverse:
+            return linear_scan(y.flip(0), float(decay), impl=impl).flip(0)
+        return linear_scan(y, float(decay), impl=impl)
+    out = y.clone(memory_format=torch.contiguous_format)
+    if reverse:  # (Λᵀ y)[t] = y[t] + λ (Λᵀ y)[t+1]
+        for t in range(T - 2, -1, -1):
+            out[t].add_(out[t + 1], alpha=decay)
+    else:
+        for t in range(1, T):
+            out[t].add_(out[t - 1], alpha=decay)
+    return out
+
+
+def _apply_path(y: Tensor, decay: float, path: str, block: int, *, reverse: bool = False, impl: str = "auto") -> Tensor:
+    """Λ·y or Λᵀ·y (``reverse``) for a fixed float leak on one of the three concrete paths."""
+    if path == "dense":
+        mat = _leak_matrix(y.shape[0], decay, y)
+        return (mat.t() if reverse else mat) @ y
+    if path == "scan":
+        return _scan_lambda(y, decay, reverse=reverse, impl=impl)
+    if reverse:
+        return _chunked_lambda(y.flip(0), decay, block).flip(0)
+    return _chunked_lambda(y, decay, block)
+
+
 def apply_lambda(
     y: Tensor,
     decay: float | Tensor,
@@ -120,11 +207,15 @@ def apply_lambda(
     path: str = "auto",
     chunk_size: int | None = None,
     kernel: Tensor | None = None,
+    transpose: bool = False,
+    impl: str = "auto",
 ) -> Tensor:
-    """Λ·y for ``y`` of shape [T, M] (the linear recurrence u[t] = λ u[t-1] + y[t], u[-1] = 0).
+    """Λ·y for ``y`` of shape [T, M] (the linear recurrence u[t] = λ u[t-1] + y[t], u[-1] = 0); Λᵀ·y (the same
+    recurrence run backwards in time, the adjoint FPT's backward needs) with ``transpose``.
 
     ``path="dense"``: one T×T GEMM (best on GPU and for small T); ``"chunked"``: the blocked scan of
-    :func:`_chunked_lambda`, O(T·chunk_size) work per column; ``"auto"``: see :meth:`FPTConfig.use_dense`.
+    :func:`_chunked_lambda`, O(T·chunk_size) work per column; ``"scan"``: the recurrence step by step (an in-place
+    loop on CPU, the shared Triton kernel on CUDA); ``"auto"``: see :meth:`FPTConfig.resolve_path`.
     ``chunk_size=None`` picks B ≈ √T (a power of 2 in [16, 64]).
     ``kernel``: an explicit T×T matrix used instead of Λ (its lower triangle; the learnable-kernel variant).
     """
@@ -134,12 +225,20 @@ def apply_lambda(
     if kernel is not None:
         if kernel.shape != (T, T):
             raise ValueError(f"kernel must have shape ({T}, {T}) for T={T}, got {tuple(kernel.shape)}")
-        return torch.tril(kernel) @ y
+        mat = torch.tril(kernel)
+        return (mat.t() if transpose else mat) @ y
     check_choice("path", path, PATHS)
     check_int("chunk_size", chunk_size, min=1, allow_none=True)
-    if path == "dense" or (path == "auto" and (T <= DENSE_MAX_T or (y.is_cuda and T <= DENSE_MAX_T_CUDA))):
-        return _leak_matrix(T, decay, y) @ y
-    return _chunked_lambda(y, decay, chunk_size if chunk_size is not None else auto_chunk_size(T))
+    block = chunk_size if chunk_size is not None else auto_chunk_size(T)
+    if isinstance(decay, Tensor):  # a learnable leak: differentiable dense or chunked products
+        dense = path == "dense" or (path == "auto" and (T <= DENSE_MAX_T or (y.is_cuda and T <= DENSE_MAX_T_CUDA)))
+        if transpose:
+            y = y.flip(0)
+        out = _leak_matrix(T, decay, y) @ y if dense else _chunked_lambda(y, decay, block)
+        return out.flip(0) if transpose else out
+    decay = validate_decay(decay)
+    concrete = FPTConfig(path=path).resolve_path(T, y.shape[1], y.device)
+    return _apply_path(y, decay, concrete, block, reverse=transpose, impl=impl)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -288,6 +387,226 @@ class FPTInfo(NamedTuple):
     iterations: int
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Everything the fused FPT solve needs besides the input (a fixed float leak, constant threshold, int K)."""
+
+    decay: float
+    scale: float
+    theta: float
+    K: int
+    alphas: tuple[float, ...]
+    hard: bool
+    output: str
+    surrogate: Callable[[Tensor], Tensor] | None
+    exact_sigmoid: bool
+    detach_reset: bool
+    path: str
+    block: int
+    impl: str
+    generator: torch.Generator | None
+
+    def alpha(self, k: int) -> float:
+        return self.alphas[min(k, len(self.alphas) - 1)]
+
+    def apply(self, y: Tensor, reverse: bool = False) -> Tensor:
+        return _apply_path(y, self.decay, self.path, self.block, reverse=reverse, impl=self.impl)
+
+
+def _sigmoid_slope_grad(grad: Tensor, z: Tensor, slope: float) -> Tensor:
+    """grad · slope·σ(slope·z)(1 - σ(slope·z))."""
+    return torch.ops.aten.sigmoid_backward(grad, torch.sigmoid(z * slope)).mul_(slope)
+
+
+def _surrogate_grad(fn: Callable[[Tensor], Tensor], grad: Tensor, z: Tensor) -> Tensor:
+    """grad · fn'(z) for a surrogate spike function: its own backward, whatever surrogate it is."""
+    with torch.enable_grad():
+        zz = z.detach().requires_grad_(True)
+        (dz,) = torch.autograd.grad(fn(zz), zz, grad)
+    return dz
+
+
+def _iterate_spike(p: _Plan, k: int, z: Tensor) -> Tensor:
+    """S^k = f_k(Z^k) of sweep k (0-based), forward only."""
+    if p.hard:
+        return p.surrogate(z) if p.surrogate is not None else (z >= 0).to(z.dtype)
+    return torch.sigmoid(z * p.alpha(k))
+
+
+def _iterate_grad(p: _Plan, k: int, grad: Tensor, z: Tensor) -> Tensor:
+    """grad · f_k'(Z^k): the surrogate's gradient for hard sweeps with a surrogate, else the sigmoid backward of
+    slope α_k (exact) or max(1, α_k/3) (the official flat surrogate)."""
+    if p.hard and p.surrogate is not None:
+        return _surrogate_grad(p.surrogate, grad, z)
+    a = p.alpha(k)
+    return _sigmoid_slope_grad(grad, z, a if p.exact_sigmoid else flat_slope(a))
+
+
+def _sweeps(x: Tensor, p: _Plan, keep: bool) -> tuple[Tensor, Tensor, list[Tensor]]:
+    """The K sweeps (the paper's fixed-point iteration) without autograd: Z^K, S^K and, with ``keep``, every Z^k.
+
+    Z⁰ = scale·Λ X - θ;  Z^k = Z⁰ - θ A S^(k-1) = Z⁰ + θ S^(k-1) - θ Λ S^(k-1)   (A = Λ - I).
+    """
+    z0 = p.apply(x)
+    if p.scale != 1.0:
+        z0.mul_(p.scale)
+    z0.sub_(p.theta)
+    z, s, zs = z0, z0, []
+    for k in range(p.K):
+        if k:
+            z = torch.add(z0, s, alpha=p.theta).sub_(p.apply(s), alpha=p.theta)
+        s = _iterate_spike(p, k, z)
+        if keep:
+            zs.append(z)
+    return z, s, zs
+
+
+def _slopes(p: _Plan, n: int, like: Tensor, *, backward: bool) -> Tensor:
+    """The sigmoid slopes of sweeps 0..n-1 as an [n, 1] column: α_k (forward, or the exact backward) or the
+    official flat max(1, α_k/3) (backward)."""
+    vals = [p.alpha(k) if not backward or p.exact_sigmoid else flat_slope(p.alpha(k)) for k in range(n)]
+    return torch.tensor(vals, dtype=like.dtype, device=like.device).view(n, 1)
+
+
+def _stepwise(x: Tensor, p: _Plan, keep: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The same K sweeps as :func:`_sweeps`, evaluated time step by time step (the CPU "scan" path).
+
+    Row t of every sweep needs only rows < t of the previous one: Z^k_t = Z⁰_t - θλ U^(k-1)_(t-1) with
+    U^k = Λ S^k (since (A S)_t = λ (Λ S)_(t-1)), so one pass over time carries the K running states as one [K, M]
+    block and reads X and writes the output once, instead of K full-tensor scans and elementwise passes.
+    Returns Z^K, S^K and, with ``keep``, every Z^k as a [T, K, M] tensor.
+    """
+    T, M = x.shape
+    lam, theta, K = p.decay, p.theta, p.K
+    z_last = torch.empty_like(x, memory_format=torch.contiguous_format)
+    s_last = torch.empty_like(z_last)
+    z_all = x.new_empty(T, K, M) if keep else None
+    c = x.new_zeros(M)  # (Λ X)_t, unscaled
+    u = x.new_zeros(K, M)  # row k: U^k_(t-1) = (Λ S^k)_(t-1); row 0 stays 0 (S⁰ = 0)
+    z_buf = x.new_empty(K, M)
+    s_buf = x.new_empty(K, M)
+    soft_slopes = None if p.hard else _slopes(p, K, x, backward=False)
+    hard_plain = p.hard and p.surrogate is None
+    decay_u = u[1:]
+    ratio = -theta * lam
+    for t in range(T):
+        torch.add(x[t], c, alpha=lam, out=c)
+        z = z_all[t] if z_all is not None else z_buf
+        torch.mul(u, ratio, out=z)  # -θλ U^(k-1)_(t-1) (the states are stored one row down)
+        z.add_(c, alpha=p.scale).sub_(theta)
+        if soft_slopes is not None:
+            sk = torch.mul(z, soft_slopes, out=s_buf).sigmoid_()
+        elif hard_plain:
+            sk = (z >= 0).to(x.dtype)
+        else:
+            sk = p.surrogate(z)  # type: ignore[misc]
+        if K > 1:
+            decay_u.mul_(lam).add_(sk[: K - 1])
+        z_last[t] = z[K - 1]
+        s_last[t] = sk[K - 1]
+    return z_last, s_last, z_all
+
+
+def _stepwise_backward(x: Tensor, p: _Plan, grad: Tensor) -> Tensor:
+    """The adjoint of :func:`_stepwise`, backwards in time: W^k = Λᵀ G_Z^k carried as K running states,
+    G_Z^(k-1)_t = -θλ W^k_(t+1) ⊙ f'_(k-1)(Z^(k-1)_t), G_X = scale·Λᵀ Σ_k G_Z^k."""
+    T, M = x.shape
+    lam, theta, K = p.decay, p.theta, p.K
+    z_last, _, z_all = _stepwise(x, p, keep=K > 1 and not p.detach_reset)
+    g_last = _output_grad(p, grad, z_last)
+    del z_last
+    gx = torch.empty_like(g_last)
+    q = x.new_zeros(M)
+    if z_all is None:  # no reset path: G_X = scale·Λᵀ G_Z^K
+        for t in range(T - 1, -1, -1):
+            q.mul_(lam).add_(g_last[t])
+            torch.mul(q, p.scale, out=gx[t])
+        return gx
+    zk = z_all[:, : K - 1]
+    slopes = None
+    if p.hard and p.surrogate is not None:  # the surrogate's own backward, once over all sweeps
+        deriv = _surrogate_grad(p.surrogate, torch.ones_like(zk), zk)
+        del z_all, zk
+    else:  # the sigmoid backward row by row, while the row is in cache
+        deriv = zk
+        slopes = _slopes(p, K - 1, x, backward=True)
+    w = x.new_zeros(K - 1, M)  # row j: W^(j+2)_(t+1) = (Λᵀ G_Z^(j+2))_(t+1)
+    gz = x.new_empty(K - 1, M)  # row j: G_Z^(j+1)_t
+    sig = x.new_empty(K - 1, M)
+    w_last = w[K - 2]
+    w_mid = w[: K - 2]
+    ratio = -theta * lam
+    for t in range(T - 1, -1, -1):
+        if slopes is None:
+            torch.mul(w, deriv[t], out=gz).mul_(ratio)  # G_Z^(j+1)_t from W^(j+2)_(t+1), j = 0..K-2
+        else:
+            torch.mul(deriv[t], slopes, out=sig).sigmoid_()
+            torch.ops.aten.sigmoid_backward.grad_input(w, sig, grad_input=gz).mul_(slopes * ratio)
+        q.mul_(lam).add_(g_last[t]).add_(gz.sum(0))
+        if K > 2:
+            w_mid.mul_(lam).add_(gz[1:])
+        w_last.mul_(lam).add_(g_last[t])
+        torch.mul(q, p.scale, out=gx[t])
+    return gx
+
+
+def _output_grad(p: _Plan, grad: Tensor, z_last: Tensor) -> Tensor:
+    """grad · out'(Z^K): the surrogate's gradient for a Heaviside output with a surrogate, else that of S^K (the
+    hard iterate, the soft output, or the straight-through Heaviside / Bernoulli of the soft probability)."""
+    if p.output == "heaviside" and not p.hard and p.surrogate is not None:
+        return _surrogate_grad(p.surrogate, grad, z_last)
+    return _iterate_grad(p, p.K - 1, grad, z_last)
+
+
+def _is_stepwise(x: Tensor, p: _Plan) -> bool:
+    return p.path == "scan" and not x.is_cuda and p.impl != "triton"
+
+
+class _FPTSolve(torch.autograd.Function):
+    """The whole K-sweep solve as one autograd node that saves only its input.
+
+    Backward recomputes the K pre-activations Z^k from X (K Λ-products) and runs the adjoint sweep:
+    G_Z^K = g·out'(Z^K);  G_Z^(k-1) = f'_(k-1)(Z^(k-1)) ⊙ θ(G_Z^k - Λᵀ G_Z^k);  G_X = scale·Λᵀ Σ_k G_Z^k.
+    Between forward and backward nothing but a reference to X is held (autograd through the loop kept ~(K+2)·T·M
+    numbers per layer).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, p: _Plan) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        z, s, _ = (_stepwise if _is_stepwise(x, p) else _sweeps)(x, p, keep=False)
+        if p.hard or p.output == "soft":
+            spikes = s
+        elif p.output == "heaviside":
+            spikes = p.surrogate(z) if p.surrogate is not None else (z >= 0).to(z.dtype)
+        else:  # bernoulli: a sample of the last soft iterate
+            u = torch.rand(s.shape, dtype=s.dtype, device=s.device, generator=p.generator)
+            spikes = (u < s).to(s.dtype)
+        ctx.save_for_backward(x)
+        ctx.plan = p
+        ctx.mark_non_differentiable(z)
+        return spikes, z
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor, _grad_z: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        p: _Plan = ctx.plan
+        if _is_stepwise(x, p):
+            return _stepwise_backward(x, p, grad), None
+        _, _, zs = _sweeps(x, p, keep=True)
+        last = p.K - 1
+        g_z = _output_grad(p, grad, zs[last])
+        g_c = g_z
+        if not p.detach_reset:
+            for k in range(last, 0, -1):
+                zs[k] = None  # type: ignore[call-overload]
+                g_s = torch.sub(g_z, p.apply(g_z, reverse=True)).mul_(p.theta)  # -θ Aᵀ G_Z^k
+                g_z = _iterate_grad(p, k - 1, g_s, zs[k - 1])
+                g_c = g_c + g_z if k == last else g_c.add_(g_z)
+        g_x = p.apply(g_c, reverse=True)
+        return (g_x.mul_(p.scale) if p.scale != 1.0 else g_x), None
+
+
 def fpt_iterate(
     x: Tensor,
     cfg: FPTConfig,
@@ -306,11 +625,54 @@ def fpt_iterate(
     ``bias`` (shape [T, 1]) replaces the constant -θ of the pre-activation (the learnable-kernel/PSN variant);
     ``output`` overrides ``cfg.output`` (the module uses it for its eval behaviour). The :class:`FPTInfo` is
     computed only when ``need_info`` (otherwise ``None``).
+
+    A fixed leak with an int K runs the fused solve (:class:`_FPTSolve`: input-only saved activations, Λ·Y on the
+    path of :meth:`FPTConfig.resolve_path`); learnable leaks or kernels and ``K="auto"`` run through autograd.
     """
+    out_kind = cfg.output if output is None else output
+    if out_kind not in ("bernoulli", "heaviside", "soft"):
+        raise ValueError(f"output must be 'bernoulli', 'heaviside' or 'soft', got {out_kind!r}")
+    if isinstance(decay, Tensor) or kernel is not None or bias is not None or cfg.K == "auto":
+        return _fpt_autograd(x, cfg, decay, kernel, bias, out_kind, generator, need_info)
+    T, M = x.shape
+    plan = _Plan(
+        decay=float(cfg.leak if decay is None else decay),
+        scale=cfg.input_scale,
+        theta=cfg.v_threshold,
+        K=int(cfg.K),
+        alphas=cfg.alpha_schedule,  # type: ignore[arg-type]
+        hard=cfg.mode == "hard",
+        output=out_kind,
+        surrogate=cfg.surrogate_function,
+        exact_sigmoid=cfg.surrogate_backward == "sigmoid",
+        detach_reset=cfg.detach_reset,
+        path=cfg.resolve_path(T, M, x.device),
+        block=cfg.block(T),
+        impl=cfg.impl,
+        generator=generator,
+    )
+    spikes, z = _FPTSolve.apply(x, plan)
+    if not need_info:
+        return spikes, None
+    h = z + plan.theta  # the charge H^K = C - θ A S^(K-1)
+    return spikes, FPTInfo(h, h - plan.theta * spikes.detach(), plan.K)
+
+
+def _fpt_autograd(
+    x: Tensor,
+    cfg: FPTConfig,
+    decay: float | Tensor | None,
+    kernel: Tensor | None,
+    bias: Tensor | None,
+    out_kind: str,
+    generator: torch.Generator | None,
+    need_info: bool,
+) -> tuple[Tensor, FPTInfo | None]:
+    """The K sweeps through autograd: learnable leak (``decay`` a tensor), learnable kernel and bias, ``K="auto"``."""
     T = x.shape[0]
     lam = cfg.leak if decay is None else decay
     theta = cfg.v_threshold
-    out_kind = cfg.output if output is None else output
+    sg = cfg.surrogate_function
     if cfg.decay_input and isinstance(lam, Tensor):
         x = x * (1.0 - lam)
         scale = 1.0
@@ -345,7 +707,10 @@ def fpt_iterate(
             else:  # Z^k = Z⁰ + θ S - θ Λ S
                 z = torch.add(z0, s_r, alpha=theta).sub_(_chunked_lambda(s_r, lam, block), alpha=theta)
         alpha = cfg.alpha(k)
-        s_new = hard_spike(z, alpha, cfg.surrogate_backward) if hard else soft_spike(z, alpha, cfg.surrogate_backward)
+        if hard:
+            s_new = sg(z) if sg is not None else hard_spike(z, alpha, cfg.surrogate_backward)
+        else:
+            s_new = soft_spike(z, alpha, cfg.surrogate_backward)
         iterations = k + 1
         if cfg.K == "auto" and torch.equal(s_new, s if s is not None else torch.zeros_like(s_new)):
             s = s_new  # a hard fixed point is the LIF solution
@@ -355,12 +720,10 @@ def fpt_iterate(
     if hard or out_kind == "soft":
         spikes = s
     elif out_kind == "heaviside":
-        spikes = straight_through(s, (z >= 0).to(z.dtype))
-    elif out_kind == "bernoulli":
+        spikes = sg(z) if sg is not None else straight_through(s, (z >= 0).to(z.dtype))
+    else:
         u = torch.rand(s.shape, dtype=s.dtype, device=s.device, generator=generator)
         spikes = straight_through(s, (u < s.detach()).to(s.dtype))
-    else:
-        raise ValueError(f"output must be 'bernoulli', 'heaviside' or 'soft', got {out_kind!r}")
     if not need_info:
         return spikes, None
     h = z - offset  # the charge H^K = C - θ A S^(K-1)
@@ -379,9 +742,11 @@ def fpt_lif(
     mode: str = "soft",
     output: str = "heaviside",
     surrogate_backward: str = "flat_sigmoid",
+    surrogate_function: Callable[[Tensor], Tensor] | None = None,
     detach_reset: bool = False,
     path: str = "auto",
     chunk_size: int | None = None,
+    impl: str = "auto",
     generator: torch.Generator | None = None,
     return_info: bool = False,
 ) -> Tensor | tuple[Tensor, FPTInfo]:
@@ -394,12 +759,16 @@ def fpt_lif(
         alpha_schedule: sigmoid slopes of the soft iterates, one per iteration or one for all; ``None`` is the
             official (2, 6, 12) (cut or extended to K, see :class:`~fpt_snn.config.FPTConfig`).
         mode: ``"soft"`` (σ(α_k·) iterates, official) or ``"hard"`` (Θ iterates, prefix-exact; K = T is exact).
-        output: ``"heaviside"`` (deterministic Θ of the last pre-activation, straight-through gradient; the default
-            here), ``"bernoulli"`` (the official training output: a sample with straight-through gradient) or
-            ``"soft"`` (the probability itself). Hard mode needs ``"heaviside"``.
+        output: ``"heaviside"`` (deterministic Θ of the last pre-activation; the default here and in
+            :class:`fpt_snn.FPTLIFNode`), ``"bernoulli"`` (the official training output: a sample with
+            straight-through gradient) or ``"soft"`` (the probability itself). Hard mode needs ``"heaviside"``.
         surrogate_backward: ``"flat_sigmoid"`` (official) or ``"sigmoid"`` (exact derivative).
+        surrogate_function: a spikingjelly surrogate (e.g. ``surrogate.ATan()``): the spike function of the hard
+            sweeps and of the Heaviside output, forward its spike, backward its gradient; ``None``: sigmoid surrogates
+            as ``surrogate_backward`` says.
         detach_reset: no gradient through the reset term A·S.
-        path: ``"auto"``, ``"dense"`` (T×T GEMM) or ``"chunked"`` (blocked scan); ``chunk_size`` its block.
+        path: ``"auto"``, ``"dense"`` (T×T GEMM), ``"chunked"`` (blocked GEMMs; ``chunk_size`` its block) or
+            ``"scan"`` (the recurrence step by step); ``impl`` the scan's kernel on CUDA (``"auto"``: Triton).
         generator: RNG of the Bernoulli output.
         return_info: also return :class:`FPTInfo` (membrane and iteration count).
 
@@ -417,9 +786,11 @@ def fpt_lif(
         mode=mode,
         output=output,
         surrogate_backward=surrogate_backward,
+        surrogate_function=surrogate_function,
         detach_reset=detach_reset,
         path=path,
         chunk_size=chunk_size,
+        impl=impl,
     )
     shape = x_seq.shape
     spikes, info = fpt_iterate(x_seq.reshape(shape[0], -1), cfg, generator=generator, need_info=return_info)
