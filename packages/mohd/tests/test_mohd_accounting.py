@@ -4,14 +4,11 @@ by hooks), and the exact ratios of the paper's two claims."""
 from __future__ import annotations
 
 import pytest
-import torch
 from mohd_testing import SWITCHES, tiny_llama_config, tiny_mohd
 from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
 from mohd import MoHDConfig, MoHDForCausalLM, count_active_parameters
-from mohd.accounting import activated_flops
-
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from mohd.accounting import activated_flops, count_touched_parameters
 
 
 @pytest.mark.parametrize("name", list(SWITCHES))
@@ -44,56 +41,17 @@ def test_total_equals_numel_for_llama_mixtral_and_tied():
     assert count_active_parameters(tied).total == sum(p.numel() for p in tied.parameters())
 
 
-def _touched_by_one_token(model) -> int:
-    """Entries one token touches: projection entries with a non-zero gradient (tensor hooks), every parameter of
-    the other modules that ran (forward hooks), the embedding by convention dense. One earlier token sits in the KV
-    cache (computed without gradient), so that the token's query and key have a gradient (with a single key the
-    attention softmax is constant)."""
-    with torch.no_grad():
-        cache = model(torch.tensor([[5]]), use_cache=True).cache
-    counts: dict[str, int] = {}
-    handles = []
-    for name, p in model.named_parameters():
-        if any(k in name for k in PROJECTIONS):
-            handles.append(p.register_hook(lambda g, n=name: counts.__setitem__(n, int((g != 0).sum()))))
-    ran: set[int] = set()
-    for mod in model.modules():
-        if not any(True for _ in mod.children()):
-            handles.append(mod.register_forward_hook(lambda m, i, o: ran.add(id(m))))
-    ids = torch.tensor([[3]])
-    logits = model(ids, cache=cache).logits
-    (
-        logits * torch.randn(logits.shape, dtype=logits.dtype, generator=torch.Generator().manual_seed(0))
-    ).sum().backward()
-    for h in handles:
-        h.remove()
-    total = sum(counts.values())
-    for mod in model.modules():
-        if hasattr(mod, "alpha") and ran & {id(c) for c in mod.children()}:
-            total += mod.alpha.numel()  # learned scaling of a sublayer whose router/fusion ran
-        if id(mod) not in ran or isinstance(mod, torch.nn.Embedding):
-            continue
-        for name, p in mod.named_parameters(recurse=False):
-            if (
-                name == "weight"
-                and type(mod).__name__ == "Linear"
-                and any(mod is getattr(parent, k, None) for parent in model.modules() for k in PROJECTIONS)
-            ):
-                continue
-            total += p.numel()
-    return total + model.model.embed_tokens.weight.numel()
-
-
 @pytest.mark.parametrize("impl", ["masked", "gather"])
 @pytest.mark.parametrize("name", [n for n in SWITCHES if n != "write_gate"])
 def test_active_equals_entries_touched_by_one_token(name, impl):
     model = tiny_mohd(seed=1, impl=impl, **SWITCHES[name])
-    assert count_active_parameters(model).active == _touched_by_one_token(model)
+    pc, touched = count_active_parameters(model), count_touched_parameters(model)
+    assert (touched["projection"], touched["active"]) == (pc.projection_active, pc.active)
 
 
 def test_active_equals_touched_for_llama():
     llama = LlamaForCausalLM(tiny_llama_config()).double()
-    assert count_active_parameters(llama).active == _touched_by_one_token(llama)
+    assert count_active_parameters(llama).active == count_touched_parameters(llama)["active"]
 
 
 def test_exact_ratios_of_the_two_claims():

@@ -6,7 +6,7 @@ Importing ``mohd`` registers ``MoHDConfig`` (``model_type="mohd"``) with ``AutoC
 
 from importlib.metadata import version as _version
 
-from mohd.accounting import ParamCount, activated_flops, count_active_parameters
+from mohd.accounting import ParamCount, activated_flops, count_active_parameters, count_touched_parameters
 from mohd.config import MoHDConfig
 from mohd.fusion import BlockDiagFusion, GroupFusion, MonarchFusion
 from mohd.layer import MoHDAttention, MoHDDecoderLayer, MoHDFeedForward, MoHDMLP, MoHDSublayer
@@ -29,6 +29,7 @@ __all__ = [
     "load_balancing_loss",
     "count_active_parameters",
     "activated_flops",
+    "count_touched_parameters",
     "ParamCount",
     "MonarchFusion",
     "GroupFusion",

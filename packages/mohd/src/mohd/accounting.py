@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
 from transformers import LlamaConfig, MixtralConfig, PretrainedConfig, PreTrainedModel
 
 from mohd.config import MoHDConfig
 
-__all__ = ["ParamCount", "count_active_parameters", "activated_flops"]
+__all__ = ["ParamCount", "count_active_parameters", "count_touched_parameters", "activated_flops"]
 
 
 @dataclass(frozen=True)
@@ -151,3 +152,52 @@ def activated_flops(model_or_config: PreTrainedModel | PretrainedConfig, context
     matmul = 2 * (pc.projection_active + pc.router + pc.fusion + head)
     attention = 4 * a * context * layers
     return {"matmul": matmul, "attention": attention, "total": matmul + attention}
+
+
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def count_touched_parameters(model: PreTrainedModel, token: int = 3, prefix_token: int = 5) -> dict[str, int]:
+    """Measure, rather than compute, the parameters one token activates: a forward and backward of ``token`` after
+    one cached ``prefix_token`` (so that the token's query and key get a gradient), counting
+
+    - ``projection``: projection entries with a non-zero gradient (tensor hooks; inactive columns and rows of a
+      MoHD projection get exactly zero, every entry of a dense one a non-zero value almost surely),
+    - ``dense``: every parameter of the other leaf modules that ran (forward hooks: routers, fusion, norms, LM head,
+      learned scaling), plus the embedding counted as dense (V x H) by convention.
+
+    The independent check of :func:`count_active_parameters`: ``projection == projection_active`` and
+    ``projection + dense == active`` (for MoHD with ``write_gate=False``; MoE routers that skip experts are counted
+    by the experts' gradients).
+    """
+    device = next(model.parameters()).device
+    counts: dict[str, int] = {}
+    handles: list[Any] = []
+    projection_ids: set[int] = set()
+    for name, mod in model.named_modules():
+        if name.rsplit(".", 1)[-1] in _PROJECTIONS:
+            projection_ids.add(id(mod))
+            handles.append(mod.weight.register_hook(lambda g, n=name: counts.__setitem__(n, int((g != 0).sum()))))
+    ran: set[int] = set()
+    for mod in model.modules():
+        if next(mod.children(), None) is None:
+            handles.append(mod.register_forward_hook(lambda m, i, o: ran.add(id(m))))
+    try:
+        with torch.no_grad():
+            cache = model(torch.tensor([[prefix_token]], device=device), use_cache=True).cache
+        logits = model(torch.tensor([[token]], device=device), cache=cache, use_cache=True).logits
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        weights = torch.randn(logits.shape, generator=gen, dtype=torch.float64).to(device=device, dtype=logits.dtype)
+        (logits * weights).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    dense = 0
+    for mod in model.modules():
+        if hasattr(mod, "alpha") and ran & {id(c) for c in mod.children()}:
+            dense += mod.alpha.numel()  # learned scaling of a sublayer whose router / fusion ran
+        if id(mod) in ran and id(mod) not in projection_ids:
+            dense += sum(p.numel() for p in mod.parameters(recurse=False))
+    model.zero_grad(set_to_none=True)
+    projection = sum(counts.values())
+    return {"projection": projection, "dense": dense, "active": projection + dense}
