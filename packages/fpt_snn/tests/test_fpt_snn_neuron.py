@@ -27,12 +27,14 @@ def test_hard_K_equals_T_matches_spikingjelly_lifnode(decay_input, theta, path):
     x = _x(T, seed=1) * (2.5 if decay_input else 1.0)
     lif = neuron.LIFNode(tau=3.0, decay_input=decay_input, v_threshold=theta, v_reset=None, step_mode="m")
     node = FPTLIFNode(
-        T, tau=3.0, decay_input=decay_input, v_threshold=theta, K=T, mode="hard", output="heaviside", path=path
+        T=T, tau=3.0, decay_input=decay_input, v_threshold=theta, K=T, mode="hard", output="heaviside", path=path
     )
     ref = lif(x)
     assert ref.mean() > 0.05
     assert torch.equal(node(x), ref)
-    auto = FPTLIFNode(T, tau=3.0, decay_input=decay_input, v_threshold=theta, K="auto", mode="hard", output="heaviside")
+    auto = FPTLIFNode(
+        T=T, tau=3.0, decay_input=decay_input, v_threshold=theta, K="auto", mode="hard", output="heaviside"
+    )
     assert torch.equal(auto(x), ref)
 
 
@@ -40,7 +42,7 @@ def test_K1_learnable_kernel_equals_psn():
     T = 12
     torch.manual_seed(0)
     psn = neuron.PSN(T, surrogate_function=surrogate.ATan())
-    node = FPTLIFNode(T, K=1, mode="hard", output="heaviside", learnable_kernel=True)
+    node = FPTLIFNode(T=T, decay_input=False, K=1, mode="hard", output="heaviside", learnable_kernel=True)
     with torch.no_grad():
         w = torch.randn(T, T)
         node.weight.copy_(w)
@@ -54,27 +56,27 @@ def test_K1_learnable_kernel_equals_psn():
 def test_learnable_kernel_initialised_to_lif():
     T = 10
     x = _x(T, seed=3, dtype=torch.float32)
-    fixed = FPTLIFNode(T, K=3, mode="hard", output="heaviside")
-    learn = FPTLIFNode(T, K=3, mode="hard", output="heaviside", learnable_kernel=True)
+    fixed = FPTLIFNode(T=T, decay_input=False, K=3, mode="hard", output="heaviside")
+    learn = FPTLIFNode(T=T, decay_input=False, K=3, mode="hard", output="heaviside", learnable_kernel=True)
     assert torch.equal(fixed(x), learn(x))
     learn(x).sum().backward()
     assert learn.weight.grad is not None and learn.weight.grad.triu(1).abs().sum() == 0  # causal
 
 
 def test_learnable_decay_trains_and_starts_at_tau():
-    node = FPTLIFNode(8, tau=4.0, learnable_decay=True, output="soft")
+    node = FPTLIFNode(T=8, decay_input=False, tau=4.0, learnable_decay=True, output="soft")
     assert abs(node.tau - 4.0) < 1e-5
     node(_x(8, dtype=torch.float32)).sum().backward()
     assert node.decay_logit.grad is not None and node.decay_logit.grad != 0
 
 
 def test_eval_is_deterministic_and_train_is_bernoulli():
-    node = FPTLIFNode(8)
+    node = FPTLIFNode(T=8, decay_input=False, output="bernoulli")
     x = _x(8, N=256, dtype=torch.float32)
     node.eval()
     a, b = node(x), node(x)
     assert torch.equal(a, b)
-    soft = FPTLIFNode(8, output="soft").eval()
+    soft = FPTLIFNode(T=8, decay_input=False, output="soft").eval()
     soft.eval_output = "soft"
     assert torch.equal(a, (soft(x) >= 0.5).float())
     node.train()
@@ -86,7 +88,7 @@ def test_eval_is_deterministic_and_train_is_bernoulli():
 
 
 def test_step_mode_reset_detach():
-    net = torch.nn.Sequential(layer.Linear(5, 7, step_mode="m"), FPTLIFNode(6))
+    net = torch.nn.Sequential(layer.Linear(5, 7, step_mode="m"), FPTLIFNode(T=6, decay_input=False))
     with pytest.raises(ValueError, match="step_mode='m'"):
         functional.set_step_mode(net, "s")
     functional.set_step_mode(net, "m")
@@ -94,7 +96,7 @@ def test_step_mode_reset_detach():
     functional.detach_net(net)
     assert net(_x(6, dtype=torch.float32)).shape == (6, 64, 7)
     with pytest.raises(ValueError, match="step_mode"):
-        FPTLIFNode(6, step_mode="s")
+        FPTLIFNode(T=6, decay_input=False, step_mode="s")
 
 
 def _net(T: int) -> torch.nn.Sequential:
@@ -136,49 +138,52 @@ def test_convert_refuses_hard_reset_and_single_step():
     single = torch.nn.Sequential(neuron.LIFNode(tau=2.0, v_reset=None))
     with pytest.raises(ValueError, match="step_mode"):
         convert_lif_to_fpt(single, T=4)
-    kern = torch.nn.Sequential(FPTLIFNode(4, learnable_kernel=True))
+    kern = torch.nn.Sequential(FPTLIFNode(T=4, decay_input=False, learnable_kernel=True))
     with pytest.raises(ValueError, match="learnable kernel"):
         convert_fpt_to_lif(kern)
 
 
 def test_state_dict_round_trip():
-    a = FPTLIFNode(8, learnable_kernel=True)
+    a = FPTLIFNode(T=8, decay_input=False, learnable_kernel=True)
     with torch.no_grad():
         a.weight.add_(torch.randn(8, 8) * 0.1)
     buf = io.BytesIO()
     torch.save(a.state_dict(), buf)
     buf.seek(0)
-    b = FPTLIFNode(8, learnable_kernel=True)
+    b = FPTLIFNode(T=8, decay_input=False, learnable_kernel=True)
     b.load_state_dict(torch.load(buf))
     x = _x(8, dtype=torch.float32)
     assert torch.equal(a.eval()(x), b.eval()(x))
-    c, d = FPTLIFNode(8, learnable_decay=True, tau=3.0), FPTLIFNode(8, learnable_decay=True)
+    c, d = (
+        FPTLIFNode(T=8, decay_input=False, learnable_decay=True, tau=3.0),
+        FPTLIFNode(T=8, decay_input=False, learnable_decay=True),
+    )
     d.load_state_dict(c.state_dict())
     assert d.tau == pytest.approx(3.0)
-    assert FPTLIFNode(8).state_dict() == {}
+    assert FPTLIFNode(T=8, decay_input=False).state_dict() == {}
 
 
 def test_bad_node_arguments_and_inputs():
     with pytest.raises(ValueError, match="tau"):
-        FPTLIFNode(8, tau=1.0)
+        FPTLIFNode(T=8, decay_input=False, tau=1.0)
     with pytest.raises(ValueError, match="K must"):
-        FPTLIFNode(8, K=0)
+        FPTLIFNode(T=8, decay_input=False, K=0)
     with pytest.raises(ValueError, match="alpha_schedule"):
-        FPTLIFNode(8, alpha_schedule=(1.0, 0.0, 2.0))
+        FPTLIFNode(T=8, decay_input=False, alpha_schedule=(1.0, 0.0, 2.0))
     with pytest.raises(ValueError, match="T must"):
-        FPTLIFNode(0)
+        FPTLIFNode(T=0, decay_input=False)
     with pytest.raises(ValueError, match="exclusive"):
-        FPTLIFNode(8, learnable_kernel=True, learnable_decay=True)
+        FPTLIFNode(T=8, decay_input=False, learnable_kernel=True, learnable_decay=True)
     with pytest.raises(ValueError, match="dynamic_T"):
-        FPTLIFNode(8, learnable_kernel=True, dynamic_T=True)
-    node = FPTLIFNode(8)
+        FPTLIFNode(T=8, decay_input=False, learnable_kernel=True, dynamic_T=True)
+    node = FPTLIFNode(T=8, decay_input=False)
     with pytest.raises(ValueError, match="T=6"):
         node(torch.randn(6, 3))
     with pytest.raises(ValueError, match="floating"):
         node(torch.ones(8, 3, dtype=torch.int32))
     with pytest.raises(ValueError, match="2 dims"):
         node(torch.randn(8))
-    assert FPTLIFNode(8, dynamic_T=True)(torch.randn(6, 3)).shape == (6, 3)
+    assert FPTLIFNode(T=8, decay_input=False, dynamic_T=True)(torch.randn(6, 3)).shape == (6, 3)
 
 
 def test_training_smoke_digits_loss_falls_like_lif():
@@ -193,7 +198,7 @@ def test_training_smoke_digits_loss_falls_like_lif():
         spiking = (
             neuron.LIFNode(tau=2.0, decay_input=False, v_reset=None, step_mode="m")
             if kind == "lif"
-            else FPTLIFNode(T, tau=2.0, K=3)
+            else FPTLIFNode(T=T, decay_input=False, tau=2.0, K=3, output="bernoulli")
         )
         net = torch.nn.Sequential(layer.Linear(64, 128, step_mode="m"), spiking, layer.Linear(128, 10, step_mode="m"))
         opt = torch.optim.Adam(net.parameters(), lr=3e-3)
@@ -218,7 +223,7 @@ def test_fpt_node_equals_lif_reference_surrogate_training_at_K_equal_T():
     """Hard FPT with K = T has the same forward as the sequential LIF; its gradient is a surrogate too."""
     T = 10
     x = _x(T, seed=9).requires_grad_(True)
-    node = FPTLIFNode(T, K=T, mode="hard", output="heaviside")
+    node = FPTLIFNode(T=T, decay_input=False, K=T, mode="hard", output="heaviside")
     s = node(x)
     assert torch.equal(s, lif_reference(x.detach()))
     s.sum().backward()

@@ -10,7 +10,7 @@ import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from fpt_snn.config import FPTConfig, decay_from_tau, tau_from_decay
-from fpt_snn.functional import fpt_lif, lambda_matrix, lif_reference
+from fpt_snn.functional import cache_info, clear_cache, fpt_lif, lambda_matrix, lif_reference
 
 if TYPE_CHECKING:
     from fpt_snn.convert import convert_fpt_to_lif, convert_lif_to_fpt
@@ -21,6 +21,8 @@ __version__ = importlib.metadata.version("icml25-fpt-snn")
 __all__ = [
     "FPTConfig",
     "FPTLIFNode",
+    "cache_info",
+    "clear_cache",
     "convert_fpt_to_lif",
     "convert_lif_to_fpt",
     "decay_from_tau",
