@@ -132,6 +132,23 @@ def test_reproduce_reduced_writes_claims_plot_and_json(tmp_path):
     assert json.loads(saved.read_text())["claims"][0]["verdict"] in {"holds", "does not hold"}
 
 
+def test_runs_fanned_out_to_processes_equal_sequential_runs():
+    from frugal.experiments import RunSpec, Task, run_many
+
+    small = dataclasses.replace(
+        QUICK, hidden_size=32, num_hidden_layers=1, intermediate_size=88, seq_len=16, batch_size=4, steps=4,
+        update_gap=2, val_batches=1,
+    )  # fmt: skip
+    try:
+        task = Task.build(small)
+    except DataNotFoundError as err:
+        pytest.skip(f"Tiny Shakespeare is not installed (the [data] extra) and we are offline: {err}")
+    specs = [RunSpec("g", "galore", 3e-2), RunSpec("f", "frugal", 1e-2, {"selector": "svd"})]
+    parallel, sequential = run_many(specs, task, workers=2), run_many(specs, task, workers=1)
+    assert [r.val_loss for r in parallel] == [r.val_loss for r in sequential]
+    assert [r.state_bytes for r in parallel] == [r.state_bytes for r in sequential]
+
+
 @pytest.mark.slow
 def test_hf_trainer_drives_frugal_with_a_scheduler(tmp_path, tiny_llama):
     pytest.importorskip("accelerate")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from torch import nn
 
 from frugal.memory import adamw_bytes, llama_matrix_shapes, model_state_bytes
 from frugal.optimizer import FRUGAL, param_groups
+from icml25_shared.device import torch_threads, worker_count
 from icml25_shared.progress import track
 from icml25_shared.report import save_figure, subplots
 from icml25_shared.seed import seed_everything
@@ -50,6 +52,7 @@ __all__ = [
     "galore_groups",
     "llama_memory_table",
     "plot_val_loss",
+    "run_many",
     "state_bytes",
     "tiny_llama_config",
     "train_tiny_llama",
@@ -268,6 +271,29 @@ def train_tiny_llama(spec: RunSpec, task: Task) -> RunResult:
     return RunResult(spec, eval_steps, val, train, state_bytes(opt), state_bytes(opt, min_dim=1), seconds)
 
 
+_TASK: Task | None = None  # the task a forked worker trains on (inherited, not pickled)
+
+
+def _run_in_worker(spec: RunSpec) -> RunResult:
+    with torch_threads(1):
+        return train_tiny_llama(spec, _TASK)  # type: ignore[arg-type]
+
+
+def run_many(specs: list[RunSpec], task: Task, workers: int | None = None) -> list[RunResult]:
+    """``train_tiny_llama`` for every spec, in order; independent runs fan out to ``workers`` forked processes
+    (default :func:`icml25_shared.device.worker_count`, which the ``icml25`` command sets), one torch thread each."""
+    global _TASK
+    n = min(len(specs), worker_count() if workers is None else workers)
+    if n <= 1 or "fork" not in mp.get_all_start_methods():
+        return [train_tiny_llama(s, task) for s in specs]
+    _TASK = task
+    try:
+        with mp.get_context("fork").Pool(n) as pool:
+            return pool.map(_run_in_worker, specs, chunksize=1)
+    finally:
+        _TASK = None
+
+
 def full_runs(task: Task) -> tuple[dict[str, RunResult], dict[str, RunResult], list[RunResult]]:
     """``--full``: lr sweeps of AdamW, GaLore and FRUGAL-SVD (best of each by final validation loss), then at
     FRUGAL's best lr the block selector with and without the state-free update (FRUGAL vs BAdam), ρ = 0, ρ = 0
@@ -278,7 +304,10 @@ def full_runs(task: Task) -> tuple[dict[str, RunResult], dict[str, RunResult], l
         "GaLore": [RunSpec(f"GaLore lr={lr:g}", "galore", lr) for lr in (1e-2, 3e-2)],
         "FRUGAL-SVD": [RunSpec(f"FRUGAL-SVD lr={lr:g}", "frugal", lr, svd) for lr in (3e-3, 1e-2)],
     }
-    swept = {k: [train_tiny_llama(s, task) for s in specs] for k, specs in sweeps.items()}
+    flat = run_many([s for specs in sweeps.values() for s in specs], task)
+    swept, i = {}, 0
+    for k, specs in sweeps.items():
+        swept[k], i = flat[i : i + len(specs)], i + len(specs)
     best = {k: min(runs, key=lambda r: r.val_loss[-1]) for k, runs in swept.items()}
     lr = best["FRUGAL-SVD"].spec.lr
     extra_specs = {
@@ -288,7 +317,7 @@ def full_runs(task: Task) -> tuple[dict[str, RunResult], dict[str, RunResult], l
         "head": RunSpec(f"rho=0, lm_head state-free lr={lr:g}", "frugal", lr, {"density": 0.0, **svd}, True),
         "columns": RunSpec(f"FRUGAL-columns lr={lr:g}", "frugal", lr, {"selector": "columns"}),
     }
-    extra = {k: train_tiny_llama(s, task) for k, s in extra_specs.items()}
+    extra = dict(zip(extra_specs, run_many(list(extra_specs.values()), task), strict=True))
     return best, extra, [r for rs in swept.values() for r in rs] + list(extra.values())
 
 
