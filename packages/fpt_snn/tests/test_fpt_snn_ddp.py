@@ -1,12 +1,14 @@
-"""Scale: the stateless multi-step neuron under torch DDP (2 gloo processes on loopback)."""
+"""Scale: FPTLIFNode, stateless and multi-step, under torch DDP (2 gloo processes on loopback)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fpt_snn.config import FPTConfig
-from fpt_snn.experiments import FPTNeuron, SNNClassifier
+pytest.importorskip("spikingjelly.activation_based")
+from spikingjelly.activation_based import layer
+
+from fpt_snn import FPTLIFNode
 from icml25_shared.distributed import launch
 
 STEPS, B, T = 5, 16, 6
@@ -19,9 +21,20 @@ def _data() -> tuple[torch.Tensor, torch.Tensor]:
     return X, y
 
 
-def _model() -> SNNClassifier:
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            layer.Linear(10, 24, step_mode="m"), FPTLIFNode(decay_input=False, K=3), layer.Linear(24, 3, step_mode="m")
+        )
+
+    def forward(self, x_seq: torch.Tensor) -> torch.Tensor:
+        return self.body(x_seq).mean(0)
+
+
+def _model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return SNNClassifier(10, 24, 3, FPTNeuron(FPTConfig(K=3, output="heaviside"))).double()
+    return _Net().double()
 
 
 def _train(m: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -34,18 +47,37 @@ def _train(m: torch.nn.Module, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor
     return torch.cat([p.detach().flatten() for p in getattr(m, "module", m).parameters()])
 
 
-def _worker(rank: int, world: int) -> torch.Tensor:
+def _bernoulli_twice() -> tuple[torch.Tensor, torch.Tensor]:
+    node = FPTLIFNode(output="bernoulli")
+    x = torch.full((T, 4000), 1.2)
+    torch.manual_seed(123)  # the same global seed on every rank, as DDP scripts do
+    a = node(x)
+    torch.manual_seed(123)
+    return a, node(x)
+
+
+def _worker(rank: int, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     X, y = _data()
     sl = slice(rank * B, (rank + 1) * B)
-    return _train(torch.nn.parallel.DistributedDataParallel(_model()), X[:, sl], y[:, sl])
+    params = _train(torch.nn.parallel.DistributedDataParallel(_model()), X[:, sl], y[:, sl])
+    a, b = _bernoulli_twice()
+    return params, a, b, torch.rand(1)
 
 
 @pytest.mark.slow
-def test_ddp_two_gloo_processes_match_single_process():
-    r0, r1 = launch(_worker, 2, timeout=600)
+def test_ddp_two_gloo_processes_match_single_process_and_sample_per_rank():
+    (r0, a0, b0, g0), (r1, a1, b1, g1) = launch(_worker, 2, timeout=600)
     X, y = _data()
     single = _train(_model(), X, y)
     init = torch.cat([p.detach().flatten() for p in _model().parameters()])
     assert torch.equal(r0, r1)
     assert (r0 - single).abs().max().item() <= 1e-6
     assert (r0 - init).abs().max().item() > 1e-3  # training moved the weights
+    # Bernoulli output: reproducible on each rank, different between ranks, global RNG still in step
+    assert torch.equal(a0, b0) and torch.equal(a1, b1)
+    assert not torch.equal(a0, a1)
+    assert 0.2 < a0.mean().item() < 0.95
+    assert torch.equal(g0, g1)
+    # one process: the global RNG, as before
+    s0, s1 = _bernoulli_twice()
+    assert torch.equal(s0, s1)
