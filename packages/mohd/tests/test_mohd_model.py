@@ -41,8 +41,12 @@ def _set_impl(model, impl):
             sub.impl = impl
 
 
-@pytest.mark.parametrize("name", list(SWITCHES))
-def test_gather_equals_masked_forward_and_gradients(name):
+@pytest.mark.parametrize(
+    ("name", "slots"),
+    [(n, "grouped_gemm") for n in SWITCHES] + [(n, "bmm") for n in ("default", "K2_topk", "output_site", "ffn")],
+)
+def test_gather_equals_masked_forward_and_gradients(name, slots, monkeypatch):
+    monkeypatch.setattr("mohd.layer.GATHER_BMM_MAX_ELEMENTS", 0 if slots == "grouped_gemm" else 1 << 40)
     model = tiny_mohd(seed=3, **SWITCHES[name])
     ids = _ids(3, 9)
     results = {}

@@ -40,6 +40,20 @@ from mohd.routing import Routing, SubDimRouter, dense_routing
 
 __all__ = ["MoHDSublayer", "MoHDAttention", "MoHDMLP", "MoHDFeedForward", "MoHDDecoderLayer"]
 
+GATHER_BMM_MAX_ELEMENTS = 1 << 18
+"""Off CUDA, routed slots whose gathered weight blocks hold at most this many elements (decoding: a few tokens) use
+one ``bmm`` on per-slot weight blocks instead of the grouped GEMM's loop over groups."""
+
+
+def slot_matmul(x: Tensor, weight: Tensor, group: Tensor) -> Tensor:
+    """``y[i] = x[i] @ weight[group[i]]`` for the routed slots: ``x`` (S, d_in), ``weight`` (G, d_in, d_out).
+
+    CUDA, or many slots: ``icml25_shared.kernels.grouped_matmul`` (rows sorted by group; Triton on CUDA). Few slots
+    on CPU: gather each slot's weight block and one batched matmul (no per-group loop)."""
+    if x.is_cuda or x.shape[0] * weight.shape[1] * weight.shape[2] > GATHER_BMM_MAX_ELEMENTS:
+        return grouped_matmul(x, weight, group)
+    return torch.bmm(x.unsqueeze(1), weight[group]).squeeze(1)
+
 
 class MoHDSublayer(nn.Module):
     """Routing, fusion and activation scaling of one sublayer, with the sparse read and write of the projections
@@ -115,7 +129,7 @@ class MoHDSublayer(nn.Module):
             token, group = self._slots(routing)
             x = u.view(m, n, ds)[token, group + ns] * coef.gather(1, routing.index).reshape(-1, 1)
             w_spec = w_all[:, s:].t().reshape(n - ns, ds, -1)  # (N - N_s, d_s, out)
-            out = out + grouped_matmul(x, w_spec, group).view(m, self.num_routed, -1).sum(1)
+            out = out + slot_matmul(x, w_spec, group).view(m, self.num_routed, -1).sum(1)
         return list(out.split([w.shape[0] for w in weights], dim=1))
 
     def sparse_write(self, y: Tensor, routing: Routing, weight: Tensor) -> Tensor:
@@ -135,7 +149,7 @@ class MoHDSublayer(nn.Module):
         if self.num_routed:
             token, group = self._slots(routing)
             w_spec = weight[s:].view(n - ns, ds, -1).transpose(1, 2)  # (N - N_s, inner, d_s)
-            rows = grouped_matmul(y[token], w_spec, group) * wcoef.gather(1, routing.index).reshape(-1, 1)
+            rows = slot_matmul(y[token], w_spec, group) * wcoef.gather(1, routing.index).reshape(-1, 1)
             spec = spec.index_put((token, group), rows)
         return torch.cat([shared, spec], dim=1).view(m, n * ds)
 
@@ -275,10 +289,10 @@ class MoHDFeedForward(nn.Module):
             if sub.num_routed:
                 token, group = sub._slots(routing)
                 w_in = torch.cat([wg[s:].view(n - ns, ds, -1), wu[s:].view(n - ns, ds, -1)], 1).transpose(1, 2)
-                gu = grouped_matmul(u[token], w_in, group)  # (M*K, 2 d_s)
+                gu = slot_matmul(u[token], w_in, group)  # (M*K, 2 d_s)
                 a_slot = self.act_fn(gu[:, :ds]) * gu[:, ds:] * coef.gather(1, routing.index).reshape(-1, 1)
                 w_out = wd[:, s:].t().reshape(n - ns, ds, -1)  # (N - N_s, d_s, H)
-                y = y + grouped_matmul(a_slot, w_out, group).view(m, sub.num_routed, -1).sum(1)
+                y = y + slot_matmul(a_slot, w_out, group).view(m, sub.num_routed, -1).sum(1)
         if sub.fusion_site == "output":
             y = sub.fuse(y)
         return y.view(shape), routing
