@@ -30,7 +30,7 @@ from frugal.experiments import (
     full_runs,
     llama_memory_table,
     plot_val_loss,
-    train_tiny_llama,
+    run_many,
 )
 from icml25_shared.report import Claim, ReproResult
 
@@ -46,9 +46,12 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
         adamw, galore, frugal = best["AdamW"], best["GaLore"], best["FRUGAL-SVD"]
         plotted = [adamw, galore, frugal, *extra.values()]
     else:
-        adamw = train_tiny_llama(RunSpec("AdamW lr=1e-2", "adamw", 1e-2), task)
-        galore = train_tiny_llama(RunSpec("GaLore lr=3e-2 (scale 0.25)", "galore", 3e-2), task)
-        frugal = train_tiny_llama(RunSpec("FRUGAL-SVD lr=1e-2", "frugal", 1e-2, {"selector": "svd"}), task)
+        specs = [
+            RunSpec("AdamW lr=1e-2", "adamw", 1e-2),
+            RunSpec("GaLore lr=3e-2 (scale 0.25)", "galore", 3e-2),
+            RunSpec("FRUGAL-SVD lr=1e-2", "frugal", 1e-2, {"selector": "svd"}),
+        ]
+        adamw, galore, frugal = run_many(specs, task)
         runs = plotted = [adamw, galore, frugal]
 
     la, lg, lf = adamw.val_loss[-1], galore.val_loss[-1], frugal.val_loss[-1]
