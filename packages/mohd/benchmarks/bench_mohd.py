@@ -7,7 +7,7 @@ machine drift hits all alike). Ratios are median times over Llama(H)'s. Usage::
 
     python packages/mohd/benchmarks/bench_mohd.py [--device cpu|cuda] [--size small|large] [--repeats 10]
 
-writes ``benchmarks/results/bench_mohd[_<device>].json`` and the printed table to ``.log`` beside it (the README's
+writes ``benchmarks/results/bench_mohd_<device>_<size>.json`` and the printed table to ``.log`` beside it (the README's
 figures come from there). Not run by pytest.
 """
 
@@ -32,6 +32,7 @@ RESULTS = Path(__file__).parent / "results"
 SIZES = {
     # hidden, layers, heads, head_dim, ffn, batch, seq, prompt, new tokens
     "small": dict(hidden=128, layers=2, heads=4, head_dim=32, ffn=352, batch=8, seq=64, prompt=16, new=32),
+    "medium": dict(hidden=512, layers=2, heads=8, head_dim=64, ffn=1376, batch=4, seq=128, prompt=16, new=32),
     "large": dict(hidden=1024, layers=4, heads=16, head_dim=64, ffn=2816, batch=8, seq=512, prompt=64, new=64),
 }
 
@@ -188,7 +189,7 @@ def main() -> None:
         res = bench(device, size, args.repeats)
     text = _table(res)
     print(text)
-    out = args.out or RESULTS / f"bench_mohd{'' if device.type == 'cpu' else '_' + device.type}.json"
+    out = args.out or RESULTS / f"bench_mohd_{device.type}_{size}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
     out.with_suffix(".log").write_text(text + "\n")

@@ -99,12 +99,14 @@ def quick_models() -> list[ModelSpec]:
 
 
 def full_models() -> list[ModelSpec]:
-    """The full comparison: vanilla 64 / 128, MoHD 128 / 256 at delta 1/2 and 384 at delta 1/3 (the paper's 3x),
-    ablations of M128 and a Mixtral MoE (4 experts, top-1) with the activated parameters of V64."""
+    """The full comparison: vanilla 32 / 64 / 128, MoHD 64 / 128 / 256 at delta 1/2 and 384 at delta 1/3 (the
+    paper's 3x), ablations of M128 and a Mixtral MoE (4 experts, top-1) with the activated parameters of V64."""
     half = {"num_subdims": 8, "num_shared": 3, "num_routed": 1, "impl": CPU_TRAIN_IMPL}
     return [
         ModelSpec("V64", "llama", 64),
+        ModelSpec("V32", "llama", 32),
         ModelSpec("V128", "llama", 128),
+        ModelSpec("M64", "mohd", 64, half),
         ModelSpec("M128", "mohd", 128, half),
         ModelSpec("M256", "mohd", 256, half),
         ModelSpec(
