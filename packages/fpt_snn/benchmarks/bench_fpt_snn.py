@@ -1,19 +1,28 @@
-"""fwd+bwd time and peak memory of one LIF layer: FPT (dense, chunked) vs spikingjelly LIFNode / PSN vs a naive loop.
+"""fwd+bwd time and activation memory of one LIF layer: FPTLIFNode vs spikingjelly's LIFNode, interleaved.
 
-    python packages/fpt_snn/benchmarks/bench_fpt_snn.py                       # the issue's grid (long on CPU)
-    python packages/fpt_snn/benchmarks/bench_fpt_snn.py --T 8 32 128 512 --N 4096 --threads 1 2
+    python packages/fpt_snn/benchmarks/bench_fpt_snn.py                  # the issue's grid, 1 thread
+    python packages/fpt_snn/benchmarks/bench_fpt_snn.py --N 4096 --T 128 512 --paths auto dense chunked scan
 
-Every case is timed interleaved with spikingjelly's multi-step ``LIFNode`` (its hand-written CPU op, or its CUDA
-kernels on a GPU) by ``icml25_shared.bench.compare`` (median of ``--repeats`` fwd+bwd calls after a warm-up, torch
-threads pinned) and reported as the ratio of the two medians. Cases
-whose estimated cost is too large are skipped (``--max-seconds``) and printed as such. JSON goes to ``--out``
-(default ``benchmarks/results/bench_fpt_snn.json`` next to this script, the file the README's table is copied from).
+Each case times ``FPTLIFNode(tau=2, decay_input=False, K=3)`` (soft sweeps, Heaviside output: the defaults) and
+spikingjelly's ``LIFNode(tau=2, decay_input=False, v_reset=None, step_mode="m")`` (its CPU op, or its CUDA kernels
+on a GPU), both as a user calls them: ``node(x).sum().backward()`` on a float32 ``[T, N]`` input that requires grad.
+The pair is timed alternately by ``icml25_shared.bench.compare`` (median of ``--repeats`` after a warm-up, torch
+threads pinned) and reported as the ratio of the two medians (FPT / spikingjelly; < 1: FPT faster).
+
+Activation memory is what autograd keeps between forward and backward: the bytes of the distinct storages packed
+by ``torch.autograd.graph.saved_tensors_hooks`` during one forward (exact, deterministic; CPU RSS deltas are not).
+On CUDA the peak allocator growth of one fwd+bwd (``icml25_shared.bench.peak_memory``) is reported too.
+
+JSON goes to ``--out`` (default ``benchmarks/results/bench_fpt_snn.json`` next to this script) after every case,
+with the load average before and after each case; the README's tables are copied from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 import time
 from collections.abc import Callable
@@ -21,57 +30,62 @@ from pathlib import Path
 
 import torch
 
-from fpt_snn.functional import fpt_lif, lif_reference
-from icml25_shared.bench import compare, measure, peak_memory
-from icml25_shared.device import get_device, synchronize
+from fpt_snn import FPTLIFNode
+from icml25_shared.bench import compare, peak_memory
+from icml25_shared.device import get_device, synchronize, torch_threads
+
+GOALS = {
+    "N=4096, T>=128": "ratio <= 1.0",
+    "N=65536, T=128 (CPU)": "ratio <= 2.0",
+    "activation memory": "FPT <= 2x spikingjelly",
+    "GPU, T>=256": "FPT >= 3x faster than spikingjelly's torch backend (ratio <= 0.33)",
+}
 
 
-def _cases(x: torch.Tensor, T: int) -> dict[str, Callable[[], None]]:
+def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``fn()`` runs its forward."""
+    storages: dict[tuple[int, str], int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        storages[(st.data_ptr(), str(t.device))] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    del out
+    return sum(storages.values())
+
+
+def _cases(x: torch.Tensor, path: str) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
     from spikingjelly.activation_based import functional, neuron
 
     lif = neuron.LIFNode(tau=2.0, decay_input=False, v_reset=None, step_mode="m").to(x.device)
-    psn = neuron.PSN(T).to(x.device)
+    fpt = FPTLIFNode(tau=2.0, decay_input=False, K=3, path=path).to(x.device)
 
-    def sj() -> None:
+    def sj_forward() -> torch.Tensor:
         functional.reset_net(lif)
-        lif(x).sum().backward()
+        return lif(x)
 
-    return {
-        "spikingjelly_lif": sj,
-        "spikingjelly_psn": lambda: psn(x).sum().backward(),
-        "fpt_dense": lambda: fpt_lif(x, K=3, output="heaviside", path="dense").sum().backward(),
-        "fpt_chunked": lambda: fpt_lif(x, K=3, output="heaviside", path="chunked").sum().backward(),
-        "fpt_chunked_bernoulli": lambda: fpt_lif(x, K=3, output="bernoulli", path="chunked").sum().backward(),
-        "naive_loop": lambda: lif_reference(x).sum().backward(),
-    }
+    return sj_forward, lambda: fpt(x)
 
 
-def _estimate(name: str, T: int, N: int, gpu: bool) -> float:
-    """A rough cost in seconds on one CPU core (to skip hopeless cases); GPU cases are never skipped."""
-    if gpu:
-        return 0.0
-    elems = T * N
-    if name in ("fpt_dense", "spikingjelly_psn"):
-        return 4 * 2 * T * elems / 5e9 + elems * 60 / 5e8
-    if name == "naive_loop":
-        return elems * 80 / 5e8 * (1 + N / 32768)
-    return elems * 80 / 5e8
+def _fwd_bwd(forward: Callable[[], torch.Tensor], x: torch.Tensor) -> Callable[[], None]:
+    def run() -> None:
+        forward().sum().backward()
+        x.grad = None
 
-
-def _write(out: Path, dev: torch.device, rows: list[dict]) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"device": str(dev), "torch": torch.__version__, "time": time.strftime("%Y-%m-%d %H:%M:%S")}
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str) + "\n")
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--T", type=int, nargs="+", default=[8, 32, 128, 512, 2048])
     ap.add_argument("--N", type=int, nargs="+", default=[4096, 65536])
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--T", type=int, nargs="+", default=[8, 128, 512, 2048])
+    ap.add_argument("--paths", nargs="+", default=["auto"], choices=["auto", "dense", "chunked", "scan"])
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--max-seconds", type=float, default=5.0, help="skip a case whose estimated time exceeds this")
-    ap.add_argument("--memory", action="store_true", help="also measure peak memory (one extra call per case)")
+    ap.add_argument("--max-elements", type=int, default=2**25, help="skip cases with T*N above this (CPU only)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_fpt_snn.json")
     args = ap.parse_args(argv)
@@ -82,52 +96,69 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     dev = get_device(args.device)
     gpu = dev.type == "cuda"
-    rows = []
-    thread_list = args.threads if not gpu else [torch.get_num_threads()]
-    for threads in thread_list:
-        torch.set_num_threads(threads)
+    meta = {
+        "device": torch.cuda.get_device_name(dev) if gpu else platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "spikingjelly": __import__("importlib.metadata").metadata.version("spikingjelly"),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "repeats": args.repeats,
+        "goals": GOALS,
+    }
+    rows: list[dict] = []
+    with torch_threads(args.threads):
         for N in args.N:
             for T in args.T:
-                x = (torch.randn(T, N, device=dev) + 0.5).requires_grad_(True)
-                cases = _cases(x, T)
-                res: dict[str, float | None] = {}
-                mem: dict[str, int | None] = {}
-                ratio: dict[str, float | None] = {"spikingjelly_lif": 1.0}
-                sj = cases["spikingjelly_lif"]
-                for name, fn in cases.items():
-                    if _estimate(name, T, N, gpu) > args.max_seconds:
-                        res[name] = None
-                        continue
-                    try:
-                        kw = {"warmup": 1, "repeats": args.repeats, "device": dev if gpu else None}
-                        if name == "spikingjelly_lif":
-                            res[name] = measure(fn, **kw).median
-                        else:  # interleaved with the peer, so that machine drift hits both alike
-                            c = compare(sj, fn, names=("spikingjelly_lif", name), **kw)
-                            res[name], ratio[name] = c.b.median, c.ratio
-                        if args.memory:
-                            mem[name] = peak_memory(fn, device=dev if gpu else None)
-                    except RuntimeError as err:  # out of memory on a big case
-                        res[name] = None
-                        print(f"  {name} T={T} N={N}: {err.__class__.__name__}: {str(err)[:80]}", file=sys.stderr)
-                    x.grad = None
-                ref = res.get("spikingjelly_lif")
-                row = {"threads": threads, "N": N, "T": T, "seconds": res, "peak_bytes": mem}
-                row["ratio_to_spikingjelly"] = {k: ratio.get(k) if v else None for k, v in res.items()}
-                naive, chunk = res.get("naive_loop"), res.get("fpt_chunked")
-                row["chunked_speedup_over_naive"] = naive / chunk if naive and chunk else None
-                rows.append(row)
-                cells = "  ".join(
-                    f"{k}={'skip' if v is None else f'{1e3 * v:.1f}ms'}"
-                    + (f"({row['ratio_to_spikingjelly'][k]:.2f}x)" if v and ref else "")
-                    for k, v in res.items()
-                )
-                print(f"threads={threads} N={N} T={T}: {cells}", flush=True)
-                _write(args.out, dev, rows)  # after every row, so an interrupted run keeps what it measured
+                elements = T * N
+                if not gpu and elements > args.max_elements:
+                    print(f"N={N} T={T}: skipped (T*N > --max-elements {args.max_elements})", flush=True)
+                    continue
+                g = torch.Generator().manual_seed(0)
+                x = (torch.randn(T, N, generator=g) + 0.5).to(dev).requires_grad_(True)
+                for path in args.paths:
+                    sj_fwd, fpt_fwd = _cases(x, path)
+                    load_before = os.getloadavg()[0]
+                    cmp = compare(
+                        _fwd_bwd(sj_fwd, x),
+                        _fwd_bwd(fpt_fwd, x),
+                        names=("spikingjelly_lif", f"fpt_{path}"),
+                        warmup=1,
+                        repeats=args.repeats,
+                        device=dev if gpu else None,
+                    )
+                    row = {
+                        "N": N,
+                        "T": T,
+                        "path": path,
+                        "ratio_fpt_over_sj": cmp.ratio,
+                        "sj_ms": 1e3 * cmp.a.median,
+                        "fpt_ms": 1e3 * cmp.b.median,
+                        "timings": cmp.to_dict(),
+                        "saved_bytes_sj": saved_bytes(sj_fwd),
+                        "saved_bytes_fpt": saved_bytes(fpt_fwd),
+                        "input_bytes": x.numel() * x.element_size(),
+                        "load_before": load_before,
+                        "load_after": os.getloadavg()[0],
+                    }
+                    row["memory_ratio_fpt_over_sj"] = row["saved_bytes_fpt"] / max(1, row["saved_bytes_sj"])
+                    if gpu:
+                        row["peak_bytes_sj"] = peak_memory(_fwd_bwd(sj_fwd, x), device=dev)
+                        row["peak_bytes_fpt"] = peak_memory(_fwd_bwd(fpt_fwd, x), device=dev)
+                        synchronize(dev)
+                    rows.append(row)
+                    print(
+                        f"N={N} T={T} path={path}: spikingjelly {row['sj_ms']:.1f} ms, FPT {row['fpt_ms']:.1f} ms, "
+                        f"ratio {cmp.ratio:.2f}x; saved {row['saved_bytes_fpt'] / row['input_bytes']:.2f}x / "
+                        f"{row['saved_bytes_sj'] / row['input_bytes']:.2f}x the input "
+                        f"(load {load_before:.1f} -> {row['load_after']:.1f})",
+                        flush=True,
+                    )
+                    args.out.parent.mkdir(parents=True, exist_ok=True)
+                    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
                 del x
-                if gpu:
-                    synchronize(dev)
-    _write(args.out, dev, rows)
+    meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
 

@@ -88,7 +88,7 @@ def test_hard_K_equals_T_is_exact(decay_input, theta, tau):
     T = 24
     x = _x(T, 300, seed=1) * (3.0 if decay_input else 1.0)
     ref, v_ref = lif_reference(x, tau=tau, decay_input=decay_input, v_threshold=theta, return_membrane=True)
-    for path in ("dense", "chunked"):
+    for path in ("dense", "chunked", "scan"):
         s, info = fpt_lif(
             x, tau=tau, decay_input=decay_input, v_threshold=theta, K=T, mode="hard", path=path, return_info=True
         )
@@ -137,7 +137,7 @@ def test_fidelity_table_lambda_half():
 # ----- gradients -------------------------------------------------------------------------------------------------
 def test_gradcheck_soft_path_exact_sigmoid():
     x = (torch.randn(6, 5, dtype=torch.float64) * 0.5 + 0.8).requires_grad_(True)
-    for path in ("dense", "chunked"):
+    for path in ("dense", "chunked", "scan"):
 
         def f(inp, path=path):
             return fpt_lif(
@@ -256,3 +256,79 @@ def test_bad_inputs():
         fpt_lif(torch.tensor([[float("nan")], [0.0]]))
     with pytest.raises(ValueError, match="torch.Tensor"):
         fpt_lif([[1.0]])
+
+
+# ----- the scan path and the fused solve ----------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["dense", "chunked", "scan"])
+@pytest.mark.parametrize("decay", [0.5, 0.9, 1.0])
+def test_apply_lambda_and_its_transpose(path, decay):
+    y = _x(29, 11, seed=11)
+    L = lambda_matrix(29, decay, torch.float64)
+    assert_close(apply_lambda(y, decay, path=path, chunk_size=8), L @ y, rtol=1e-12, atol=1e-12)
+    assert_close(apply_lambda(y, decay, path=path, chunk_size=8, transpose=True), L.t() @ y, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"mode": "soft", "output": "soft", "surrogate_backward": "sigmoid"},
+        {"mode": "soft", "output": "heaviside", "decay_input": True},
+        {"mode": "soft", "output": "bernoulli", "detach_reset": True},
+        {"mode": "hard", "output": "heaviside", "K": 4, "v_threshold": 0.7},
+        {"mode": "soft", "output": "soft", "K": 1},
+        {"mode": "soft", "output": "soft", "K": 2, "alpha_schedule": (3.0,)},
+    ],
+)
+def test_scan_path_equals_dense_over_column_blocks(kw, monkeypatch):
+    """The CPU scan walks time over column blocks (3 blocks of 7 here) with K running states; its spikes, membrane
+    and input gradient equal the dense Λ-matrix solve."""
+    import fpt_snn.functional as fn
+
+    monkeypatch.setattr(fn, "COLUMN_BLOCK", 7)
+    x = (_x(23, 20, seed=12) * 1.3).requires_grad_(True)
+    w = torch.randn(23, 20, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    res = {}
+    for path in ("dense", "scan"):
+        x.grad = None
+        s, info = fpt_lif(x, path=path, generator=torch.Generator().manual_seed(1), return_info=True, **kw)
+        (s * w).sum().backward()
+        res[path] = (s.detach(), info.v_seq.detach(), x.grad.clone())
+    (sd, vd, gd), (ss, vs, gs) = res["dense"], res["scan"]
+    if kw["output"] == "soft":
+        assert_close(ss, sd, rtol=1e-12, atol=1e-12)
+    else:
+        assert torch.equal(ss, sd)
+    assert_close(vs, vd, rtol=1e-12, atol=1e-12)
+    assert_close(gs, gd, rtol=1e-10, atol=1e-12)
+    assert gd.abs().sum() > 0
+
+
+def test_fused_solve_saves_only_its_input():
+    """Activation memory: the fused solve keeps a reference to its input for backward and nothing else (autograd
+    through the K sweeps kept ~(K+2) tensors of the input's size)."""
+    x = _x(40, 64, seed=14).requires_grad_(True)
+    for path in ("dense", "chunked", "scan"):
+        saved: list[torch.Tensor] = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t, saved=saved: saved.append(t) or t, lambda t: t):
+            out = fpt_lif(x, K=3, path=path)
+        assert len(saved) == 1, path
+        assert saved[0].untyped_storage().data_ptr() == x.untyped_storage().data_ptr(), path
+        out.sum().backward()
+
+
+def test_triton_scan_under_the_interpreter_matches_torch(monkeypatch):
+    """The GPU route (shared Triton linear_scan behind the scan path) on CPU tensors through Triton's interpreter."""
+    from icml25_shared.kernels import triton_available
+
+    if not triton_available():
+        pytest.skip("triton is not installed")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x = (_x(9, 6, seed=15).float() * 1.2).requires_grad_(True)
+    outs = {}
+    for impl in ("torch", "triton"):
+        x.grad = None
+        s = fpt_lif(x, K=3, output="soft", path="scan", impl=impl)
+        s.sum().backward()
+        outs[impl] = (s.detach(), x.grad.clone())
+    assert_close(outs["triton"][0], outs["torch"][0], rtol=1e-5, atol=1e-6)
+    assert_close(outs["triton"][1], outs["torch"][1], rtol=1e-4, atol=1e-5)

@@ -468,6 +468,10 @@ def _slopes(p: _Plan, n: int, like: Tensor, *, backward: bool) -> Tensor:
     return torch.tensor(vals, dtype=like.dtype, device=like.device).view(n, 1)
 
 
+COLUMN_BLOCK = 8192
+"""The CPU scan path walks time over blocks of this many columns, so its running [K, block] states stay in cache."""
+
+
 def _stepwise(x: Tensor, p: _Plan, keep: bool) -> tuple[Tensor, Tensor, Tensor | None]:
     """The same K sweeps as :func:`_sweeps`, evaluated time step by time step (the CPU "scan" path).
 
@@ -477,11 +481,19 @@ def _stepwise(x: Tensor, p: _Plan, keep: bool) -> tuple[Tensor, Tensor, Tensor |
     Returns Z^K, S^K and, with ``keep``, every Z^k as a [T, K, M] tensor.
     """
     T, M = x.shape
-    lam, theta, K = p.decay, p.theta, p.K
     z_last = torch.empty_like(x, memory_format=torch.contiguous_format)
     s_last = torch.empty_like(z_last)
-    z_all = x.new_empty(T, K, M) if keep else None
-    c = x.new_zeros(M)  # (Λ X)_t, unscaled
+    z_all = x.new_empty(T, p.K, M) if keep else None
+    for j in range(0, M, COLUMN_BLOCK):
+        cols = slice(j, min(M, j + COLUMN_BLOCK))
+        _stepwise_columns(x[:, cols], p, z_last[:, cols], s_last[:, cols], None if z_all is None else z_all[..., cols])
+    return z_last, s_last, z_all
+
+
+def _stepwise_columns(x: Tensor, p: _Plan, z_last: Tensor, s_last: Tensor, z_all: Tensor | None) -> None:
+    T, M = x.shape
+    lam, theta, K = p.decay, p.theta, p.K
+    c = x.new_full((M,), -theta)  # Z⁰_t = scale·(Λ X)_t - θ = λ Z⁰_(t-1) + scale·x_t - θ(1 - λ), Z⁰_(-1) = -θ
     u = x.new_zeros(K, M)  # row k: U^k_(t-1) = (Λ S^k)_(t-1); row 0 stays 0 (S⁰ = 0)
     z_buf = x.new_empty(K, M)
     s_buf = x.new_empty(K, M)
@@ -489,65 +501,79 @@ def _stepwise(x: Tensor, p: _Plan, keep: bool) -> tuple[Tensor, Tensor, Tensor |
     hard_plain = p.hard and p.surrogate is None
     decay_u = u[1:]
     ratio = -theta * lam
+    shift = theta * (1.0 - lam)
     for t in range(T):
-        torch.add(x[t], c, alpha=lam, out=c)
+        c.mul_(lam).add_(x[t], alpha=p.scale).sub_(shift)
         z = z_all[t] if z_all is not None else z_buf
-        torch.mul(u, ratio, out=z)  # -θλ U^(k-1)_(t-1) (the states are stored one row down)
-        z.add_(c, alpha=p.scale).sub_(theta)
+        torch.add(c, u, alpha=ratio, out=z)  # Z^k_t = Z⁰_t - θλ U^(k-1)_(t-1) (the states sit one row down)
         if soft_slopes is not None:
             sk = torch.mul(z, soft_slopes, out=s_buf).sigmoid_()
         elif hard_plain:
-            sk = (z >= 0).to(x.dtype)
+            sk = torch.ge(z, 0.0).to(x.dtype)
         else:
             sk = p.surrogate(z)  # type: ignore[misc]
         if K > 1:
-            decay_u.mul_(lam).add_(sk[: K - 1])
-        z_last[t] = z[K - 1]
-        s_last[t] = sk[K - 1]
-    return z_last, s_last, z_all
+            torch.add(sk[: K - 1], decay_u, alpha=lam, out=decay_u)
+        z_last[t].copy_(z[K - 1])
+        s_last[t].copy_(sk[K - 1])
 
 
 def _stepwise_backward(x: Tensor, p: _Plan, grad: Tensor) -> Tensor:
     """The adjoint of :func:`_stepwise`, backwards in time: W^k = Λᵀ G_Z^k carried as K running states,
     G_Z^(k-1)_t = -θλ W^k_(t+1) ⊙ f'_(k-1)(Z^(k-1)_t), G_X = scale·Λᵀ Σ_k G_Z^k."""
     T, M = x.shape
-    lam, theta, K = p.decay, p.theta, p.K
+    K = p.K
     z_last, _, z_all = _stepwise(x, p, keep=K > 1 and not p.detach_reset)
     g_last = _output_grad(p, grad, z_last)
     del z_last
     gx = torch.empty_like(g_last)
-    q = x.new_zeros(M)
-    if z_all is None:  # no reset path: G_X = scale·Λᵀ G_Z^K
-        for t in range(T - 1, -1, -1):
-            q.mul_(lam).add_(g_last[t])
-            torch.mul(q, p.scale, out=gx[t])
-        return gx
-    zk = z_all[:, : K - 1]
-    slopes = None
-    if p.hard and p.surrogate is not None:  # the surrogate's own backward, once over all sweeps
-        deriv = _surrogate_grad(p.surrogate, torch.ones_like(zk), zk)
-        del z_all, zk
-    else:  # the sigmoid backward row by row, while the row is in cache
-        deriv = zk
-        slopes = _slopes(p, K - 1, x, backward=True)
-    w = x.new_zeros(K - 1, M)  # row j: W^(j+2)_(t+1) = (Λᵀ G_Z^(j+2))_(t+1)
-    gz = x.new_empty(K - 1, M)  # row j: G_Z^(j+1)_t
-    sig = x.new_empty(K - 1, M)
-    w_last = w[K - 2]
-    w_mid = w[: K - 2]
-    ratio = -theta * lam
-    for t in range(T - 1, -1, -1):
-        if slopes is None:
-            torch.mul(w, deriv[t], out=gz).mul_(ratio)  # G_Z^(j+1)_t from W^(j+2)_(t+1), j = 0..K-2
-        else:
-            torch.mul(deriv[t], slopes, out=sig).sigmoid_()
-            torch.ops.aten.sigmoid_backward.grad_input(w, sig, grad_input=gz).mul_(slopes * ratio)
-        q.mul_(lam).add_(g_last[t]).add_(gz.sum(0))
-        if K > 2:
-            w_mid.mul_(lam).add_(gz[1:])
-        w_last.mul_(lam).add_(g_last[t])
-        torch.mul(q, p.scale, out=gx[t])
+    deriv, slopes = None, None
+    if z_all is not None:
+        zk = z_all[:, : K - 1]
+        if p.hard and p.surrogate is not None:  # the surrogate's own backward, once over all sweeps
+            deriv = _surrogate_grad(p.surrogate, torch.ones_like(zk), zk)
+        else:  # the sigmoid backward row by row, while the row is in cache
+            deriv = zk
+            slopes = _slopes(p, K - 1, x, backward=True)
+    for j in range(0, M, COLUMN_BLOCK):
+        cols = slice(j, min(M, j + COLUMN_BLOCK))
+        _stepwise_backward_columns(p, g_last[:, cols], None if deriv is None else deriv[..., cols], slopes, gx[:, cols])
     return gx
+
+
+def _stepwise_backward_columns(
+    p: _Plan, g_last: Tensor, deriv: Tensor | None, slopes: Tensor | None, gx: Tensor
+) -> None:
+    T, M = g_last.shape
+    lam, theta, K = p.decay, p.theta, p.K
+    # gx_t = (Λᵀ Σ_k G_Z^k)_t = λ gx_(t+1) + Σ_k G_Z^k_t, accumulated in place; scaled once at the end
+    if deriv is None:  # no reset path: G_X = scale·Λᵀ G_Z^K
+        gx[T - 1].copy_(g_last[T - 1])
+        for t in range(T - 2, -1, -1):
+            torch.add(g_last[t], gx[t + 1], alpha=lam, out=gx[t])
+    else:
+        w = g_last.new_zeros(K - 1, M)  # row j: W^(j+2)_(t+1) = (Λᵀ G_Z^(j+2))_(t+1)
+        gz = g_last.new_empty(K - 1, M)  # row j: G_Z^(j+1)_t
+        sig = g_last.new_empty(K - 1, M)
+        w_last = w[K - 2]
+        w_mid = w[: K - 2]
+        ratio = -theta * lam
+        scaled = None if slopes is None else slopes * ratio
+        for t in range(T - 1, -1, -1):
+            if slopes is None:
+                torch.mul(w, deriv[t], out=gz).mul_(ratio)  # G_Z^(j+1)_t from W^(j+2)_(t+1), j = 0..K-2
+            else:
+                torch.mul(deriv[t], slopes, out=sig).sigmoid_()
+                torch.ops.aten.sigmoid_backward.grad_input(w, sig, grad_input=gz).mul_(scaled)
+            if t == T - 1:
+                torch.add(g_last[t], gz.sum(0), out=gx[t])
+            else:
+                torch.add(g_last[t], gx[t + 1], alpha=lam, out=gx[t]).add_(gz.sum(0))
+            if K > 2:
+                torch.add(gz[1:], w_mid, alpha=lam, out=w_mid)
+            torch.add(g_last[t], w_last, alpha=lam, out=w_last)
+    if p.scale != 1.0:
+        gx.mul_(p.scale)
 
 
 def _output_grad(p: _Plan, grad: Tensor, z_last: Tensor) -> Tensor:
