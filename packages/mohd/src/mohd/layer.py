@@ -122,15 +122,16 @@ class MoHDSublayer(nn.Module):
         if self.impl == "masked":
             scaled = (u.view(m, n, ds) * coef.unsqueeze(-1)).view(m, n * ds)
             return [scaled @ w.t() for w in weights]
-        w_all = torch.cat(weights, 0) if len(weights) > 1 else weights[0]
         s = ns * ds
-        out = (u[:, :s].view(m, ns, ds) * coef[:, :ns, None]).view(m, s) @ w_all[:, :s].t()
+        shared = (u[:, :s].view(m, ns, ds) * coef[:, :ns, None]).view(m, s)
+        outs = [shared @ w[:, :s].t() for w in weights]
         if self.num_routed:
             token, group = self._slots(routing)
             x = u.view(m, n, ds)[token, group + ns] * coef.gather(1, routing.index).reshape(-1, 1)
-            w_spec = w_all[:, s:].t().reshape(n - ns, ds, -1)  # (N - N_s, d_s, out)
-            out = out + slot_matmul(x, w_spec, group).view(m, self.num_routed, -1).sum(1)
-        return list(out.split([w.shape[0] for w in weights], dim=1))
+            for i, w in enumerate(weights):
+                w_spec = w.view(-1, n, ds)[:, ns:].permute(1, 2, 0)  # (N - N_s, d_s, out), a view: no copy
+                outs[i] = outs[i] + slot_matmul(x, w_spec, group).view(m, self.num_routed, -1).sum(1)
+        return outs
 
     def sparse_write(self, y: Tensor, routing: Routing, weight: Tensor) -> Tensor:
         """``m (.) (W y)`` for the write projection ``W`` (H, inner); with ``fusion_site="output"``
@@ -288,10 +289,11 @@ class MoHDFeedForward(nn.Module):
             y = (a.view(m, ns, ds) * coef[:, :ns, None]).view(m, s) @ wd[:, :s].t()
             if sub.num_routed:
                 token, group = sub._slots(routing)
-                w_in = torch.cat([wg[s:].view(n - ns, ds, -1), wu[s:].view(n - ns, ds, -1)], 1).transpose(1, 2)
-                gu = slot_matmul(u[token], w_in, group)  # (M*K, 2 d_s)
-                a_slot = self.act_fn(gu[:, :ds]) * gu[:, ds:] * coef.gather(1, routing.index).reshape(-1, 1)
-                w_out = wd[:, s:].t().reshape(n - ns, ds, -1)  # (N - N_s, d_s, H)
+                x = u[token]
+                gate = slot_matmul(x, wg[s:].view(n - ns, ds, -1).transpose(1, 2), group)  # (M*K, d_s)
+                up = slot_matmul(x, wu[s:].view(n - ns, ds, -1).transpose(1, 2), group)
+                a_slot = self.act_fn(gate) * up * coef.gather(1, routing.index).reshape(-1, 1)
+                w_out = wd.view(-1, n, ds)[:, ns:].permute(1, 2, 0)  # (N - N_s, d_s, H), a view
                 y = y + slot_matmul(a_slot, w_out, group).view(m, sub.num_routed, -1).sum(1)
         if sub.fusion_site == "output":
             y = sub.fuse(y)
