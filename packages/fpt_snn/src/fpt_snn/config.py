@@ -41,11 +41,14 @@ Surrogate = Literal["flat_sigmoid", "sigmoid"]
 
 DENSE_MAX_T = 32
 DENSE_MAX_T_CUDA = 256
-SCAN_MIN_COLUMNS = 1024
-"""On CPU, ``path="auto"`` runs Λ·Y as a step-by-step scan (one in-place axpy per time step) when Y has at least
-this many columns: it moves T·M numbers once, while the chunked GEMM does T·B multiply-adds per column (measured,
-1 thread: N = 65,536, T = 128: scan 17-62 ms, chunked 234 ms, dense 161 ms; N = 4,096, T = 2,048: scan 109 ms,
-chunked 258 ms)."""
+SCAN_MIN_COLUMNS = 16384
+SCAN_MIN_T = 256
+"""On CPU, ``path="auto"`` runs the sweeps as one pass over time (the "scan" path: K running states, one block of
+columns at a time) for at least ``SCAN_MIN_COLUMNS`` columns or T ≥ ``SCAN_MIN_T``; below, the blocked GEMMs
+(chunked) or the T×T GEMM (dense, T ≤ 32) are faster. Measured fwd+bwd of one layer, 1 thread, ratio to
+spikingjelly's LIFNode (benchmarks/results/bench_fpt_snn.json): N = 4,096, T = 128: chunked 0.88×, scan 1.28×;
+T = 512: chunked 1.24×, scan 1.08×; T = 2,048: chunked 3.5×, scan 1.34×; N = 65,536, T = 128: chunked 12.7×,
+scan 4.0×."""
 SCAN_MAX_T_DENSE = 16
 """Up to this T the T×T GEMM is as fast as anything else and ``"auto"`` keeps it."""
 
@@ -161,9 +164,10 @@ class FPTConfig:
     max(1, α_k/3) (``surrogate_backward="flat_sigmoid"``) or α_k (``"sigmoid"``)."""
     path: LambdaPath = "auto"
     """How Λ·Y is computed: ``"dense"`` (one T×T GEMM), ``"chunked"`` (blocked GEMMs, O(T·B) work), ``"scan"``
-    (the recurrence step by step: an in-place loop on CPU, the shared Triton ``linear_scan`` kernel on CUDA) or
-    ``"auto"``: on CPU dense for T ≤ 16, scan for ≥ 1,024 columns, otherwise dense for T ≤ 32 and chunked above; on
-    CUDA dense for T ≤ 64, then the Triton scan when triton is installed (chunked otherwise)."""
+    (the recurrence step by step: one pass over time with K running states on CPU, the shared Triton
+    ``linear_scan`` kernel per sweep on CUDA) or ``"auto"``: on CPU dense for T ≤ 16, scan for ≥ 16,384 columns or
+    T ≥ 256, otherwise dense for T ≤ 32 and chunked above; on CUDA dense for T ≤ 64, then the Triton scan when
+    triton is installed (chunked otherwise)."""
     impl: Impl = "auto"
     """Kernel of the ``"scan"`` path on CUDA: ``"auto"`` (Triton for CUDA float32/float16/bfloat16, torch
     otherwise), ``"torch"`` or ``"triton"`` (see ``icml25_shared.kernels.linear_scan``). CPU runs are unaffected."""
@@ -232,7 +236,7 @@ class FPTConfig:
             return "scan" if triton_available() else ("dense" if T <= DENSE_MAX_T_CUDA else "chunked")
         if T <= SCAN_MAX_T_DENSE:
             return "dense"
-        if M >= SCAN_MIN_COLUMNS:
+        if M >= SCAN_MIN_COLUMNS or T >= SCAN_MIN_T:
             return "scan"
         return "dense" if T <= DENSE_MAX_T else "chunked"
 
