@@ -41,8 +41,11 @@ def test_total_equals_numel_for_llama_mixtral_and_tied():
     assert count_active_parameters(tied).total == sum(p.numel() for p in tied.parameters())
 
 
-@pytest.mark.parametrize("impl", ["masked", "gather"])
-@pytest.mark.parametrize("name", [n for n in SWITCHES if n != "write_gate"])
+@pytest.mark.parametrize(
+    ("name", "impl"),
+    [(n, "gather") for n in SWITCHES if n != "write_gate"]
+    + [(n, "masked") for n in ("default", "output_site", "ffn", "learned")],
+)
 def test_active_equals_entries_touched_by_one_token(name, impl):
     model = tiny_mohd(seed=1, impl=impl, **SWITCHES[name])
     pc, touched = count_active_parameters(model), count_touched_parameters(model)
