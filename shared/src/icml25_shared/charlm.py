@@ -234,7 +234,7 @@ def plot_val_loss(
     for label, steps, losses in curves:
         ax.plot([s * tokens_per_step for s in steps], losses, marker="o", ms=3, label=label)
     finals = [v for _, _, losses in curves for v in losses[1:]]
-    top = max(finals)
+    top = min(max(finals), min(finals) + 1.5)
     if target is not None:
         ax.axhline(target, color="grey", ls="--", lw=1, label=f"{target_label} {target:.3f}")
         top = min(top, target + 1.0)

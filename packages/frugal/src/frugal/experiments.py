@@ -19,22 +19,18 @@ from __future__ import annotations
 import copy
 import logging
 import multiprocessing as mp
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from frugal.memory import adamw_bytes, llama_matrix_shapes, model_state_bytes
 from frugal.optimizer import FRUGAL, param_groups
+from icml25_shared.charlm import CharLMSetup, CharLMTask, tiny_llama_config, train_char_lm
+from icml25_shared.charlm import plot_val_loss as plot_lm_curves
 from icml25_shared.device import torch_threads, worker_count
-from icml25_shared.progress import track
-from icml25_shared.report import save_figure, subplots
-from icml25_shared.seed import seed_everything
-from icml25_shared.text import CharCorpus
 from icml25_shared.training import warmup_cosine
 from icml25_shared.validate import check_choice
 
@@ -68,37 +64,14 @@ OptimizerName = Literal["adamw", "galore", "frugal"]
 
 
 @dataclass(frozen=True)
-class Setup:
-    """Model and training sizes of one experiment; :data:`QUICK` and :data:`FULL` are the reproduction's."""
+class Setup(CharLMSetup):
+    """Model and training sizes (:class:`icml25_shared.charlm.CharLMSetup`'s fields) plus FRUGAL's and GaLore's
+    refresh interval and density; :data:`QUICK` and :data:`FULL` are the reproduction's."""
 
-    hidden_size: int = 64
-    """Width of the tiny LLaMA (4 heads)."""
-    num_hidden_layers: int = 2
-    """Decoder blocks, 7 projectable matrices each (q/k/v/o, gate/up/down)."""
-    intermediate_size: int = 176
-    """MLP width."""
-    seq_len: int = 64
-    """Characters per window; also ``max_position_embeddings``."""
-    batch_size: int = 16
-    """Windows per step."""
-    steps: int = 300
-    """Optimizer steps; validation at step 0 and every 10%."""
     update_gap: int = 50
     """T: steps between subspace refreshes (FRUGAL and GaLore)."""
     density: float = 0.25
     """ρ: FRUGAL's density and GaLore's rank fraction."""
-    val_batches: int = 8
-    """Fixed validation batches, evenly spaced over the validation split."""
-    seed: int = 0
-    """Seeds the initialisation and the training windows (the same for every optimizer)."""
-
-    @property
-    def eval_every(self) -> int:
-        return max(1, self.steps // 10)
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.batch_size * self.seq_len
 
 
 QUICK = Setup()
@@ -107,45 +80,13 @@ FULL = Setup(
 )
 
 
-def tiny_llama_config(
-    hidden_size: int = 64, num_hidden_layers: int = 2, intermediate_size: int = 176, max_position_embeddings: int = 64
-) -> Any:
-    """``transformers.LlamaConfig`` for Tiny Shakespeare's 65 characters (4 heads, untied head): 108,992
-    parameters at the defaults, 100,352 of them in the 14 projectable matrices."""
-    from transformers import LlamaConfig
-
-    return LlamaConfig(
-        vocab_size=65,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_hidden_layers,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=False,
-    )
-
-
-@dataclass
-class Task:
-    """What every run of one experiment shares: corpus, initial model, validation windows."""
-
-    setup: Setup
-    corpus: CharCorpus
-    init_model: nn.Module
-    val_batches: list[tuple[torch.Tensor, torch.Tensor]]
+class Task(CharLMTask):
+    """What every run shares: corpus, initial model, validation windows (:class:`icml25_shared.charlm.CharLMTask`)."""
 
     @classmethod
-    def build(cls, setup: Setup = QUICK, *, download: bool = False) -> Task:
+    def build(cls, setup: Setup = QUICK, *, download: bool = False) -> Task:  # type: ignore[override]
         """Tiny Shakespeare (``download`` goes to :mod:`icml25_shared.data`) and a model seeded with ``setup.seed``."""
-        from transformers import LlamaForCausalLM
-
-        corpus = CharCorpus.tinyshakespeare(download=download)
-        seed_everything(setup.seed)
-        cfg = tiny_llama_config(setup.hidden_size, setup.num_hidden_layers, setup.intermediate_size, setup.seq_len)
-        model = LlamaForCausalLM(cfg)
-        val = corpus.fixed_batches("val", setup.val_batches, setup.batch_size, setup.seq_len)
-        return cls(setup, corpus, model, val)
+        return super().build(setup, download=download)  # type: ignore[return-value]
 
 
 @dataclass
@@ -231,44 +172,24 @@ def _build_optimizer(model: nn.Module, spec: RunSpec, setup: Setup) -> torch.opt
     return FRUGAL([regular, proj, head_group], lr=spec.lr, **kwargs)
 
 
-def _lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    logits = model(input_ids=x).logits
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-
-
-@torch.no_grad()
-def _val_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
-    model.eval()
-    total = sum(_lm_loss(model, x, y).item() for x, y in batches)
-    model.train()
-    return total / len(batches)
-
-
 def train_tiny_llama(spec: RunSpec, task: Task) -> RunResult:
     """Train a copy of ``task.init_model`` with ``spec`` on windows from a generator seeded with
     ``task.setup.seed`` (the same batches for every spec); validation at step 0 and every 10% of training."""
     st = task.setup
     model = copy.deepcopy(task.init_model)
-    model.train()
     opt = _build_optimizer(model, spec, st)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(st.steps, warmup=0.1, final=0.1))
-    gen = torch.Generator().manual_seed(st.seed)
-    eval_steps, val, train = [0], [_val_loss(model, task.val_batches)], []
-    t0 = time.perf_counter()
-    for step in track(range(1, st.steps + 1), spec.name, total=st.steps):
-        x, y = task.corpus.get_batch("train", st.batch_size, st.seq_len, gen)
-        loss = _lm_loss(model, x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        train.append(loss.item())
-        if step % st.eval_every == 0 or step == st.steps:
-            eval_steps.append(step)
-            val.append(_val_loss(model, task.val_batches))
-    seconds = time.perf_counter() - t0
-    logger.info("%s: final val %.4f in %.1fs", spec.name, val[-1], seconds)
-    return RunResult(spec, eval_steps, val, train, state_bytes(opt), state_bytes(opt, min_dim=1), seconds)
+    curve = train_char_lm(model, task, [opt], [sched], name=spec.name)
+    logger.info("%s: final val %.4f in %.1fs", spec.name, curve.val_loss[-1], curve.seconds)
+    return RunResult(
+        spec,
+        curve.steps,
+        curve.val_loss,
+        curve.train_loss,
+        state_bytes(opt),
+        state_bytes(opt, min_dim=1),
+        curve.seconds,
+    )
 
 
 _TASK: Task | None = None  # the task a forked worker trains on (inherited, not pickled)
@@ -362,13 +283,5 @@ def llama_memory_table(density: float = 0.25) -> dict[str, dict[str, float]]:
 
 def plot_val_loss(runs: list[RunResult], task: Task, out_dir: Path, name: str, title: str) -> Path:
     """Validation loss against training tokens, one line per run; saved as PNG."""
-    fig, ax = subplots()
-    for r in runs:
-        ax.plot([s * task.setup.tokens_per_step for s in r.steps], r.val_loss, marker="o", ms=3, label=r.spec.name)
-    ax.set_xlabel("training tokens")
-    ax.set_ylabel("validation loss (nats/char)")
-    ax.set_title(title)
-    finals = [v for r in runs for v in r.val_loss[1:]]
-    ax.set_ylim(min(finals) - 0.05, min(max(finals), min(finals) + 1.5))
-    ax.legend(fontsize=8)
-    return save_figure(fig, out_dir, name)
+    curves = [(r.spec.name, r.steps, r.val_loss) for r in runs]
+    return plot_lm_curves(curves, task.setup.tokens_per_step, out_dir, name, title)
