@@ -41,3 +41,13 @@ def test_same_seed_same_losses():
     a, b = train(spec, TINY, corpus, 0), train(spec, TINY, corpus, 0)
     assert a.train_loss == b.train_loss and a.val_loss == b.val_loss
     assert train(spec, TINY, corpus, 1).train_loss != a.train_loss
+
+
+@pytest.mark.slow
+def test_full_mode_runs_at_a_few_steps(tmp_path):
+    _corpus()
+    setup = dataclasses.replace(TINY, layers=1, context=16, steps=1)
+    result = reproduce(True, tmp_path, setup=setup)
+    shorts = [c.short for c in result.claims]
+    assert "M384 (3x) < V128 (expansion)" in shorts and "M64 ~ V64 at half activation" in shorts
+    assert "Mixtral 4e top-1" in result.settings["table"]
