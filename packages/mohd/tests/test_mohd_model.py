@@ -43,10 +43,10 @@ def _set_impl(model, impl):
 
 @pytest.mark.parametrize(
     ("name", "slots"),
-    [(n, "grouped_gemm") for n in SWITCHES] + [(n, "bmm") for n in ("default", "K2_topk", "output_site", "ffn")],
+    [(n, "grouped_gemm") for n in SWITCHES] + [(n, "slot_loop") for n in ("default", "K2_topk", "output_site", "ffn")],
 )
 def test_gather_equals_masked_forward_and_gradients(name, slots, monkeypatch):
-    monkeypatch.setattr("mohd.layer.GATHER_BMM_MAX_ELEMENTS", 0 if slots == "grouped_gemm" else 1 << 40)
+    monkeypatch.setattr("mohd.layer.SLOT_LOOP_MAX", 0 if slots == "grouped_gemm" else 1 << 20)
     model = tiny_mohd(seed=3, **SWITCHES[name])
     ids = _ids(3, 9)
     results = {}

@@ -42,11 +42,10 @@ class MonarchFusion(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """``M x`` along the last axis."""
         shape = x.shape
-        y = x.reshape(-1, self.blocks, self.block_size)  # (M, b, m)
-        y = torch.einsum("ipq,niq->nip", self.right, y)  # R_i on block i
-        y = y.transpose(1, 2)  # P: (M, m, b)
-        y = torch.einsum("jpq,njq->njp", self.left, y)  # L_j on block j
-        return y.transpose(1, 2).reshape(shape)  # P^T
+        y = x.reshape(-1, self.blocks, self.block_size).transpose(0, 1)  # (b, M, m)
+        y = torch.bmm(y, self.right.transpose(1, 2))  # R_i on block i
+        y = torch.bmm(y.permute(2, 1, 0), self.left.transpose(1, 2))  # P, then L_j on block j: (m, M, b)
+        return y.permute(1, 2, 0).reshape(shape)  # P^T
 
     def dense_matrix(self) -> Tensor:
         """The explicit (dim, dim) matrix M (for tests and inspection)."""

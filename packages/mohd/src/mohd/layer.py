@@ -40,19 +40,20 @@ from mohd.routing import Routing, SubDimRouter, dense_routing
 
 __all__ = ["MoHDSublayer", "MoHDAttention", "MoHDMLP", "MoHDFeedForward", "MoHDDecoderLayer"]
 
-GATHER_BMM_MAX_ELEMENTS = 1 << 18
-"""Off CUDA, routed slots whose gathered weight blocks hold at most this many elements (decoding: a few tokens) use
-one ``bmm`` on per-slot weight blocks instead of the grouped GEMM's loop over groups."""
+SLOT_LOOP_MAX = 8
+"""Off CUDA, at most this many routed slots (decoding: one token, K slots) are multiplied one by one on views of
+the weight blocks (no copies); more go through the grouped GEMM."""
 
 
 def slot_matmul(x: Tensor, weight: Tensor, group: Tensor) -> Tensor:
-    """``y[i] = x[i] @ weight[group[i]]`` for the routed slots: ``x`` (S, d_in), ``weight`` (G, d_in, d_out).
+    """``y[i] = x[i] @ weight[group[i]]`` for the routed slots: ``x`` (S, d_in), ``weight`` (G, d_in, d_out), usually
+    a strided view of a projection's column or row blocks.
 
-    CUDA, or many slots: ``icml25_shared.kernels.grouped_matmul`` (rows sorted by group; Triton on CUDA). Few slots
-    on CPU: gather each slot's weight block and one batched matmul (no per-group loop)."""
-    if x.is_cuda or x.shape[0] * weight.shape[1] * weight.shape[2] > GATHER_BMM_MAX_ELEMENTS:
+    CUDA, or many slots: ``icml25_shared.kernels.grouped_matmul`` (rows sorted by group; Triton on CUDA). A few slots
+    on CPU: one vector-matrix product per slot on the block view (gathering the blocks would copy strided memory)."""
+    if x.is_cuda or x.shape[0] > SLOT_LOOP_MAX:
         return grouped_matmul(x, weight, group)
-    return torch.bmm(x.unsqueeze(1), weight[group]).squeeze(1)
+    return torch.stack([x[i] @ weight[g] for i, g in enumerate(group.tolist())])
 
 
 class MoHDSublayer(nn.Module):
