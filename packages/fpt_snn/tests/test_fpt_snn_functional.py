@@ -316,19 +316,37 @@ def test_fused_solve_saves_only_its_input():
         out.sum().backward()
 
 
-def test_triton_scan_under_the_interpreter_matches_torch(monkeypatch):
-    """The GPU route (shared Triton linear_scan behind the scan path) on CPU tensors through Triton's interpreter."""
+_TRITON_CHECK = """
+import torch
+from fpt_snn.functional import fpt_lif
+g = torch.Generator().manual_seed(15)
+x = (torch.randn(9, 6, 3, generator=g) * 1.2 + 0.6).requires_grad_(True)
+outs = {}
+for impl in ("torch", "triton"):
+    x.grad = None
+    s = fpt_lif(x, K=3, output="soft", path="scan", impl=impl)
+    s.sum().backward()
+    outs[impl] = (s.detach(), x.grad.clone())
+ds = (outs["triton"][0] - outs["torch"][0]).abs().max().item()
+dg = (outs["triton"][1] - outs["torch"][1]).abs().max().item()
+assert ds <= 1e-5 and dg <= 1e-4, (ds, dg)
+assert outs["torch"][1].abs().sum() > 0
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_triton_scan_under_the_interpreter_matches_torch():
+    """The GPU route (the shared Triton linear_scan behind the scan path) on CPU tensors through Triton's interpreter,
+    in a fresh process: the interpreter setting is read when triton is first imported."""
+    import os
+    import subprocess
+    import sys
+
     from icml25_shared.kernels import triton_available
 
     if not triton_available():
         pytest.skip("triton is not installed")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    x = (_x(9, 6, seed=15).float() * 1.2).requires_grad_(True)
-    outs = {}
-    for impl in ("torch", "triton"):
-        x.grad = None
-        s = fpt_lif(x, K=3, output="soft", path="scan", impl=impl)
-        s.sum().backward()
-        outs[impl] = (s.detach(), x.grad.clone())
-    assert_close(outs["triton"][0], outs["torch"][0], rtol=1e-5, atol=1e-6)
-    assert_close(outs["triton"][1], outs["torch"][1], rtol=1e-4, atol=1e-5)
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, "-c", _TRITON_CHECK], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]

@@ -103,7 +103,7 @@ def cache_info() -> dict[str, int]:
 
 
 def _cached_lambda(T: int, decay: float, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """Λ for a fixed leak, cached by (T, λ, dtype, device).
+    """Λ for a fixed leak, cached by (T, λ, dtype, device); ``-T`` gives A = Λ - I.
 
     Built with inference mode off and without autograd, so an entry made during ``torch.inference_mode()`` (a
     validation pass) is an ordinary tensor that a later training step may save for backward; a normal tensor is
@@ -117,7 +117,9 @@ def _cached_lambda(T: int, decay: float, dtype: torch.dtype, device: torch.devic
             _cache.move_to_end(key)
             return hit
     with torch.inference_mode(False), torch.no_grad():
-        mat = lambda_matrix(T, decay, dtype, device)
+        mat = lambda_matrix(abs(T), decay, dtype, device)
+        if T < 0:  # the strictly lower-triangular A = Λ - I of the reset term
+            mat.diagonal().zero_()
     size = mat.numel() * mat.element_size()
     if size > _CACHE_MAX_BYTES:
         return mat
@@ -135,6 +137,13 @@ def _leak_matrix(T: int, decay: float | Tensor, like: Tensor) -> Tensor:
     if isinstance(decay, Tensor):
         return lambda_matrix(T, decay, like.dtype, like.device)
     return _cached_lambda(T, float(decay), like.dtype, like.device)
+
+
+def _dense_pair(T: int, decay: float, like: Tensor) -> tuple[Tensor, Tensor]:
+    """Λ and A = Λ - I (strictly lower triangular), both from the cache."""
+    lam_mat = _cached_lambda(T, float(decay), like.dtype, like.device)
+    a_mat = _cached_lambda(-T, float(decay), like.dtype, like.device)
+    return lam_mat, a_mat
 
 
 def _leak_powers(decay: float | Tensor, n: int, like: Tensor) -> Tensor:
@@ -447,13 +456,21 @@ def _sweeps(x: Tensor, p: _Plan, keep: bool) -> tuple[Tensor, Tensor, list[Tenso
 
     Z⁰ = scale·Λ X - θ;  Z^k = Z⁰ - θ A S^(k-1) = Z⁰ + θ S^(k-1) - θ Λ S^(k-1)   (A = Λ - I).
     """
-    z0 = p.apply(x)
-    if p.scale != 1.0:
-        z0.mul_(p.scale)
-    z0.sub_(p.theta)
+    if p.path == "dense":  # Z⁰ and every Z^k as one fused GEMM each: addmm(Z⁰, A, S, alpha=-θ)
+        lam_mat, a_mat = _dense_pair(x.shape[0], p.decay, x)
+        offset = torch.full((1, 1), -p.theta, dtype=x.dtype, device=x.device)
+        z0 = torch.addmm(offset, lam_mat, x, alpha=p.scale)
+    else:
+        a_mat = None
+        z0 = p.apply(x)
+        if p.scale != 1.0:
+            z0.mul_(p.scale)
+        z0.sub_(p.theta)
     z, s, zs = z0, z0, []
     for k in range(p.K):
-        if k:
+        if k and a_mat is not None:
+            z = torch.addmm(z0, a_mat, s, alpha=-p.theta)
+        elif k:
             z = torch.add(z0, s, alpha=p.theta).sub_(p.apply(s), alpha=p.theta)
         s = _iterate_spike(p, k, z)
         if keep:
@@ -623,12 +640,18 @@ class _FPTSolve(torch.autograd.Function):
         last = p.K - 1
         g_z = _output_grad(p, grad, zs[last])
         g_c = g_z
+        dense = _dense_pair(x.shape[0], p.decay, x) if p.path == "dense" else None
         if not p.detach_reset:
             for k in range(last, 0, -1):
                 zs[k] = None  # type: ignore[call-overload]
-                g_s = torch.sub(g_z, p.apply(g_z, reverse=True)).mul_(p.theta)  # -θ Aᵀ G_Z^k
+                if dense is not None:  # -θ Aᵀ G_Z^k
+                    g_s = torch.addmm(g_z, dense[1].t(), g_z, beta=0.0, alpha=-p.theta)
+                else:
+                    g_s = torch.sub(g_z, p.apply(g_z, reverse=True)).mul_(p.theta)
                 g_z = _iterate_grad(p, k - 1, g_s, zs[k - 1])
                 g_c = g_c + g_z if k == last else g_c.add_(g_z)
+        if dense is not None:
+            return torch.addmm(g_c, dense[0].t(), g_c, beta=0.0, alpha=p.scale), None
         g_x = p.apply(g_c, reverse=True)
         return (g_x.mul_(p.scale) if p.scale != 1.0 else g_x), None
 
