@@ -53,7 +53,8 @@ def test_clear_cache_and_bound():
     clear_cache()
     assert cache_info() == {"entries": 0, "bytes": 0}
     fpt_lif(_x(12), K=2, path="dense")
-    assert cache_info()["entries"] == 1
+    assert cache_info()["entries"] == 2  # Λ and A = Λ - I
+    assert cache_info()["bytes"] == 2 * 12 * 12 * 8
     for T in range(2, 60):
         fpt_lif(_x(T, N=2), K=1, path="dense")
     assert cache_info()["entries"] <= 32
