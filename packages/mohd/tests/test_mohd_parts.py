@@ -113,3 +113,10 @@ def test_from_llama_keeps_inner_widths():
     assert cfg.intermediate_size == 32 and cfg.active_ratio == pytest.approx(1 / 3)
     assert cfg.resolved_monarch_blocks == 8  # largest divisor of 72 that is <= sqrt(72)
     assert MoHDConfig(**{**BASE, "num_routed": 2, "num_shared": 2}).resolved_gate_norm == "topk"
+
+
+def test_numpy_scalars_become_python_numbers(tmp_path):
+    cfg = MoHDConfig(**{**BASE, "num_subdims": np.int64(8), "num_routed": np.int32(1), "router_aux_loss_coef": 0.5})
+    assert type(cfg.num_subdims) is int and type(cfg.num_routed) is int
+    cfg.save_pretrained(tmp_path)
+    assert MoHDConfig.from_pretrained(tmp_path).num_subdims == 8

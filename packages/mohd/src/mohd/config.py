@@ -108,9 +108,10 @@ class MoHDConfig(LlamaConfig):
         super().__post_init__(**kwargs)
         for name, alias in _CHOICES.items():
             check_choice(name, getattr(self, name), get_args(alias))
-        n = check_int("num_subdims", self.num_subdims, min=1)
-        ns = check_int("num_shared", self.num_shared, min=0, max=n)
-        k = check_int("num_routed", self.num_routed, min=0)
+        # numpy scalars pass the strict type check; store them as Python numbers (JSON-serialisable)
+        self.num_subdims = n = check_int("num_subdims", self.num_subdims, min=1)
+        self.num_shared = ns = check_int("num_shared", self.num_shared, min=0, max=n)
+        self.num_routed = k = check_int("num_routed", self.num_routed, min=0)
         if ns + k > n:
             raise ValueError(
                 f"num_routed must be <= num_subdims - num_shared = {n - ns}, got num_routed={k} "
@@ -131,10 +132,10 @@ class MoHDConfig(LlamaConfig):
             what = "hidden_size" if self.placement == "residual" else "intermediate_size"
             raise ValueError(f"{what} must be divisible by num_subdims={n}, got {what}={split}")
         if self.monarch_blocks is not None:
-            b = check_int("monarch_blocks", self.monarch_blocks, min=1)
+            self.monarch_blocks = b = check_int("monarch_blocks", self.monarch_blocks, min=1)
             if self.hidden_size % b:
                 raise ValueError(f"monarch_blocks must divide hidden_size={self.hidden_size}, got {b}")
-        check_float("router_aux_loss_coef", self.router_aux_loss_coef, min=0.0)
+        self.router_aux_loss_coef = check_float("router_aux_loss_coef", self.router_aux_loss_coef, min=0.0)
         for name in ("write_gate", "output_router_logits", "aux_loss_sync"):
             check_bool(name, getattr(self, name))
 
