@@ -63,6 +63,7 @@ class Setup:
     """``"cpu"``, or ``"auto"``: ``icml25_shared.device.get_device()`` (``ICML25_DEVICE``, else CUDA, else CPU)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (the reproduction's settings)."""
         return asdict(self)
 
 
@@ -187,6 +188,7 @@ class RunResult:
 
     @property
     def final(self) -> float:
+        """Final validation loss."""
         return self.val_loss[-1]
 
 
