@@ -15,14 +15,19 @@ def _ids(b: int = 2, t: int = 7, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, VOCAB, (b, t), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("fusion", ["none", "monarch", "group", "blockdiag"])
-@pytest.mark.parametrize("scaling", ["none", "inverse_ratio"])
-def test_dense_limit_equals_llama(fusion, scaling):
+@pytest.mark.parametrize(
+    ("fusion", "scaling", "placement"),
+    [(f, s, "residual") for f in ("none", "monarch", "group", "blockdiag") for s in ("none", "inverse_ratio")]
+    + [("none", "none", "ffn"), ("monarch", "inverse_ratio", "ffn")],
+)
+def test_dense_limit_equals_llama(fusion, scaling, placement):
     """N_s = N, K = 0, alpha = 1, fusion at its identity init: the logits are Llama's with the same weights."""
     torch.manual_seed(0)
     lcfg = tiny_llama_config()
     llama = LlamaForCausalLM(lcfg).double().eval()
-    cfg = MoHDConfig.from_llama(lcfg, num_subdims=4, num_shared=4, num_routed=0, fusion=fusion, scaling=scaling)
+    cfg = MoHDConfig.from_llama(
+        lcfg, num_subdims=4, num_shared=4, num_routed=0, fusion=fusion, scaling=scaling, placement=placement
+    )
     model = MoHDForCausalLM(cfg).double().eval()
     missing, unexpected = model.load_state_dict(llama.state_dict(), strict=False)
     assert not unexpected and all("fusion" in k for k in missing)
@@ -206,3 +211,21 @@ def test_bad_forward_input():
     ids = _ids().to(torch.int32)
     torch.testing.assert_close(model(ids).logits, model(ids.long()).logits, rtol=0, atol=0)
     model(inputs_embeds=torch.randn(1, 3, 48))
+
+
+def test_feed_forward_alone_dense_limit_equals_llama_mlp():
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    from mohd import MoHDFeedForward
+
+    cfg = MoHDConfig.from_llama(
+        tiny_llama_config(), num_subdims=4, num_shared=4, num_routed=0, placement="ffn", fusion="none"
+    )
+    torch.manual_seed(0)
+    ref = LlamaMLP(tiny_llama_config()).double()
+    ffn = MoHDFeedForward(cfg).double()
+    ffn.load_state_dict(ref.state_dict(), strict=True)
+    h = torch.randn(2, 5, 24, dtype=torch.float64)
+    y, routing = ffn(h)
+    torch.testing.assert_close(y, ref(h), rtol=0, atol=1e-12)
+    assert routing.logits is None
