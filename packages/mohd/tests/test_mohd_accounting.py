@@ -43,8 +43,7 @@ def test_total_equals_numel_for_llama_mixtral_and_tied():
 
 @pytest.mark.parametrize(
     ("name", "impl"),
-    [(n, "gather") for n in SWITCHES if n != "write_gate"]
-    + [(n, "masked") for n in ("default", "output_site", "ffn", "learned")],
+    [(n, "gather") for n in SWITCHES] + [(n, "masked") for n in ("default", "output_site", "ffn", "learned")],
 )
 def test_active_equals_entries_touched_by_one_token(name, impl):
     model = tiny_mohd(seed=1, impl=impl, **SWITCHES[name])

@@ -167,8 +167,7 @@ def count_touched_parameters(model: PreTrainedModel, token: int = 3, prefix_toke
       learned scaling), plus the embedding counted as dense (V x H) by convention.
 
     The independent check of :func:`count_active_parameters`: ``projection == projection_active`` and
-    ``projection + dense == active`` (for MoHD with ``write_gate=False``; MoE routers that skip experts are counted
-    by the experts' gradients).
+    ``projection + dense == active`` (tested for every MoHD switch and for Llama).
     """
     device = next(model.parameters()).device
     counts: dict[str, int] = {}
