@@ -94,6 +94,7 @@ BASE = dict(
         ({"gate_norm": "topk"}, "gate_norm must not be 'topk' with num_routed=1"),
         ({"router_aux_loss_coef": -0.1}, "router_aux_loss_coef must be a float >= 0.0, got -0.1"),
         ({"placement": "ffn", "intermediate_size": 30}, "intermediate_size must be divisible by num_subdims=8"),
+        ({"attention_bias": True}, "attention_bias must be False"),
     ],
 )
 def test_config_errors_name_argument_and_value(kw, match):

@@ -136,6 +136,11 @@ class MoHDConfig(LlamaConfig):
             if self.hidden_size % b:
                 raise ValueError(f"monarch_blocks must divide hidden_size={self.hidden_size}, got {b}")
         self.router_aux_loss_coef = check_float("router_aux_loss_coef", self.router_aux_loss_coef, min=0.0)
+        for name in ("attention_bias", "mlp_bias"):
+            if getattr(self, name):
+                raise ValueError(
+                    f"{name} must be False (MoHD's sparse read and write use bias-free projections), got True"
+                )
         for name in ("write_gate", "output_router_logits", "aux_loss_sync"):
             check_bool(name, getattr(self, name))
 
