@@ -95,6 +95,8 @@ BASE = dict(
         ({"router_aux_loss_coef": -0.1}, "router_aux_loss_coef must be a float >= 0.0, got -0.1"),
         ({"placement": "ffn", "intermediate_size": 30}, "intermediate_size must be divisible by num_subdims=8"),
         ({"attention_bias": True}, "attention_bias must be False"),
+        ({"num_subdims": "8"}, "num_subdims must be a positive int, got '8'"),
+        ({"write_gate": 1}, "write_gate must be a bool, got 1"),
     ],
 )
 def test_config_errors_name_argument_and_value(kw, match):

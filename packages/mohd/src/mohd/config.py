@@ -51,7 +51,7 @@ def _largest_divisor_at_most_sqrt(n: int) -> int:
 
 # The choice fields are annotated ``str`` for transformers' strict dataclass (whose own ``Literal`` check raises an
 # error that is not a ``ValueError``); their allowed values are the ``Literal`` aliases above, checked in
-# ``__post_init__`` with messages naming the field and the value.
+# ``__post_init__`` with messages naming the field and the value (wrong types: ``ArgumentTypeError``).
 @strict
 class MoHDConfig(LlamaConfig):
     """Configuration of a Mixture of Hidden-Dimensions (MoHD) decoder: a Llama whose hidden dimension is split into
