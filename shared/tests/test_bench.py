@@ -34,3 +34,15 @@ def test_peak_memory_sees_a_large_allocation():
     peak = bench.peak_memory(alloc)
     assert 150 * 2**20 < peak < 400 * 2**20
     assert bench.peak_memory(lambda: None) < 50 * 2**20
+
+
+def test_round_robin_rotates_the_order_and_times_every_callable():
+    from icml25_shared.bench import round_robin
+
+    calls: list[str] = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in ("a", "b", "c")}
+    out = round_robin(fns, repeats=3, warmup=1)
+    assert calls == ["a", "b", "c", "a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert set(out) == {"a", "b", "c"} and all(len(t.times) == 3 for t in out.values())
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        round_robin(fns, repeats=0)

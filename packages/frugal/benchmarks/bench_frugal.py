@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,8 +32,8 @@ from torch import nn
 
 from frugal import FRUGAL, param_groups
 from frugal.experiments import state_bytes, tiny_llama_config
-from icml25_shared.bench import Timing, current_rss
-from icml25_shared.device import get_device, synchronize, torch_threads
+from icml25_shared.bench import current_rss, round_robin
+from icml25_shared.device import get_device, torch_threads
 
 RESULTS = Path(__file__).parent / "results" / "bench_frugal.json"
 RHO, LR, NEVER = 0.25, 1e-6, 10**9
@@ -99,29 +98,15 @@ def _optimizers(model: nn.Module, gap: int) -> dict[str, Callable[[], torch.opti
     }
 
 
-def _round_robin(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, Timing]:
-    names = list(fns)
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(repeats):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for k in order:
-            synchronize(device)
-            t0 = time.perf_counter()
-            fns[k]()
-            synchronize(device)
-            times[k].append(time.perf_counter() - t0)
-    return {k: Timing(v) for k, v in times.items()}
-
-
 def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> dict[str, Any]:
     steady = {k: f() for k, f in _optimizers(model, NEVER).items()}
     for o in steady.values():  # allocate states and choose the subspace once
         o.step()
-    timings = _round_robin({k: o.step for k, o in steady.items()}, repeats, device)
+    timings = round_robin({k: o.step for k, o in steady.items()}, repeats=repeats, device=device)
     refresh = {k: f() for k, f in _optimizers(model, 1).items() if k in ("GaLoreAdamW", "FRUGAL svd")}
     for o in refresh.values():
         o.step()
-    refresh_t = _round_robin({k: o.step for k, o in refresh.items()}, max(3, repeats // 4), device)
+    refresh_t = round_robin({k: o.step for k, o in refresh.items()}, repeats=max(3, repeats // 4), device=device)
     base = timings["AdamW(foreach)"].median
     rows = {
         k: {

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,8 @@ from typing import Any
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
 
-from icml25_shared.bench import Timing
-from icml25_shared.device import synchronize, torch_threads
+from icml25_shared.bench import round_robin
+from icml25_shared.device import torch_threads
 from mohd import MoHDConfig, MoHDForCausalLM, activated_flops, count_active_parameters
 
 RESULTS = Path(__file__).parent / "results"
@@ -74,22 +73,6 @@ def _models(size: dict[str, int], device: torch.device, dtype: torch.dtype) -> d
     return out
 
 
-def _round_robin(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, Timing]:
-    names = list(fns)
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for k in names:  # warm-up (twice: allocator, autotuning)
-        fns[k]()
-        fns[k]()
-    for r in range(repeats):
-        for k in names[r % len(names) :] + names[: r % len(names)]:
-            synchronize(device)
-            t0 = time.perf_counter()
-            fns[k]()
-            synchronize(device)
-            times[k].append(time.perf_counter() - t0)
-    return {k: Timing(v) for k, v in times.items()}
-
-
 def bench(device: torch.device, size_name: str, repeats: int) -> dict[str, Any]:
     size = SIZES[size_name]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -123,10 +106,10 @@ def bench(device: torch.device, size_name: str, repeats: int) -> dict[str, Any]:
 
     for m in models.values():
         m.train()
-    train_t = _round_robin({k: train_step(k) for k in models}, repeats, device)
+    train_t = round_robin({k: train_step(k) for k in models}, repeats=repeats, device=device)
     for m in models.values():
         m.eval()
-    decode_t = _round_robin({k: decode(k) for k in models}, repeats, device)
+    decode_t = round_robin({k: decode(k) for k in models}, repeats=repeats, device=device)
     base_cfg = models["Llama(H)"].config
     rows = {}
     for k, m in models.items():

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from icml25_shared.bench import Timing, peak_memory
-from icml25_shared.device import get_device, synchronize
+from icml25_shared.bench import peak_memory, round_robin
+from icml25_shared.device import get_device
 from icml25_shared.training import optimizer_state_bytes
 from swan import SWAN, param_groups
 
@@ -95,28 +94,11 @@ def _optimizers(model: nn.Module) -> dict[str, Callable[[], Any]]:
     }
 
 
-def _round_robin(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device) -> dict[str, Timing]:
-    """Time every callable once per round, in a rotating order, so machine drift hits all of them alike."""
-    names = list(fns)
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for k in names:  # warm-up
-        fns[k]()
-    for r in range(repeats):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for k in order:
-            synchronize(device)
-            t0 = time.perf_counter()
-            fns[k]()
-            synchronize(device)
-            times[k].append(time.perf_counter() - t0)
-    return {k: Timing(v) for k, v in times.items()}
-
-
 def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> dict[str, Any]:
     opts = {k: f() for k, f in _optimizers(model).items()}
     for o in opts.values():  # allocate states
         o.step()
-    timings = _round_robin({k: o.step for k, o in opts.items()}, repeats, device)
+    timings = round_robin({k: o.step for k, o in opts.items()}, repeats=repeats, warmup=1, device=device)
     base = timings["AdamW(foreach)"].median
     rows = {
         k: {

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Timing", "Comparison", "measure", "compare", "peak_memory", "current_rss"]
+__all__ = ["Timing", "Comparison", "measure", "compare", "round_robin", "peak_memory", "current_rss"]
 
 
 @dataclass
@@ -123,6 +123,28 @@ def compare(
             _sync(device)
             out.append(time.perf_counter() - t0)
     return Comparison(names[0], names[1], Timing(ta), Timing(tb))
+
+
+def round_robin(
+    fns: dict[str, Callable[[], Any]], *, repeats: int = 10, warmup: int = 0, device: Any = None
+) -> dict[str, Timing]:
+    """Time several callables once per round, in an order that rotates every round (round r starts at the r-th),
+    so that machine drift hits all of them alike; ``warmup`` untimed rounds first. The N-way :func:`compare`."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    names = list(fns)
+    for _ in range(warmup):
+        for k in names:
+            fns[k]()
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(repeats):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            _sync(device)
+            t0 = time.perf_counter()
+            fns[k]()
+            _sync(device)
+            times[k].append(time.perf_counter() - t0)
+    return {k: Timing(v) for k, v in times.items()}
 
 
 def current_rss() -> int:
