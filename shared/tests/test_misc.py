@@ -110,3 +110,37 @@ def test_tinyshakespeare_when_available():
         pytest.skip("Tiny Shakespeare not installed (icml25-datasets) and ICML25_DATA not set")
     c = CharCorpus.tinyshakespeare()
     assert c.vocab_size == 65 and len(c.text) == 1_115_394
+
+
+def test_adamw_update_is_torch_adamw_and_shares_its_state_layout():
+    from collections import defaultdict
+
+    from icml25_shared.training import adamw_update
+
+    g = torch.Generator().manual_seed(0)
+    a = [torch.randn(3, 4, generator=g, requires_grad=True), torch.randn(5, generator=g, requires_grad=True)]
+    b = [p.detach().clone().requires_grad_(True) for p in a]
+    ref = torch.optim.AdamW(b, lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
+    state = defaultdict(dict)
+    for _ in range(3):
+        grads = [torch.randn(p.shape, generator=g) for p in a]
+        for p, q, gr in zip(a, b, grads):
+            p.grad, q.grad = gr.clone(), gr.clone()
+        adamw_update(state, a, lr=1e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
+        ref.step()
+    for p, q in zip(a, b):
+        assert torch.equal(p, q)
+        assert set(state[p]) == set(ref.state[q]) and torch.equal(state[p]["exp_avg_sq"], ref.state[q]["exp_avg_sq"])
+    a[0].grad = torch.eye(3, 4).to_sparse()
+    with pytest.raises(RuntimeError, match="MyOpt does not support sparse gradients"):
+        adamw_update(state, a, lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, owner="MyOpt")
+
+
+def test_check_lr_takes_a_one_element_tensor():
+    from icml25_shared.validate import check_lr
+
+    assert check_lr("lr", torch.tensor([0.5])) == 0.5 and check_lr("lr", np.float32(0.25)) == 0.25
+    with pytest.raises(ValueError, match="lr as a tensor must have 1 element, got shape"):
+        check_lr("lr", torch.tensor([0.1, 0.2]))
+    with pytest.raises(ValueError, match="lr must be a float >= 0.0, got -1.0"):
+        check_lr("lr", -1.0)

@@ -30,6 +30,7 @@ __all__ = [
     "check_finite",
     "check_tensor",
     "check_array",
+    "check_lr",
 ]
 
 
@@ -285,3 +286,12 @@ def check_array(
     if finite:
         check_finite(name, arr)
     return arr
+
+
+def check_lr(name: str, value: Any) -> float:
+    """A learning rate as ``torch.optim`` takes it: a non-negative float, or a 1-element tensor (returned as float)."""
+    if hasattr(value, "numel") and hasattr(value, "is_floating_point") and getattr(value, "ndim", 0) > 0:
+        if value.numel() != 1:
+            raise ValueError(f"{name} as a tensor must have 1 element, got shape {tuple(value.shape)}")
+        value = value.reshape(())
+    return check_float(name, value, min=0.0)

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
-import torch
-
-from icml25_shared.validate import check_bool, check_choice, check_float, check_int
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int, check_lr
 
 __all__ = [
     "BLOCK_ORDERS",
@@ -54,12 +52,7 @@ def _check_pair(name: str, value: Any) -> None:
 def validate_hparams(h: dict[str, Any]) -> None:
     """Raise ``ValueError`` naming the field and the value for every invalid entry of ``h`` (absent keys are not
     checked). Shared by :class:`FRUGALConfig` and every parameter group of :class:`frugal.FRUGAL`."""
-    lr = h.get("lr", 0.0)
-    if isinstance(lr, torch.Tensor):  # torch.optim accepts a 1-element tensor lr
-        if lr.numel() != 1:
-            raise ValueError(f"Tensor lr must be 1-element, got shape {tuple(lr.shape)}")
-        lr = float(lr)
-    check_float("lr", lr, min=0.0)
+    check_lr("lr", h.get("lr", 0.0))  # a float, or a 1-element tensor as torch.optim accepts
     if "density" in h:
         check_float("density", h["density"], min=0.0, max=1.0)
     if "update_gap" in h:

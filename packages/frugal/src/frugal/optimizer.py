@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.optim.adamw import adamw as _adamw_functional
 
 from frugal.config import FRUGALConfig, validate_hparams
 from frugal.functional import adamw_update, lion_update, sgdm_update, state_free_update
@@ -40,6 +39,7 @@ from frugal.selectors import (
     scatter,
     svd_projection,
 )
+from icml25_shared.training import adamw_update as torch_adamw_step
 from icml25_shared.training import optimizer_state_bytes
 from icml25_shared.validate import check_int
 
@@ -326,39 +326,15 @@ class FRUGAL(torch.optim.Optimizer):
 
     def _adamw_group(self, group: dict[str, Any], params: list[Tensor] | None = None, lr: float | None = None) -> None:
         """torch's AdamW on ``params`` (default: the group's), with ``torch.optim.AdamW``'s state layout."""
-        params = [p for p in group["params"] if p.grad is not None] if params is None else params
-        grads, exp_avgs, exp_avg_sqs, steps = [], [], [], []
-        for p in params:
-            if p.grad.is_sparse:
-                raise RuntimeError(f"FRUGAL does not support sparse gradients (parameter of shape {tuple(p.shape)})")
-            state = self.state[p]
-            if "exp_avg" not in state:
-                state["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype())
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            grads.append(p.grad)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            steps.append(state["step"])
-        if not params:
-            return
-        beta1, beta2 = group["betas"]
-        _adamw_functional(
-            params,
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            [],
-            steps,
-            foreach=group["foreach"],
-            has_complex=any(torch.is_complex(p) for p in params),
-            amsgrad=False,
-            beta1=beta1,
-            beta2=beta2,
+        torch_adamw_step(
+            self.state,
+            group["params"] if params is None else params,
             lr=group["lr"] if lr is None else lr,
-            weight_decay=group["weight_decay"] if lr is None else 0.0,  # projectable: decay applied beforehand
+            betas=group["betas"],
             eps=group["eps"],
-            maximize=False,
+            weight_decay=group["weight_decay"] if lr is None else 0.0,  # projectable: decay applied beforehand
+            foreach=group["foreach"],
+            owner="FRUGAL",
         )
 
     def _checked(self, group: dict[str, Any]) -> list[tuple[int, Tensor]]:

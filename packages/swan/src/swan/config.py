@@ -7,7 +7,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from icml25_shared.validate import check_bool, check_choice, check_float, check_int
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int, check_lr
 from swan.functional import WHITENING_METHODS, Whitening
 
 __all__ = [
@@ -30,12 +30,7 @@ NONFINITE_POLICIES: tuple[NonfinitePolicy, ...] = get_args(NonfinitePolicy)
 def validate_hparams(h: dict[str, Any]) -> None:
     """Raise ``ValueError`` naming the field and the value for every invalid entry of ``h`` (keys absent from
     ``h`` are not checked). Shared by :class:`SWANConfig` and every parameter group of :class:`swan.SWAN`."""
-    lr = h.get("lr", 0.0)
-    if isinstance(lr, torch.Tensor):  # torch.optim accepts a 1-element tensor lr
-        if lr.numel() != 1:
-            raise ValueError(f"Tensor lr must be 1-element, got shape {tuple(lr.shape)}")
-        lr = float(lr)
-    check_float("lr", lr, min=0.0)
+    check_lr("lr", h.get("lr", 0.0))  # a float, or a 1-element tensor as torch.optim accepts
     if "algorithm" in h:
         check_choice("algorithm", h["algorithm"], ALGORITHMS)
     check_int("ns_steps", h.get("ns_steps"), min=1, allow_none=True)  # None: the preset of ``whitening``

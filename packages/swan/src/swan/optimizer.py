@@ -20,21 +20,14 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.optim.adamw import adamw as _adamw_functional
 
+from icml25_shared.training import adamw_update
 from swan.config import NonfinitePolicy, SWANConfig, validate_hparams
 from swan.functional import Whitening, compute_dtype, swan_direction
 
 __all__ = ["SWAN", "param_groups"]
 
 logger = logging.getLogger(__name__)
-
-try:  # the dtype torch.optim.AdamW uses for its ``step`` counters (float32, or float64 under a float64 default)
-    from torch.optim.optimizer import _get_scalar_dtype
-except ImportError:  # pragma: no cover - older/newer torch
-
-    def _get_scalar_dtype() -> torch.dtype:
-        return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
 
 
 def _as_matrix(t: Tensor) -> Tensor:
@@ -174,43 +167,16 @@ class SWAN(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------ AdamW side
     def _adamw_group(self, group: dict[str, Any]) -> None:
-        params, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
-        has_complex = False
-        for p in group["params"]:
-            if p.grad is None:
-                continue
-            if p.grad.is_sparse:
-                raise RuntimeError("SWAN's AdamW groups do not support sparse gradients")
-            has_complex |= torch.is_complex(p)
-            state = self.state[p]
-            if len(state) == 0:  # the layout of torch.optim.AdamW, so its state_dict is interchangeable
-                state["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype())
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            params.append(p)
-            grads.append(p.grad)
-            exp_avgs.append(state["exp_avg"])
-            exp_avg_sqs.append(state["exp_avg_sq"])
-            steps.append(state["step"])
-        if not params:
-            return
-        beta1, beta2 = group["adamw_betas"]
-        _adamw_functional(
-            params,
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            [],
-            steps,
-            foreach=group["foreach"],
-            has_complex=has_complex,
-            amsgrad=False,
-            beta1=beta1,
-            beta2=beta2,
+        # exactly torch.optim.AdamW, with its state layout, so its state_dict is interchangeable
+        adamw_update(
+            self.state,
+            group["params"],
             lr=group["lr"],
-            weight_decay=group["weight_decay"],
+            betas=group["adamw_betas"],
             eps=group["adamw_eps"],
-            maximize=False,
+            weight_decay=group["weight_decay"],
+            foreach=group["foreach"],
+            owner="SWAN",
         )
 
     # ------------------------------------------------------------------ SWAN side
