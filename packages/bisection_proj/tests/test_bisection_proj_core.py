@@ -304,3 +304,19 @@ def test_projector_on_qp_restores_feasibility_and_straight_through():
     expected = prob.P_x.sum(-1) * (prob.U - prob.L)[prob.partial_idx]  # d(sum y)/dz through scale and completion
     assert torch.allclose(zg.grad, expected.expand_as(zg))
     assert torch.allclose(y2.detach(), y)
+
+
+def test_steps_is_a_maximum_capped_by_conv_tol_and_info_says_so():
+    ball = ball_fn(torch.zeros(4, 2, dtype=torch.float64), torch.ones(4, dtype=torch.float64))
+    x = torch.full((4, 2), 3.0, dtype=torch.float64)
+    ip = torch.zeros(4, 1, 2, dtype=torch.float64)
+    _, info = bisection_project(x, ip, ball, steps=40)  # conv_tol 1e-5 at rho 0.5: ceil(log2(1e5)) = 17
+    assert (info.steps, info.max_steps) == (math.ceil(math.log(1e-5) / math.log(0.5)), 40) == (17, 40)
+    _, info = bisection_project(x, ip, ball, steps=40, conv_tol=0.0)
+    assert (info.steps, info.max_steps) == (40, 40)
+    prob = ConvexQP.random(n=12, n_eq=5, n_ineq=5, seed=0, n_subsets=50)
+    theta = prob.sample_theta(8, torch.Generator().manual_seed(0))
+    z = torch.ones(8, prob.z_dim, dtype=torch.float64)
+    ip_qp = prob.y_to_z(theta, prob.analytic_interior(theta)).unsqueeze(1)
+    _, info = BisectionProjector(prob, steps=40)(theta, z, ip_qp)
+    assert info.max_steps == 40 and info.steps == 17

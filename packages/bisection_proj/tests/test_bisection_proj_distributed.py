@@ -67,3 +67,30 @@ def test_shard_bounds_cover_rows():
         bounds = [shard_bounds(n, r, 3) for r in range(3)]
         assert bounds[0][0] == 0 and bounds[-1][1] == n
         assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:]))
+
+
+def _nccl_worker(rank: int, world: int) -> None:
+    prob, theta, ip, z, _, _ = _setup()
+    dev = torch.device("cuda", torch.cuda.current_device())
+    prob, theta, ip, z = prob.to(dev), theta.to(dev), ip.to(dev), z.to(dev)
+    proj = BisectionProjector(prob)
+    y, info = project_sharded(proj, theta, z, ip)  # the steps all-reduce used to be a CPU tensor: NCCL refuses it
+    y_ref, info_ref = proj(theta, z, ip)
+    assert torch.allclose(y, y_ref, atol=1e-10, rtol=0) and info.steps == info_ref.steps
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA for an NCCL process group")
+def test_project_sharded_under_nccl():
+    launch(_nccl_worker, 1, backend="nccl")
+
+
+def test_collective_tensors_live_on_the_process_groups_device(monkeypatch):
+    """NCCL has no CPU tensors: the steps all-reduce goes to the current CUDA device; gloo keeps the data's."""
+    from bisection_proj import distributed as bdist
+
+    monkeypatch.setattr(bdist.dist, "get_backend", lambda *a, **k: "nccl")
+    monkeypatch.setattr(bdist.torch.cuda, "current_device", lambda: 3)
+    assert bdist._collective_device(torch.zeros(1)) == torch.device("cuda", 3)
+    monkeypatch.setattr(bdist.dist, "get_backend", lambda *a, **k: "gloo")
+    assert bdist._collective_device(torch.zeros(1)) == torch.device("cpu")

@@ -174,3 +174,33 @@ def test_an_overridden_map_without_its_inverse_refuses_the_identity():
         Scaled().y_to_z(theta, theta)
     with pytest.raises(NotImplementedError, match=r"overrides complete\(\) but not partial\(\)"):
         Completed().y_to_z(theta, theta)
+
+
+def test_polytope_refuses_sets_without_interior():
+    pytest.importorskip("scipy")
+    with pytest.raises(ValueError, match="no interior.*radius -0.5"):
+        Polytope([[1.0, 0.0], [-1.0, 0.0]], [-0.5, -0.5])  # y1 <= -0.5 and y1 >= 0.5: empty
+    with pytest.raises(ValueError, match="no interior"):
+        Polytope([[1.0, 0.0], [-1.0, 0.0]], [0.0, 0.0])  # the segment y1 = 0: no interior
+    with pytest.raises(ValueError, match="no interior"):
+        Polytope([[1.0, 0.0]], [0.2], theta_range=1.5)  # at theta = -1.5: y1 <= -1.3, below the box
+    with pytest.raises(ValueError, match=r"margin\[0\] must be a float > 0.0, got -0.2"):
+        Polytope.random(margin=(-0.2, 1.0))
+    with pytest.raises(ValueError, match=r"margin\[1\]"):
+        Polytope.random(margin=(0.5, 0.2))
+    with pytest.raises(ValueError, match="theta_range"):
+        Polytope([[1.0, 0.0]], [0.5], theta_range=-1.0)
+    # the Chebyshev radius against a closed form: the square [-1, 1]^2 cut by y1 <= 0.5 has an inscribed ball of 0.75
+    assert Polytope([[1.0, 0.0]], [0.5]).inscribed_radius() == pytest.approx(0.75)
+    assert Polytope.random(d=4, n_rows=8, seed=0).inscribed_radius() > 0
+
+
+def test_polytope_project_checks_the_solver_status():
+    pytest.importorskip("cvxpy")
+    poly = Polytope([[1.0, 0.0], [0.0, 1.0]], [0.5, 0.5], theta_range=0.1)
+    y = torch.zeros(2, 2, dtype=torch.float64)
+    ok = poly.project(torch.zeros(2, 2, dtype=torch.float64), torch.ones(2, 2, dtype=torch.float64))
+    assert torch.allclose(ok, torch.full((2, 2), 0.5, dtype=torch.float64), atol=1e-6)
+    theta = torch.tensor([[0.0, 0.0], [-5.0, -5.0]], dtype=torch.float64)  # row 1: y <= -4.5 outside the box
+    with pytest.raises(ValueError, match=r"empty at theta\[1\]"):
+        poly.project(theta, y)

@@ -47,13 +47,16 @@ class BisectionInfo:
     ip_index: Tensor
     """(B,) long: the interior point whose segment gave the output; -1 for rows returned unchanged."""
     steps: int
-    """Bisection steps run (the same for every row; rows that converged earlier stop updating)."""
+    """Bisection steps run (the same for every row; rows that converged earlier stop updating): the requested
+    ``max_steps`` capped by ``conv_tol`` (:attr:`~bisection_proj.config.BisectionConfig.effective_steps`)."""
     violation: Tensor
     """(B,): the largest inequality violation of the returned point."""
     projected: Tensor
     """(B,) bool: rows whose input was infeasible (only these are moved)."""
     z: Tensor | None = None
     """(B, d): the returned point in the normalised space (set by :class:`BisectionProjector`)."""
+    max_steps: int | None = None
+    """K as requested (``steps``); ``steps`` < ``max_steps`` when ``conv_tol`` stopped the search earlier."""
 
     @property
     def feasibility_rate(self) -> float:
@@ -115,6 +118,10 @@ def bisection_project(
     non-negative violations, (B, m') or (B, m', n_c); NaN counts as infeasible. Rows of ``x`` that are already
     feasible come back unchanged (bitwise). The first oracle call checks the predictions, the interior points
     and the first trial points together; then one call per step.
+
+    ``steps`` is the maximum K: the search stops once every interval is shorter than ``conv_tol``, after
+    ``ceil(log(conv_tol) / log(max(ratio, 1 - ratio)))`` steps (17 at the defaults), whichever comes first;
+    ``info.steps`` reports the count run and ``info.max_steps`` the K asked for. ``conv_tol=0`` runs all K.
 
     Returns the projected points (B, d) and a :class:`BisectionInfo`.
     """
@@ -193,6 +200,7 @@ def bisection_project(
         steps=n_steps,
         violation=viol,
         projected=~x_feasible,
+        max_steps=cfg.steps,
     )
     return out, info
 
@@ -202,8 +210,11 @@ class BisectionProjector(nn.Module):
     z-space, then ``scale`` and ``complete`` to the full variable y.
 
     ``forward(theta, z_pred, ip) -> (y, info)`` with ``theta`` (B, θ_dim), ``z_pred`` (B, d) and ``ip`` (B, m, d)
-    (an :class:`~bisection_proj.ipnn.IPNN` output). Only infeasible predictions are searched. ``grad``:
-    ``"none"`` returns a result detached from ``z_pred``; ``"straight_through"`` passes the gradient of the
+    (an :class:`~bisection_proj.ipnn.IPNN` output). Only infeasible predictions are searched. The problem and
+    the points may differ in dtype (a float32 network on a float64 problem): the search runs on points of
+    ``z_pred``'s dtype and checks each in the wider of the two dtypes (``Problem.violation_fn``), so the returned
+    z (``info.z``, ``z_pred``'s dtype) is exactly a point checked feasible; ``y`` comes back in that wider dtype.
+    ``grad``: ``"none"`` returns a result detached from ``z_pred``; ``"straight_through"`` passes the gradient of the
     projected z to ``z_pred`` unchanged (identity Jacobian), for training a solver through the projection.
     """
 
@@ -239,7 +250,6 @@ class BisectionProjector(nn.Module):
         if z_pred.shape[1] != prob.z_dim:
             raise ValueError(f"z_pred must have shape (B, {prob.z_dim}), got {tuple(z_pred.shape)}")
         check_finite("theta", theta)
-        theta = theta.to(z_pred.dtype)
         c = self.config
         zd = z_pred.detach()
         with torch.no_grad():
@@ -254,6 +264,7 @@ class BisectionProjector(nn.Module):
             steps=0,
             violation=v,
             projected=~(v <= c.tol),
+            max_steps=c.steps,
         )
         if todo.numel():
             th = theta[todo]
@@ -273,8 +284,7 @@ class BisectionProjector(nn.Module):
 
     def forward(self, theta: Tensor, z_pred: Tensor, ip: Tensor) -> tuple[Tensor, BisectionInfo]:
         z, info = self.project_z(theta, z_pred, ip)
-        theta = theta.to(z.dtype)
         ctx = torch.enable_grad() if self.grad == "straight_through" else torch.no_grad()
         with ctx:
-            y = self.problem.complete(theta, self.problem.scale(theta, z))
+            y = self.problem.z_to_y(theta, z)  # in the dtype its feasibility was checked in
         return y, info

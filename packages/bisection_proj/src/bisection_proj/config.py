@@ -26,7 +26,10 @@ class BisectionConfig:
     """Hyper-parameters of the bisection line searches between interior points and a prediction."""
 
     steps: int = 30
-    """K, the maximum number of bisection steps (``corrTestMaxSteps``); 0 returns the interior point."""
+    """K, the *maximum* number of bisection steps (``corrTestMaxSteps``); 0 returns the interior point. Fewer are
+    run when ``conv_tol`` is reached sooner: every row has converged after ``ceil(log(conv_tol) / log(max(ρ,
+    1 - ρ)))`` steps (17 at ρ = 0.5, conv_tol = 1e-5), so ``steps=40`` runs 17 (see :attr:`effective_steps`;
+    ``info.steps`` is the count run, ``info.max_steps`` this K). ``conv_tol=0`` runs all K."""
     ratio: float = 0.5
     """ρ ∈ (0, 1): the next trial point is ``(1 - ρ)·lo + ρ·hi``; 0.5 is plain bisection (paper), 0.9 tries points
     near the prediction first (toy script)."""

@@ -15,6 +15,14 @@ from icml25_shared.distributed import all_gather_uneven, shard_bounds
 __all__ = ["project_sharded"]
 
 
+def _collective_device(data: Tensor) -> torch.device:
+    """Where a collective's tensor must live: the current CUDA device under NCCL (which has no CPU tensors),
+    else the data's device."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return data.device
+
+
 def project_sharded(
     projector: BisectionProjector, theta: Tensor, z_pred: Tensor, ip: Tensor
 ) -> tuple[Tensor, BisectionInfo]:
@@ -25,7 +33,7 @@ def project_sharded(
     n = theta.shape[0]
     lo, hi = shard_bounds(n, dist.get_rank(), dist.get_world_size())
     y, info = projector(theta[lo:hi], z_pred[lo:hi], ip[lo:hi])
-    steps = torch.tensor([info.steps], dtype=torch.long)
+    steps = torch.tensor([info.steps], dtype=torch.long, device=_collective_device(y))
     dist.all_reduce(steps, op=dist.ReduceOp.MAX)
     gathered = BisectionInfo(
         feasible=all_gather_uneven(info.feasible.to(torch.uint8), n).bool(),
@@ -35,5 +43,6 @@ def project_sharded(
         violation=all_gather_uneven(info.violation, n),
         projected=all_gather_uneven(info.projected.to(torch.uint8), n).bool(),
         z=all_gather_uneven(info.z, n),
+        max_steps=info.max_steps,
     )
     return all_gather_uneven(y, n), gathered

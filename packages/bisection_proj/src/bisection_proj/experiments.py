@@ -12,7 +12,6 @@ unsupervised (objective + penalty), as in the paper's experiments.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from dataclasses import dataclass
@@ -89,6 +88,7 @@ def train_nn_solver(
     w_pen = w_penalty if w_penalty is not None else (1e-3 if mode == "supervised" else 10.0)
     w_obj = w_objective if w_objective is not None else (1e-2 if mode == "supervised" else 1.0)
     dtype = next(unwrap(model).parameters()).dtype
+    problem = problem.in_dtype(dtype)  # train in the network's precision; the caller's problem is not touched
     thetas = thetas.to(dtype)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-5)
@@ -141,17 +141,16 @@ def time_best(fn: Any, repeats: int = 1) -> tuple[Any, float]:
 
 def run_pipeline(prob: Problem, s: PipelineSettings) -> dict[str, Any]:
     """Train the solver and the IPNN on ``prob``, project the test predictions, and measure feasibility, gaps,
-    distances and times. Networks train in float32 on a float32 copy of the problem; evaluation, projection and
-    baselines run in float64."""
+    distances and times. Networks train in float32 (the trainers cast the problem to the network's dtype);
+    evaluation, projection and baselines run in float64."""
     t_start = time.perf_counter()
     gen = seed_everything(s.seed)
     thetas = prob.sample_theta(s.n_train + s.n_test, gen)
     train, test = thetas[: s.n_train], thetas[s.n_train :]
-    prob32 = copy.deepcopy(prob).float()
     solver = NNSolver(prob.theta_dim, prob.z_dim, hidden=s.solver_hidden)
     train_nn_solver(
         solver,
-        prob32,
+        prob,
         train,
         iters=s.solver_iters,
         lr=s.solver_lr,
@@ -160,7 +159,7 @@ def run_pipeline(prob: Problem, s: PipelineSettings) -> dict[str, Any]:
         progress=False,
     )
     ipnn = IPNN(prob.theta_dim, prob.z_dim, hidden=s.ipnn_hidden)
-    hist = train_ipnn(ipnn, prob32, train, iters=s.ipnn_iters, lr=s.ipnn_lr, seed=s.seed, progress=False)
+    hist = train_ipnn(ipnn, prob, train, iters=s.ipnn_iters, lr=s.ipnn_lr, seed=s.seed, progress=False)
     y_star, t_solver = time_best(lambda: prob.solve(test))
     log.info("trained and labelled %s in %.1f s", type(prob).__name__, time.perf_counter() - t_start)
 

@@ -266,6 +266,7 @@ def train_ipnn(
         raise ValueError(f"labels must have shape ({thetas.shape[0]}, z_dim), got {tuple(labels.shape)}")
     core = unwrap(ipnn)
     dtype = next(core.parameters()).dtype
+    problem = problem.in_dtype(dtype)  # train in the network's precision; the caller's problem is not touched
     thetas = thetas.to(dtype)
     val = (val_thetas if val_thetas is not None else thetas[:512]).to(dtype)
     eval_every = eval_every or max(1, (iters + pretrain_iters) // 20)

@@ -22,8 +22,8 @@ def feasible_mask(problem: Problem, theta: Tensor, y: Tensor, tol: float = 1e-5,
     problem.check_theta(theta)
     if y.dim() != 2 or y.shape[0] != theta.shape[0] or y.shape[1] != problem.y_dim:
         raise ValueError(f"y must have shape ({theta.shape[0]}, {problem.y_dim}), got {tuple(y.shape)}")
-    theta = theta.to(y.dtype)
     eq_tol = eq_tolerance(y.dtype, tol) if eq_tol is None else eq_tol
+    problem, theta, y = problem.promote(theta, y)  # checked in the wider of the two dtypes
     v = problem.ineq_violation(theta, y)
     ok = v.amax(-1) <= tol if v.shape[-1] else torch.ones_like(y[:, 0], dtype=torch.bool)
     eq = problem.eq_residual(theta, y)
@@ -41,7 +41,7 @@ def feasibility_rate(
 
 def optimality_gap(problem: Problem, theta: Tensor, y: Tensor, y_star: Tensor) -> Tensor:
     """|f(y) − f(y*)| / |f(y*)| per sample (B,)."""
-    theta = theta.to(y.dtype)
+    problem, theta, y = problem.promote(theta, y)
     f, f_star = problem.objective(theta, y), problem.objective(theta, y_star.to(y.dtype))
     return (f - f_star).abs() / f_star.abs().clamp_min(torch.finfo(y.dtype).tiny)
 
@@ -62,7 +62,7 @@ def eccentricity(problem: Problem, theta: Tensor, ip: Tensor, n_dirs: int = 64, 
     smallest boundary distances, each (B,). An infeasible IP gets inf and nan. For non-convex sets the
     boundary found on a ray is *a* crossing, not necessarily the first."""
     b, d = ip.shape
-    fn = problem.violation_fn(theta.to(ip.dtype))
+    fn = problem.violation_fn(theta)
     u = torch.randn(b, n_dirs, d, generator=generator, dtype=ip.dtype, device="cpu").to(ip.device)
     u = u / u.norm(dim=-1, keepdim=True)
     centre = ip.unsqueeze(1)

@@ -7,10 +7,18 @@ Equality completion is the DC3 device the paper adopts; with affine ``scale`` an
 segments in y, so bisection in z is bisection in y.
 
 Problems are ``nn.Module``s whose data are buffers, so ``problem.to(device, dtype)`` and ``state_dict`` work.
+
+Dtypes: a problem and the points it is asked about may differ (a float64 problem, the default, and a float32
+network). The helpers that take network outputs (``z_to_y``, ``z_violation``, ``violation_fn``) work in the wider
+of the two dtypes: the points are cast up (exactly) and, when the problem is the narrower one, a cast copy of the
+problem is used (:meth:`Problem.in_dtype`), so a point's feasibility is always checked in at least its own
+precision. The trainers instead cast the problem once to the network's dtype (training runs in the network's
+precision).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
@@ -95,26 +103,48 @@ class Problem(nn.Module):
         u = torch.rand(n, self.theta_dim, generator=generator, dtype=lo.dtype, device="cpu").to(lo.device)
         return lo + u * (hi - lo)
 
+    def in_dtype(self, dtype: torch.dtype) -> Problem:
+        """This problem when it is already in ``dtype``; else a copy with its floating buffers cast to ``dtype``
+        (``self`` is left as it is)."""
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+        return self if self.dtype == dtype else copy.deepcopy(self).to(dtype)
+
+    def promote(self, theta: Tensor, points: Tensor) -> tuple[Problem, Tensor, Tensor]:
+        """(problem, θ, points) in the wider of the problem's and the points' floating dtypes (the points and θ
+        cast up exactly; the problem as :meth:`in_dtype`)."""
+        dtype = torch.promote_types(self.dtype, points.dtype) if points.is_floating_point() else self.dtype
+        return self.in_dtype(dtype), theta.to(dtype), points.to(dtype)
+
     def z_to_y(self, theta: Tensor, z: Tensor) -> Tensor:
-        """``complete(θ, scale(θ, z))``."""
-        return self.complete(theta, self.scale(theta, z))
+        """``complete(θ, scale(θ, z))``, in the wider of the problem's and ``z``'s dtypes."""
+        prob, theta, z = self.promote(theta, z)
+        return prob.complete(theta, prob.scale(theta, z))
 
     def y_to_z(self, theta: Tensor, y: Tensor) -> Tensor:
         """The normalised partial variables of a full y."""
         return self.unscale(theta, self.partial(y))
 
     def z_violation(self, theta: Tensor, z: Tensor) -> Tensor:
-        """Inequality violations (B, n_ineq) of normalised points z (B, d)."""
-        return self.ineq_violation(theta, self.z_to_y(theta, z))
+        """Inequality violations (B, n_ineq) of normalised points z (B, d), in the wider of the problem's and
+        ``z``'s dtypes."""
+        prob, theta, z = self.promote(theta, z)
+        return prob.ineq_violation(theta, prob.complete(theta, prob.scale(theta, z)))
 
     def violation_fn(self, theta: Tensor) -> Callable[[Tensor], Tensor]:
         """The oracle for :func:`~bisection_proj.bisection.bisection_project`: points (B, m, d) in the
-        normalised space -> violations (B, m, n_ineq), row b evaluated at ``theta[b]``."""
+        normalised space -> violations (B, m, n_ineq), row b evaluated at ``theta[b]``, in the wider of the
+        problem's and the points' dtypes (a cast copy of the problem is made once per dtype of this oracle)."""
+        copies: dict[torch.dtype, Problem] = {}
 
         def fn(points: Tensor) -> Tensor:
             b, m, d = points.shape
-            th = theta.unsqueeze(1).expand(b, m, theta.shape[-1]).reshape(b * m, -1)
-            return self.z_violation(th, points.reshape(b * m, d)).reshape(b, m, -1)
+            dtype = torch.promote_types(self.dtype, points.dtype)
+            if dtype not in copies:
+                copies[dtype] = self.in_dtype(dtype)
+            prob = copies[dtype]
+            th = theta.to(dtype).unsqueeze(1).expand(b, m, theta.shape[-1]).reshape(b * m, -1)
+            return prob.z_violation(th, points.reshape(b * m, d)).reshape(b, m, -1)
 
         return fn
 
