@@ -31,41 +31,17 @@ import torch
 from torch import nn
 
 from frugal import FRUGAL, param_groups
-from frugal.experiments import state_bytes, tiny_llama_config
+from frugal.experiments import state_bytes
 from icml25_shared.bench import current_rss, round_robin
+from icml25_shared.charlm import LlamaMatrixStack, tiny_llama_with_grads
 from icml25_shared.device import get_device, torch_threads
 
 RESULTS = Path(__file__).parent / "results" / "bench_frugal.json"
 RHO, LR, NEVER = 0.25, 1e-6, 10**9
 
 
-def _tiny_llama(device: torch.device) -> nn.Module:
-    from transformers import LlamaForCausalLM
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(tiny_llama_config()).to(device)
-    x = torch.randint(0, 65, (16, 64), device=device)
-    logits = model(input_ids=x).logits
-    nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 65), x[:, 1:].reshape(-1)).backward()
-    return model
-
-
-class _Stack(nn.Module):
-    """The projectable matrices of ``layers`` LLaMA-60M blocks, with random gradients."""
-
-    def __init__(self, layers: int, device: torch.device) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(0)
-        shapes = [(512, 512)] * 4 + [(1376, 512)] * 2 + [(512, 1376)]
-        self.mats = nn.ParameterList(
-            nn.Parameter(torch.randn(s, generator=g).mul_(0.02).to(device)) for _ in range(layers) for s in shapes
-        )
-        for p in self.mats:
-            p.grad = torch.randn(p.shape, generator=g).to(device)
-
-
 def _groups(model: nn.Module) -> list[dict[str, Any]]:
-    if isinstance(model, _Stack):
+    if isinstance(model, LlamaMatrixStack):
         return [{"params": list(model.mats), "projectable": True}]
     return param_groups(model)
 
@@ -163,8 +139,8 @@ def main() -> None:
     device = get_device()
     with torch_threads(args.threads):
         results = [
-            bench("tiny-llama", _tiny_llama(device), device, args.repeats),
-            bench(f"llama60m x{args.layers} layers", _Stack(args.layers, device), device, args.repeats),
+            bench("tiny-llama", tiny_llama_with_grads(device), device, args.repeats),
+            bench(f"llama60m x{args.layers} layers", LlamaMatrixStack(args.layers, device), device, args.repeats),
         ]
     lines = [line for r in results for line in ["", *_table(r)]]
     print("\n".join(lines))

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from icml25_shared.bench import peak_memory, round_robin
+from icml25_shared.charlm import LlamaMatrixStack, tiny_llama_with_grads
 from icml25_shared.device import get_device
 from icml25_shared.training import optimizer_state_bytes
 from swan import SWAN, param_groups
@@ -44,33 +45,6 @@ class _Pair:
         for o in self.opts:
             o.step()
         self.state = {k: v for o in self.opts for k, v in o.state.items()}
-
-
-def _tiny_llama(device: torch.device) -> nn.Module:
-    from transformers import LlamaForCausalLM
-
-    from swan.experiments import tiny_llama_config
-
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(tiny_llama_config()).to(device)
-    x = torch.randint(0, 65, (16, 64), device=device)
-    logits = model(input_ids=x).logits
-    nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 65), x[:, 1:].reshape(-1)).backward()
-    return model
-
-
-class _Stack(nn.Module):
-    """The hidden matrices of ``layers`` LLaMA-60M blocks, with random gradients."""
-
-    def __init__(self, layers: int, device: torch.device) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(0)
-        shapes = [(512, 512)] * 4 + [(1376, 512)] * 2 + [(512, 1376)]
-        self.mats = nn.ParameterList(
-            nn.Parameter(torch.randn(s, generator=g).mul_(0.02).to(device)) for _ in range(layers) for s in shapes
-        )
-        for p in self.mats:
-            p.grad = torch.randn(p.shape, generator=g).to(device)
 
 
 def _optimizers(model: nn.Module) -> dict[str, Callable[[], Any]]:
@@ -147,8 +121,8 @@ def main() -> None:
     args = ap.parse_args()
     device = get_device()
     results = [
-        bench("tiny-llama", _tiny_llama(device), device, args.repeats),
-        bench(f"llama60m x{args.layers} layers", _Stack(args.layers, device), device, args.repeats),
+        bench("tiny-llama", tiny_llama_with_grads(device), device, args.repeats),
+        bench(f"llama60m x{args.layers} layers", LlamaMatrixStack(args.layers, device), device, args.repeats),
     ]
     lines = [line for r in results for line in ["", *_table(r)]]
     print("\n".join(lines))

@@ -12,7 +12,7 @@ training -- on a model and data set that train in seconds on one CPU thread::
     curve.val_loss[-1], tokens_to_reach(curve.steps, curve.val_loss, target=2.1)
 
 Packages add their own fields by subclassing :class:`CharLMSetup` (a frozen dataclass) and their own optimizers;
-nothing here is specific to one paper.
+nothing here is specific to one paper. Needs torch (``icml25-shared[torch]``) and, for the LLaMA, transformers.
 """
 
 from __future__ import annotations
@@ -22,17 +22,16 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import torch
+from torch import nn
 
 from icml25_shared.progress import track
 from icml25_shared.report import save_figure, subplots
 from icml25_shared.seed import seed_everything
 from icml25_shared.text import CharCorpus
 from icml25_shared.validate import check_int
-
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
 
 __all__ = [
     "CharLMSetup",
@@ -44,6 +43,8 @@ __all__ = [
     "train_char_lm",
     "tokens_to_reach",
     "plot_val_loss",
+    "tiny_llama_with_grads",
+    "LlamaMatrixStack",
 ]
 
 
@@ -244,3 +245,33 @@ def plot_val_loss(
     ax.set_ylim(min(finals) - 0.05, top)
     ax.legend(fontsize=8)
     return save_figure(fig, out_dir, name)
+
+
+def tiny_llama_with_grads(device: Any = None, *, seed: int = 0) -> nn.Module:
+    """The default tiny LLaMA (:func:`tiny_llama_config`) with the gradients of one random 16 x 64 batch: a fixed
+    model for timing optimizer steps."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(tiny_llama_config()).to(device)
+    x = torch.randint(0, 65, (16, 64), device=device)
+    logits = model(input_ids=x).logits
+    torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 65), x[:, 1:].reshape(-1)).backward()
+    return model
+
+
+class LlamaMatrixStack(nn.Module):
+    """The 7 hidden matrices (q/k/v/o 512 x 512, gate/up 1376 x 512, down 512 x 1376) of ``layers`` LLaMA-60M
+    blocks, random weights (std 0.02) and random gradients: optimizer-step timing at a realistic size."""
+
+    def __init__(self, layers: int, device: Any = None, *, seed: int = 0) -> None:
+        super().__init__()
+        check_int("layers", layers, min=1)
+        g = torch.Generator().manual_seed(seed)
+        shapes = [(512, 512)] * 4 + [(1376, 512)] * 2 + [(512, 1376)]
+        self.mats = nn.ParameterList(
+            nn.Parameter(torch.randn(s, generator=g).mul_(0.02).to(device)) for _ in range(layers) for s in shapes
+        )
+        for p in self.mats:
+            p.grad = torch.randn(p.shape, generator=g).to(device)
