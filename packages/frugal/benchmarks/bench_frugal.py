@@ -21,7 +21,6 @@ come from there). Not run by pytest.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +31,7 @@ from torch import nn
 
 from frugal import FRUGAL, param_groups
 from frugal.experiments import state_bytes
-from icml25_shared.bench import current_rss, round_robin
+from icml25_shared.bench import current_rss, round_robin, save_results
 from icml25_shared.charlm import LlamaMatrixStack, tiny_llama_with_grads
 from icml25_shared.device import get_device, torch_threads
 
@@ -144,9 +143,7 @@ def main() -> None:
         ]
     lines = [line for r in results for line in ["", *_table(r)]]
     print("\n".join(lines))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    args.out.with_suffix(".log").write_text("\n".join(lines).lstrip() + "\n", encoding="utf-8")
+    save_results(args.out, results, lines)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ come from there). Not run by pytest.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from icml25_shared.bench import peak_memory, round_robin
+from icml25_shared.bench import peak_memory, round_robin, save_results
 from icml25_shared.charlm import LlamaMatrixStack, tiny_llama_with_grads
 from icml25_shared.device import get_device
 from icml25_shared.training import optimizer_state_bytes
@@ -126,9 +125,7 @@ def main() -> None:
     ]
     lines = [line for r in results for line in ["", *_table(r)]]
     print("\n".join(lines))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    args.out.with_suffix(".log").write_text("\n".join(lines).lstrip() + "\n", encoding="utf-8")
+    save_results(args.out, results, lines)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["Timing", "Comparison", "measure", "compare", "round_robin", "peak_memory", "current_rss"]
+__all__ = ["Timing", "Comparison", "measure", "compare", "round_robin", "save_results", "peak_memory", "current_rss"]
 
 
 @dataclass
@@ -194,3 +195,16 @@ def peak_memory(fn: Callable[[], Any], *, device: Any = None, interval: float = 
         stop.set()
         t.join()
     return int(max(0, peak - base))
+
+
+def save_results(out: Any, results: Any, lines: list[str]) -> Path:
+    """Write a benchmark's ``results`` as indented JSON at ``out`` and its printed table ``lines`` beside it
+    (same name, ``.log``), creating the folder; returns the JSON path. Benchmarks commit both under
+    ``benchmarks/results/`` and the README's figures are copied from them."""
+    import json
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    out.with_suffix(".log").write_text("\n".join(lines).lstrip() + "\n", encoding="utf-8")
+    return out
