@@ -254,3 +254,21 @@ def test_builtin_adam_matches_torch_adam() -> None:
         states.append(model.state_dict())
     for k in states[0]:
         assert_close(states[0][k], states[1][k], rtol=1e-5, atol=1e-6)
+
+
+def test_fit_checks_the_model_against_the_splits_and_its_arguments() -> None:
+    splits = tbdata.split_series(_periodic(1500), 100, 30)
+    with pytest.raises(ValueError, match=r"forecasts H=24 steps from T=100 but the splits hold windows of T=100, H=30"):
+        fit(TimeBase(TimeBaseConfig(100, 24, basis_num=3)), splits, epochs=1, progress=False)
+    with pytest.raises(ValueError, match=r"forecasts H=30 steps from T=96"):
+        fit(DLinear(96, 30), splits, epochs=1, progress=False)
+    with pytest.raises(ValueError, match="decay_start must be a non-negative int, got -3"):
+        fit(TimeBase(TimeBaseConfig(100, 30, basis_num=3)), splits, decay_start=-3, progress=False)
+
+
+def test_fit_warns_when_the_run_diverges() -> None:
+    splits = tbdata.split_series(_periodic(1500), 100, 30)
+    torch.manual_seed(0)
+    with pytest.warns(RuntimeWarning, match="fit diverged"):
+        res = fit(TimeBase(TimeBaseConfig(100, 30, basis_num=3)), splits, epochs=2, lr=1e6, progress=False)
+    assert res.test is not None and not res.test["mse"] < 1e3

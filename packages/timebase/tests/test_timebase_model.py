@@ -290,3 +290,54 @@ def test_bad_input_raises() -> None:
         ind(torch.randn(2, 96, 4))
     with pytest.raises(ValueError, match="torch.Tensor"):
         model([[1.0]])
+
+
+def _counted_macs(model: torch.nn.Module, x: torch.Tensor) -> int:
+    """MACs of one forward counted by torch's FlopCounterMode (2 FLOPs per multiply-accumulate)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    return counter.get_total_flops() // 2
+
+
+@pytest.mark.parametrize(("horizon", "channels"), [(96, 7), (192, 7), (336, 7), (720, 7), (720, 321)])
+def test_macs_formula_equals_the_counted_macs(horizon: int, channels: int) -> None:
+    """The config's C*P*(N*R + R*M) against the multiply-accumulates torch actually runs for one sample."""
+    from timebase.baselines import DLinear
+
+    model = TimeBase(TimeBaseConfig(720, horizon))
+    assert model.macs(channels) == _counted_macs(model, torch.randn(1, 720, channels))
+    dl = DLinear(720, horizon)
+    assert dl.macs(channels) == _counted_macs(dl, torch.randn(1, 720, channels))
+    ms = MultiSeasonalTimeBase(TimeBaseConfig(720, horizon), periods=(24, 168))
+    assert ms.macs(channels) == _counted_macs(ms, torch.randn(1, 720, channels))
+
+
+def test_multi_seasonal_default_periods_at_t720_clip_basis_num() -> None:
+    """P = 168 at T = 720 gives N = 5 segments, fewer than the default R = 6: R is clipped per component."""
+    ms = MultiSeasonalTimeBase(TimeBaseConfig(720, 96), periods=(24, 168))
+    assert ms.basis_nums == (6, 5)
+    assert [c.config.basis_num for c in ms.components] == [6, 5]
+    assert ms(torch.randn(2, 720, 7)).shape == (2, 96, 7)
+    assert MultiSeasonalTimeBase(TimeBaseConfig(720, 96), periods=(24, 168), basis_num=(4, 3)).basis_nums == (4, 3)
+    with pytest.raises(ValueError, match="basis_num must be <= seg_num_x"):
+        MultiSeasonalTimeBase(TimeBaseConfig(720, 96), periods=(24, 168), basis_num=6)
+    with pytest.raises(ValueError, match="one R per period"):
+        MultiSeasonalTimeBase(TimeBaseConfig(720, 96), periods=(24, 168), basis_num=(6,))
+    with pytest.raises(ValueError, match="periods"):
+        MultiSeasonalTimeBase(TimeBaseConfig(720, 96), periods=())
+
+
+def test_input_dtype_must_match_the_model() -> None:
+    from timebase import PatchTST
+    from timebase.baselines import DLinear
+
+    for model in (
+        TimeBase(TimeBaseConfig(96, 24, basis_num=3)),
+        DLinear(96, 24),
+        PatchTST(96, 24, 3, patch_len=8, stride=8),
+    ):
+        with pytest.raises(ValueError, match=r"x has dtype torch.float64 but the model's parameters are torch.float32"):
+            model(torch.randn(2, 96, 3, dtype=torch.float64))
+        assert model.double()(torch.randn(2, 96, 3, dtype=torch.float64)).dtype == torch.float64

@@ -19,6 +19,8 @@ def test_quick_reproduce_reduced(tmp_path, etth1_data) -> None:
     assert 0.3 < head.details["dlinear_closed_form"]["mse"] < 0.4
     exact = [c for c in res.claims if c.rule == "exact"]
     assert len(exact) == 2 and all(c.holds for c in exact)
+    elec = next(c for c in res.claims if c.short == "Electricity params/MACs")
+    assert elec.holds is None and "396 params = 0.396K" in elec.measured  # shown, not judged by 396 // 10 == 39
     assert (tmp_path / "etth1_h96_quick.png").stat().st_size > 0
     saved = json.loads((tmp_path / "result_quick.json").read_text())
     assert saved["claims"][0]["verdict"] in ("holds", "does not hold")

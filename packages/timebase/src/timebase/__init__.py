@@ -15,7 +15,7 @@ from timebase import baselines, data
 from timebase.config import PRESETS, TimeBaseConfig, training_preset
 from timebase.least_squares import fit_timebase_least_squares
 from timebase.model import MultiSeasonalTimeBase, TimeBase, TimeBaseOutput, orthogonal_loss, pad_segments
-from timebase.reducer import BasisReducer, PatchTST
+from timebase.reducer import BasisReducer, PatchTST, add_basis_reducer
 from timebase.trainer import FitResult, evaluate, fit, predict
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "pad_segments",
     "BasisReducer",
     "PatchTST",
+    "add_basis_reducer",
     "fit",
     "predict",
     "evaluate",

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from icml25_shared.validate import check_int
 from timebase.data import WindowDataset
 from timebase.least_squares import sliding_moments, solve_affine
-from timebase.model import check_window
+from timebase.model import check_window, param_dtype
 
 __all__ = ["DLinear", "SeasonalNaive", "LastValue", "moving_average"]
 
@@ -59,7 +59,7 @@ class DLinear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, C) -> (B, H, C)."""
-        check_window(x, self.seq_len, self.n_channels if self.individual else None)
+        check_window(x, self.seq_len, self.n_channels if self.individual else None, dtype=param_dtype(self))
         trend = moving_average(x, self.kernel_size)
         seasonal, trend = (x - trend).transpose(1, 2), trend.transpose(1, 2)  # (B, C, T)
         if not self.individual:

@@ -16,6 +16,7 @@ are nowhere on the machine.
 
 from __future__ import annotations
 
+import logging
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ __all__ = [
     "train_dlinear",
     "train_timebase",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,9 @@ def ett_table(setup: Setup = Setup(), *, download: bool = False) -> dict[str, di
                 "dlinear": [train_dlinear(splits, h, s, setup.epochs) for s in setup.seeds],
                 "dlinear_closed_form": evaluate(DLinear(720, h).fit_least_squares(splits.train), splits.test),
             }
+            cell = table[f"{name}/{h}"]
+            log.info("%s H=%d: TimeBase MSE %.4f, DLinear MSE %.4f (mean of %d seeds)", name, h,
+                     mean(cell["timebase"], "mse"), mean(cell["dlinear"], "mse"), len(setup.seeds))  # fmt: skip
     return table
 
 
@@ -160,6 +166,7 @@ def patchtst_reducer(
             assert res.test is not None
             mses.append(res.test["mse"])
         out[label] = {"mse": statistics.fmean(mses), "macs": model.macs(), "params": model.num_parameters()}
+        log.info("%s: MSE %.4f, %d MACs", label, out[label]["mse"], out[label]["macs"])
     return out
 
 

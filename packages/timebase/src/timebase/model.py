@@ -26,7 +26,7 @@ from typing import Any, get_args
 import torch
 from torch import Tensor, nn
 
-from icml25_shared.validate import check_choice, check_tensor
+from icml25_shared.validate import check_choice, check_int, check_tensor
 from timebase.config import OrthNorm, PadMode, TimeBaseConfig
 
 __all__ = [
@@ -78,11 +78,21 @@ def pad_segments(x: Tensor, period_len: int, mode: PadMode = "aligned", dim: int
 
 
 def check_window(
-    x: Any, seq_len: int, n_channels: int | None = None, name: str = "x", check_finite: bool = True
+    x: Any,
+    seq_len: int,
+    n_channels: int | None = None,
+    name: str = "x",
+    check_finite: bool = True,
+    dtype: torch.dtype | None = None,
 ) -> None:
     """Raise a ``ValueError`` unless ``x`` is a (finite, unless ``check_finite=False``) floating tensor of shape
-    (B, seq_len, C)."""
+    (B, seq_len, C), of ``dtype`` when given (the model's parameter dtype)."""
     check_tensor(name, x, dtype="floating")
+    if dtype is not None and x.dtype != dtype:
+        raise ValueError(
+            f"{name} has dtype {x.dtype} but the model's parameters are {dtype}: cast the input "
+            f"({name}.to({dtype})) or the model (model.to({x.dtype}))"
+        )
     if x.ndim != 3:
         raise ValueError(f"{name} must have shape (batch, seq_len={seq_len}, channels), got {tuple(x.shape)}")
     if x.shape[1] != seq_len:
@@ -93,6 +103,12 @@ def check_window(
         raise ValueError(f"{name} must have n_channels={n_channels} channels on axis 2, got {x.shape[2]}")
     if check_finite and not bool(torch.isfinite(x).all()):
         raise ValueError(f"{name} contains NaN or inf; clean or impute the series first")
+
+
+def param_dtype(module: nn.Module) -> torch.dtype | None:
+    """The dtype of ``module``'s first parameter (``None`` without parameters)."""
+    p = next(module.parameters(), None)
+    return p.dtype if p is not None else None
 
 
 @dataclass
@@ -182,7 +198,8 @@ class TimeBase(nn.Module):
         # every input value reaches the output through its phase mean unless that phase is cropped (H < P), so
         # checking the (smaller) output for NaN/inf catches a non-finite input; the input is then checked for
         # the error message (a non-finite output from finite input, e.g. diverged weights, is returned as is)
-        check_window(x, cfg.seq_len, cfg.n_channels if cfg.individual else None, check_finite=self._crops_phases)
+        check_window(x, cfg.seq_len, cfg.n_channels if cfg.individual else None, check_finite=self._crops_phases,
+                     dtype=param_dtype(self))  # fmt: skip
         b, _, c = x.shape
         z, mu = self.segments(x)  # (B, N, P, C), (B, 1, P, C)
         basis = self._linear(self.basis_extract, z)  # (B, R, P, C)   eq. BasisExtract
@@ -269,36 +286,66 @@ class MultiSeasonalTimeBase(nn.Module):
     """Sum of TimeBase models with different periods (paper Appendix C.6), trained jointly.
 
     ``MultiSeasonalTimeBase(cfg, periods=(24, 168))`` builds one :class:`TimeBase` per period from ``cfg`` with
-    ``period_len`` replaced; the forecast is the sum of their forecasts and the orthogonality loss the sum of
-    theirs. The paper (Appendix C.6) gives no more detail; our choice: every component centres its input
-    with its own (per-phase) mean, and only the first component adds its mean back, so the level of the window
-    is counted once and the other components model the residual seasonality.
+    ``period_len`` replaced and ``basis_num`` clipped to that period's segment count N = ceil(T / P) (at T = 720, P
+    = 168 gives N = 5, below the default R = 6), or given per period (``basis_num=(6, 4)``); the forecast is the sum
+    of their forecasts and the orthogonality loss the sum of theirs. The paper (Appendix C.6) gives no more detail;
+    our choice: every component centres its input with its own (per-phase) mean, and only the first component adds
+    its mean back, so the level of the window is counted once and the other components model the residual
+    seasonality.
     """
 
-    def __init__(self, config: TimeBaseConfig, periods: tuple[int, ...] = (24, 168)) -> None:
+    def __init__(
+        self,
+        config: TimeBaseConfig,
+        periods: tuple[int, ...] = (24, 168),
+        basis_num: int | tuple[int, ...] | None = None,
+    ) -> None:
         super().__init__()
-        if not periods:
-            raise ValueError("periods must name at least one period, got ()")
+        if isinstance(periods, (int, str)) or not periods:
+            raise ValueError(f"periods must be a non-empty sequence of ints, got {periods!r}")
         self.config = config
-        self.periods = tuple(int(p) for p in periods)
-        self.components = nn.ModuleList(TimeBase(config.replace(period_len=p)) for p in self.periods)
+        self.periods = tuple(check_int(f"periods[{i}]", p, min=1) for i, p in enumerate(periods))
+        self.basis_nums = self._basis_nums(basis_num)
+        self.components = nn.ModuleList(
+            TimeBase(config.replace(period_len=p, basis_num=r)) for p, r in zip(self.periods, self.basis_nums)
+        )
+
+    def _basis_nums(self, basis_num: int | tuple[int, ...] | None) -> tuple[int, ...]:
+        """R per component: ``None`` takes ``config.basis_num`` clipped to each component's segment count
+        N = ceil(T / P) (R <= N: at T = 720, P = 168 has N = 5 < the default R = 6); an int is shared; a
+        sequence gives one per period."""
+        n_segs = [-(-self.config.seq_len // p) for p in self.periods]
+        if basis_num is None:
+            return tuple(min(self.config.basis_num, n) for n in n_segs)
+        if isinstance(basis_num, (list, tuple)):
+            if len(basis_num) != len(self.periods):
+                raise ValueError(
+                    f"basis_num must give one R per period ({len(self.periods)} for periods={self.periods}), "
+                    f"got {tuple(basis_num)}"
+                )
+            return tuple(check_int(f"basis_num[{i}]", r, min=1) for i, r in enumerate(basis_num))  # type: ignore[misc]
+        r = check_int("basis_num", basis_num, min=1)
+        return (r,) * len(self.periods)  # type: ignore[return-value]
 
     def forward(self, x: Tensor, return_aux: bool = False) -> Tensor | tuple[Tensor, TimeBaseOutput]:
         """Sum of the components' forecasts (the level of the window is added by the first component only)."""
         cfg = self.config
-        check_window(x, cfg.seq_len, cfg.n_channels if cfg.individual else None)
+        check_window(x, cfg.seq_len, cfg.n_channels if cfg.individual else None, dtype=param_dtype(self))
         total: Tensor | None = None
         orth = x.new_zeros(())
         bases = []
         for i, comp in enumerate(self.components):
-            y, aux = comp(x, return_aux=True)
+            if return_aux:
+                y, aux = comp(x, return_aux=True)
+                orth = orth + aux.orth_loss
+                bases.append(aux.basis)
+            else:  # inference: no orthogonality loss (its Gram matrices are not part of the forecast)
+                y = comp(x)
             if i > 0:  # remove the level this component added back: only its centred forecast counts
                 _, mu = comp.segments(x)  # (B, 1, P_i, C)
                 level = mu.expand(-1, comp.config.seg_num_y, -1, -1).reshape(x.shape[0], -1, x.shape[2])
                 y = y - level[:, : cfg.pred_len]
             total = y if total is None else total + y
-            orth = orth + aux.orth_loss
-            bases.append(aux.basis)
         assert total is not None
         if return_aux:
             return total, TimeBaseOutput(bases[0], orth)

@@ -3,7 +3,8 @@
 After patching, (B, C, patch_len, num_patches), a ``Linear(num_patches -> R)`` over the patch axis extracts R basis
 patches; the encoder then sees R tokens instead of num_patches, the positional encoding has R rows and the
 flatten head d_model * R inputs. :class:`PatchTST` is a compact PatchTST (RevIN, end-padded patching, transformer
-encoder over patches, flatten head) with ``basis_num`` switching the reducer on.
+encoder over patches, flatten head) with ``basis_num`` switching the reducer on; :func:`add_basis_reducer` puts the
+same reducer into Hugging Face ``transformers.PatchTSTForPrediction``.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import torch
 from torch import Tensor, nn
 
 from icml25_shared.validate import check_int
-from timebase.model import check_window
+from timebase.model import check_window, param_dtype
 
-__all__ = ["BasisReducer", "PatchTST", "RevIN"]
+__all__ = ["BasisReducer", "PatchTST", "RevIN", "add_basis_reducer"]
 
 
 class BasisReducer(nn.Module):
@@ -121,7 +122,7 @@ class PatchTST(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, T, C) -> (B, H, C)."""
-        check_window(x, self.seq_len, self.n_channels)
+        check_window(x, self.seq_len, self.n_channels, dtype=param_dtype(self))
         b, _, c = x.shape
         if self.revin is not None:
             x, mean, std = self.revin.normalize(x)
@@ -151,3 +152,50 @@ class PatchTST(nn.Module):
         per_layer = 4 * n * d * d + 2 * n * n * d + 2 * n * d * self.d_ff
         per_channel += self.n_layers * per_layer + n * d * self.pred_len
         return c * per_channel
+
+
+class _ReducedPatchify(nn.Module):
+    """A ``transformers`` PatchTST patchifier followed by a :class:`BasisReducer` over its patches:
+    (B, C, num_patches, patch_len) -> (B, C, R, patch_len); ``num_patches`` reports R to the modules built after."""
+
+    def __init__(self, patchifier: nn.Module, basis_num: int) -> None:
+        super().__init__()
+        self.patchifier = patchifier
+        self.reducer = BasisReducer(patchifier.num_patches, basis_num)
+        self.num_patches = basis_num
+
+    def forward(self, past_values: Tensor) -> Tensor:
+        patches = self.patchifier(past_values)  # (B, C, N, patch_len)
+        return self.reducer(patches.transpose(-1, -2)).transpose(-1, -2)  # (B, C, R, patch_len)
+
+
+def add_basis_reducer(model: nn.Module, basis_num: int) -> nn.Module:
+    """Put the TimeBase reducer (paper Sec. 4) into a ``transformers.PatchTSTForPrediction``, in place.
+
+    After its patchifier, a ``Linear(num_patches -> basis_num)`` over the patch axis turns the N patches into R
+    basis patches; the positional encoding is rebuilt with R rows and the prediction head with ``d_model * R``
+    inputs (both freshly initialised, as in the compact :class:`PatchTST`), so the encoder attends over R tokens.
+    Call it on a new (untrained) model; a trained model's encoder weights are kept but its head is replaced. To
+    reload a saved model, build the same structure (``add_basis_reducer(PatchTSTForPrediction(config), R)``) and
+    ``load_state_dict``: ``from_pretrained`` alone rebuilds the model without the reducer.
+    """
+    from transformers import PatchTSTForPrediction
+    from transformers.models.patchtst.modeling_patchtst import PatchTSTPositionalEncoding, PatchTSTPredictionHead
+
+    if not isinstance(model, PatchTSTForPrediction):
+        raise ValueError(f"model must be a transformers.PatchTSTForPrediction, got {type(model).__name__}")
+    core, config = model.model, model.config
+    if isinstance(core.patchifier, _ReducedPatchify):
+        raise ValueError("model already has a basis reducer")
+    basis_num = check_int("basis_num", basis_num, min=1)
+    if basis_num > core.patchifier.num_patches:
+        raise ValueError(f"basis_num must be <= num_patches={core.patchifier.num_patches}, got {basis_num}")
+    if config.do_mask_input:
+        raise ValueError("add_basis_reducer is for forecasting models (config.do_mask_input=False)")
+    ref = next(model.parameters())
+    core.patchifier = _ReducedPatchify(core.patchifier, basis_num).to(ref.device, ref.dtype)
+    core.encoder.positional_encoder = PatchTSTPositionalEncoding(config, basis_num).to(ref.device, ref.dtype)
+    model.head = PatchTSTPredictionHead(config, basis_num, distribution_output=model.distribution_output).to(
+        ref.device, ref.dtype
+    )
+    return model

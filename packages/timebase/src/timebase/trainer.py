@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -86,6 +87,11 @@ def _model_device(model: nn.Module) -> torch.device:
     return p.device if p is not None else torch.device("cpu")
 
 
+def _model_dtype(model: nn.Module) -> torch.dtype:
+    p = next(model.parameters(), None)
+    return p.dtype if p is not None else torch.get_default_dtype()
+
+
 def _loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     train_loss = getattr(model, "training_loss", None)
     if callable(train_loss):
@@ -130,6 +136,43 @@ def predict(model: nn.Module, data: Tensor | WindowDataset, batch_size: int = 20
         model.train(was_training)
 
 
+def _check_model_fits_splits(model: nn.Module, splits: Splits) -> None:
+    """The model's look-back T and horizon H must be the splits' (else a broadcast warning, then an opaque error
+    deep in the loss): read from ``model.config`` / ``model.seq_len``, ``model.pred_len`` where the model has them,
+    else from one forward pass on a training window (in eval mode, before any seeding)."""
+    t, h = splits.train.seq_len, splits.train.pred_len
+    cfg = getattr(model, "config", model)
+    seq_len, pred_len = getattr(cfg, "seq_len", None), getattr(cfg, "pred_len", None)
+    if seq_len is None or pred_len is None:
+        x, _ = splits.train[0]
+        was = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                out = model(x.unsqueeze(0).to(_model_device(model), _model_dtype(model)))
+        finally:
+            model.train(was)
+        seq_len, pred_len = t, out.shape[1] if out.ndim == 3 else None
+    if (seq_len, pred_len) != (t, h):
+        raise ValueError(
+            f"the model forecasts H={pred_len} steps from T={seq_len} but the splits hold windows of T={t}, H={h}: "
+            f"build the model with seq_len={t}, pred_len={h} (or the splits with the model's lengths)"
+        )
+
+
+def _warn_if_diverged(best_val: float, splits: Splits, lr: float) -> None:
+    """Warn when even the best validation MSE is not finite or is over 10x that of forecasting zero (the training
+    mean, the data being standardised on the training rows): the run diverged, usually from too large an lr."""
+    zero = float(splits.val.series[splits.val.seq_len :].double().square().mean())
+    if not math.isfinite(best_val) or best_val > 10 * max(zero, 1e-12):
+        warnings.warn(
+            f"fit diverged: the best validation MSE {best_val:.3g} is over 10x that of the zero forecast "
+            f"({zero:.3g}); lower lr (got {lr})",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def fit(
     model: nn.Module,
     splits: Splits,
@@ -159,6 +202,8 @@ def fit(
     patience = check_int("patience", patience, min=1)
     check_float("lr", lr, min=0.0, min_open=True)
     check_float("decay", decay, min=0.0, max=1.0, min_open=True)
+    check_int("decay_start", decay_start, min=0)
+    _check_model_fits_splits(model, splits)
 
     t0 = time.perf_counter()
     gen = torch.Generator()
@@ -202,6 +247,7 @@ def fit(
                 log.info("early stopping after epoch %d (best %d)", epoch, best_epoch)
                 break
     bar.close()
+    _warn_if_diverged(best_val, splits, lr)
     model.load_state_dict(best_state)
     model.eval()
     test = evaluate(model, splits.test, eval_batch_size) if evaluate_test else None
