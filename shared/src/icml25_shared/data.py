@@ -10,8 +10,8 @@ Resolution order for a data set's files (:func:`resolve`):
 3. the bundled copy: the ``icml25-datasets`` distribution (the root project and every package's ``[data]`` extra
    install it, so a clone runs offline);
 4. the user cache ``$ICML25_CACHE`` or ``~/.cache/icml25``/``<subdir>``;
-5. a download from the canonical source into the cache, **only** when the caller passes ``download=True``
-   (``icml25 reproduce --download`` passes it to every reproduction).
+5. a fetch from the canonical source into the cache, **only** when the caller asks for it through the
+   ``download`` argument (``icml25 reproduce --download`` passes it to every reproduction).
 
 Every file found is checked against its sha256; a mismatch raises :class:`ChecksumError`, a missing file raises
 :class:`DataNotFoundError` naming the expected file, its hash and how to obtain it.
