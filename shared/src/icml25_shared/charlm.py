@@ -143,16 +143,12 @@ class CharLMTask:
 
 def lm_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean next-character cross-entropy (nats) of a causal LM returning ``.logits``."""
-    import torch.nn.functional as F
-
     logits = model(input_ids=x).logits
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
 
 def val_loss(model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> float:
     """Mean :func:`lm_loss` over ``batches`` in eval mode, without gradients (the model is put back in train mode)."""
-    import torch
-
     model.eval()
     with torch.no_grad():
         total = sum(lm_loss(model, x, y).item() for x, y in batches)
@@ -183,8 +179,6 @@ def train_char_lm(
     ``task.setup.seed`` (the same windows for every method); each step zeroes every optimizer's gradients, backs
     the loss up, steps every optimizer, then every scheduler. ``loss_fn(model, x, y)`` defaults to
     :func:`lm_loss` (an architecture with an auxiliary loss passes its own)."""
-    import torch
-
     st = task.setup
     loss_fn = loss_fn or lm_loss
     model.train()
@@ -250,7 +244,6 @@ def plot_val_loss(
 def tiny_llama_with_grads(device: Any = None, *, seed: int = 0) -> nn.Module:
     """The default tiny LLaMA (:func:`tiny_llama_config`) with the gradients of one random 16 x 64 batch: a fixed
     model for timing optimizer steps."""
-    import torch
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)

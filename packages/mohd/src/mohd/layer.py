@@ -229,18 +229,23 @@ class MoHDAttention(LlamaAttention):
         return sub.sparse_write(y.reshape(b * t, -1), routing, self.o_proj.weight).view(b, t, hdim), routing
 
 
+def _init_swiglu(module: nn.Module, config: MoHDConfig) -> None:
+    """Llama's SwiGLU projections (``gate_proj``/``up_proj``/``down_proj``, no bias) and the sub-dimension router."""
+    h, f = config.hidden_size, config.intermediate_size
+    module.gate_proj = nn.Linear(h, f, bias=False)
+    module.up_proj = nn.Linear(h, f, bias=False)
+    module.down_proj = nn.Linear(f, h, bias=False)
+    module.act_fn = ACT2FN[config.hidden_act]
+    module.subdims = MoHDSublayer(config)
+
+
 class MoHDMLP(nn.Module):
     """SwiGLU FFN (Llama's ``gate_proj``/``up_proj``/``down_proj``) reading and writing only the active groups of
     the residual stream (``placement="residual"``)."""
 
     def __init__(self, config: MoHDConfig) -> None:
         super().__init__()
-        h, f = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, f, bias=False)
-        self.up_proj = nn.Linear(h, f, bias=False)
-        self.down_proj = nn.Linear(f, h, bias=False)
-        self.act_fn = ACT2FN[config.hidden_act]
-        self.subdims = MoHDSublayer(config)
+        _init_swiglu(self, config)
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Routing]:
         """The residual update of the normed ``hidden_states`` (B, T, H), and the routing."""
@@ -265,12 +270,7 @@ class MoHDFeedForward(nn.Module):
         super().__init__()
         if config.placement != "ffn":
             raise ValueError(f"MoHDFeedForward needs placement='ffn', got placement={config.placement!r}")
-        h, f = config.hidden_size, config.intermediate_size
-        self.gate_proj = nn.Linear(h, f, bias=False)
-        self.up_proj = nn.Linear(h, f, bias=False)
-        self.down_proj = nn.Linear(f, h, bias=False)
-        self.act_fn = ACT2FN[config.hidden_act]
-        self.subdims = MoHDSublayer(config)
+        _init_swiglu(self, config)
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Routing]:
         """``(y, routing)`` for normed ``hidden_states`` of shape (..., H)."""
