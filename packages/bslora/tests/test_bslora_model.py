@@ -373,3 +373,71 @@ def test_adapter_management():
     assert all("other" not in layer.configs for _, layer in m.bslora_layers())
     with pytest.raises(ValueError, match="unknown adapter"):
         m.set_adapter("other")
+
+
+def test_mixed_batch_through_the_shared_grouped_kernel_equals_the_bmm_path(mode):
+    """``set_kernel_impl("torch")`` routes mixed batches through ``icml25_shared.kernels.grouped_lora`` (the path CUDA
+    takes, here its torch reference), with base rows as group -1: same logits as the default CPU bmm path, and the
+    same gradients into every adapter's factors."""
+    m = get_bslora_model(tiny_llama(), bs_config(mode), "a")
+    m.add_adapter("b", bs_config("slice", r_local=3, r_intra=2, r_inter=5))
+    randomize(m, seed=4)
+    m.eval()
+    ids = torch.randint(0, 64, (4, 5), generator=torch.Generator().manual_seed(6))
+    rows = ["b", "__base__", "a", "b"]
+    outs = {}
+    for impl in ("auto", "torch"):
+        m.set_kernel_impl(impl)
+        m.zero_grad()
+        logits = m(input_ids=ids, adapter_names=rows).logits
+        logits.square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+        outs[impl] = (logits.detach(), grads)
+    torch.testing.assert_close(outs["torch"][0], outs["auto"][0], rtol=1e-5, atol=1e-6)
+    assert outs["torch"][1].keys() == outs["auto"][1].keys() and len(outs["auto"][1]) > 0
+    for name, g in outs["auto"][1].items():
+        torch.testing.assert_close(outs["torch"][1][name], g, rtol=1e-4, atol=1e-6, msg=name)
+    with pytest.raises(ValueError, match="impl"):
+        m.set_kernel_impl("cuda")
+
+
+_TRITON_CHECK = """
+import torch
+from bslora import get_bslora_model
+from bslora_testing import bs_config, randomize, tiny_llama
+m = get_bslora_model(tiny_llama(), bs_config("slice"), "a")
+m.add_adapter("b", bs_config("kron", r_local=3, r_intra=2, r_inter=5))
+randomize(m, seed=4)
+m.eval()
+ids = torch.randint(0, 64, (3, 4), generator=torch.Generator().manual_seed(6))
+outs = {}
+for impl in ("auto", "triton"):
+    m.set_kernel_impl(impl)
+    m.zero_grad()
+    logits = m(input_ids=ids, adapter_names=["b", "__base__", "a"]).logits
+    logits.square().mean().backward()
+    outs[impl] = (logits.detach(), {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None})
+torch.testing.assert_close(outs["triton"][0], outs["auto"][0], rtol=1e-5, atol=1e-5)
+assert outs["triton"][1].keys() == outs["auto"][1].keys() and len(outs["auto"][1]) > 0
+for name, g in outs["auto"][1].items():
+    torch.testing.assert_close(outs["triton"][1][name], g, rtol=1e-4, atol=1e-6, msg=name)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_mixed_batch_triton_kernel_under_the_interpreter():
+    """The CUDA route of mixed batches (the shared Triton ``grouped_lora``) on CPU tensors through Triton's
+    interpreter, in a fresh process (the interpreter setting is read when triton is first imported)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from icml25_shared.kernels import triton_available
+
+    if not triton_available():
+        pytest.skip("triton is not installed")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    res = subprocess.run([sys.executable, "-c", _TRITON_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]

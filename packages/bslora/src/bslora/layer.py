@@ -159,6 +159,7 @@ class BSLoRALinear(nn.Module):
         self.merged_adapters: list[str] = []
         self._mixed_rows: list[str] | None = None  # set by BSLoRAModel.forward(adapter_names=...)
         self._stack_cache: tuple | None = None  # (key, (A_stack, B_stack)) of the last no-grad mixed batch
+        self.kernel_impl: str = "auto"  # mixed batches: see BSLoRAModel.set_kernel_impl
 
     # ------------------------------------------------------------------ adapters
     @property
@@ -344,6 +345,20 @@ class BSLoRALinear(nn.Module):
         slot = {n: i for i, n in enumerate(names)}
         idx = torch.tensor([slot.get(n, len(names)) for n in rows], device=x.device)
         x3 = x.reshape(x.shape[0], -1, self.in_features).to(dt)
+        if self.kernel_impl != "auto" or x.is_cuda:
+            # the shared segmented-matmul kernel: one shrink and one expand pass over the token rows grouped by
+            # adapter, no (batch, R, in) gather of the stacks; base rows get group -1 (no adapter term)
+            from icml25_shared.kernels import grouped_lora
+
+            group = torch.where(idx == len(names), -1, idx).repeat_interleave(x3.shape[1])
+            d = grouped_lora(
+                x3.reshape(-1, self.in_features),
+                A_stack.transpose(1, 2),
+                B_stack.transpose(1, 2),
+                group,
+                impl=self.kernel_impl,
+            )
+            return y + d.reshape(y.shape).to(y.dtype)
         z = torch.bmm(x3, A_stack[idx].transpose(1, 2))  # (batch, tokens, R)
         d = torch.bmm(z, B_stack[idx].transpose(1, 2))  # (batch, tokens, out)
         return y + d.reshape(y.shape).to(y.dtype)

@@ -15,6 +15,7 @@ from torch import nn
 
 from bslora.config import BSLoRAConfig
 from bslora.layer import BASE_ADAPTER, BSLoRALinear, InterShare, IntraShare, SharedPair
+from icml25_shared.validate import check_choice
 
 __all__ = ["BSLoRAModel", "get_bslora_model", "find_targets", "CONFIG_NAME", "WEIGHTS_NAME"]
 
@@ -333,6 +334,21 @@ class BSLoRAModel(nn.Module):
             for layer in layers:
                 layer._mixed_rows = None
             self.clear_caches()
+
+    def set_kernel_impl(self, impl: str) -> None:
+        """How mixed-adapter batches (``forward(adapter_names=...)``) compute the per-row adapter terms.
+
+        ``"auto"`` (default): CUDA tensors go to the shared Triton segmented matmul
+        (``icml25_shared.kernels.grouped_lora``: tokens grouped by adapter, one shrink and one expand pass), CPU
+        tensors to a gathered ``bmm`` pair over the stacked exact factors; ``"torch"`` runs ``grouped_lora``'s
+        pure-torch reference (one matmul pair per adapter); ``"triton"`` forces the kernel (CUDA, or CPU under
+        ``TRITON_INTERPRET=1``). All give the same result to rounding.
+        """
+        from icml25_shared.kernels import IMPLS
+
+        impl = check_choice("impl", impl, IMPLS)
+        for _, layer in self.bslora_layers():
+            layer.kernel_impl = impl
 
     @staticmethod
     def _batch_size(args: tuple, kwargs: dict) -> int | None:
