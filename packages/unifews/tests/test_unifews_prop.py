@@ -124,6 +124,26 @@ def test_row_mode_hop_sets_nested_and_algorithm_one(threshold):
     torch.testing.assert_close(p1, ref)
 
 
+@pytest.mark.parametrize("kind", ["sgc", "appnp"])
+@pytest.mark.parametrize(("threshold", "delta_a"), [("absolute", 0.0), ("absolute", 0.3), ("relative", 1.0)])
+def test_row_mode_on_the_shared_masked_spmm_equals_the_compacted_path(kind, threshold, delta_a):
+    """``spmm_impl="torch"`` runs row mode as CUDA does (one CSR, a cumulative keep mask, the shared masked SpMM's
+    reference): same features, same kept-edge counts per hop, same gradient into ``x`` as the compacting path."""
+    x, ei = random_graph(n=40, m=200, f=5, seed=29)
+    outs = {}
+    for spmm_impl in ("auto", "torch"):
+        xr = x.clone().requires_grad_(True)
+        p, st = unifews_propagate(xr, ei, 5, delta_a, kind=kind, mode="row", threshold=threshold, spmm_impl=spmm_impl)
+        p.square().sum().backward()
+        outs[spmm_impl] = (p.detach(), st.kept, st.macs, xr.grad)
+    torch.testing.assert_close(outs["torch"][0], outs["auto"][0])
+    assert outs["torch"][1:3] == outs["auto"][1:3]
+    assert delta_a == 0 or outs["auto"][1][-1] < outs["auto"][1][0]  # edges were removed
+    torch.testing.assert_close(outs["torch"][3], outs["auto"][3])
+    with pytest.raises(ValueError, match="spmm_impl"):
+        unifews_propagate(x, ei, 2, 0.3, mode="row", spmm_impl="cuda")
+
+
 def test_column_halves_propagated_apart_equal_one_call():
     x = _sparse_features(n=40, f=8, seed=5)
     _, ei = random_graph(n=40, m=200, f=8, seed=28)
@@ -142,3 +162,40 @@ def test_precompute_transform():
     x, ei = random_graph(n=30, m=100, f=4, seed=29)
     data = UnifewsPrecompute(hops=3, delta_a=0.0)(Data(x=x.clone(), edge_index=ei))
     torch.testing.assert_close(data.x, _dense_power(x, ei, 3))
+
+
+_TRITON_CHECK = """
+import torch
+from unifews.prop import unifews_propagate
+g = torch.Generator().manual_seed(3)
+n, m = 30, 150
+ei = torch.randint(0, n, (2, m), generator=g)
+x = torch.randn(n, 4, generator=g)
+outs = {}
+for spmm_impl in ("auto", "triton"):
+    xr = x.clone().requires_grad_(True)
+    p, st = unifews_propagate(xr, ei, 3, 1.0, kind="appnp", mode="row", threshold="relative", spmm_impl=spmm_impl)
+    p.square().sum().backward()
+    outs[spmm_impl] = (p.detach(), st.kept, xr.grad)
+torch.testing.assert_close(outs["triton"][0], outs["auto"][0], rtol=1e-5, atol=1e-5)
+assert outs["triton"][1] == outs["auto"][1] and outs["auto"][1][-1] < outs["auto"][1][0]
+torch.testing.assert_close(outs["triton"][2], outs["auto"][2], rtol=1e-4, atol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_row_mode_triton_masked_spmm_under_the_interpreter():
+    """The CUDA route of row mode (the shared Triton masked SpMM) on CPU tensors through Triton's interpreter, in a
+    fresh process (the interpreter setting is read when triton is first imported)."""
+    import os
+    import subprocess
+    import sys
+
+    from icml25_shared.kernels import triton_available
+
+    if not triton_available():
+        pytest.skip("triton is not installed")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    res = subprocess.run([sys.executable, "-c", _TRITON_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]

@@ -45,6 +45,8 @@ KINDS: tuple[str, ...] = get_args(Kind)
 MODES: tuple[str, ...] = get_args(Mode)
 PUSHES: tuple[str, ...] = get_args(Push)
 IMPLS: tuple[str, ...] = get_args(Impl)
+SpmmImpl = Literal["auto", "torch", "triton"]
+SPMM_IMPLS: tuple[str, ...] = get_args(SpmmImpl)
 _M32 = 0xFFFFFFFF
 
 
@@ -122,6 +124,7 @@ class PropGraph:
         self.keys = self.src.to(torch.float64) + (1.0 - self.g64) * 0.5  # segmented search keys, in [v, v + 0.5)
         self.edge_index = torch.stack([self.src, self.nbr])
         self._mats: dict = {}
+        self._kernel_csr = None  # icml25_shared.kernels.CSR of the non-loop edges (row mode on the kernel path)
 
     def matrices(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
         """CSR matrices, built once per dtype: ``(T_off, S_dst, S_src)`` with ``T_off[u, v] = T[u, v]`` over the
@@ -214,6 +217,7 @@ def unifews_propagate(
     chunk_size: int | None = None,
     graph: PropGraph | None = None,
     impl: Impl = "auto",
+    spmm_impl: SpmmImpl = "auto",
 ) -> tuple[Tensor, PropStats]:
     """Sparsified SGC/APPNP propagation of ``x`` ``[n, f]`` over ``edge_index`` (self-loops added; paper Algorithm 1).
 
@@ -234,12 +238,17 @@ def unifews_propagate(
         graph: a :class:`PropGraph` prepared earlier for the same ``edge_index`` and ``r`` (saves the sort).
         impl: entry mode execution, ``"prefix"`` (pushes enumerated, cost ∝ pushes), ``"masked"`` (the same
             prefixes as an ``m × chunk`` comparison) or ``"auto"`` (by density, per hop). Same result.
+        spmm_impl: row mode: ``"auto"`` runs CUDA tensors through the shared Triton masked SpMM
+            (``icml25_shared.kernels.masked_spmm``: one CSR of the graph, removed edges masked in the kernel, no
+            per-hop compaction) and CPU tensors through a compacted edge list and a CSR SpMM; ``"torch"`` /
+            ``"triton"`` force the masked SpMM's reference / kernel. Same result to rounding.
 
     Returns:
         ``(P, stats)``: the propagated features and a :class:`PropStats`.
     """
     delta_a = _check_common(x, edge_index, hops, delta_a, kind, alpha, r, mode, push, threshold)
     check_choice("impl", impl, IMPLS)
+    check_choice("spmm_impl", spmm_impl, SPMM_IMPLS)
     n, f = x.shape
     G = graph if graph is not None else PropGraph(edge_index, n, r, x.dtype)
     if G.g.dtype != x.dtype:
@@ -247,6 +256,8 @@ def unifews_propagate(
     coef = 1.0 - alpha if kind == "appnp" else 1.0
     stats = PropStats(mode, push, full_macs=(G.m + n) * f * hops)
     if mode == "row":
+        if spmm_impl != "auto" or x.is_cuda:
+            return _row_masked(x, G, hops, delta_a, coef, kind, alpha, threshold, appnp_tail, stats, spmm_impl)
         return _row(x, G, hops, delta_a, coef, kind, alpha, threshold, appnp_tail, stats)
     seed = _seed_from(generator) if push == "random" and delta_a > 0 else 0
     step = chunk_size or max(1, min(f, (1 << 22) // max(G.m, 1)))
@@ -398,6 +409,41 @@ def _row(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, tail, sta
         stats.deterministic_pushes.append((int(ei.size(1)) + n) * f)
         stats.random_pushes.append(0)
         stats.macs.append((int(ei.size(1)) + n) * f)
+        if acc is not None and (hop < hops - 1 or tail):
+            acc = acc + (p if hop == hops - 1 else alpha * p)
+    return (acc if kind == "appnp" else p), stats
+
+
+def _row_masked(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, tail, stats: PropStats, spmm_impl):
+    """``_row`` over one CSR of ``T``'s non-loop part with a cumulative keep mask (the shared masked SpMM kernel):
+    the same edges are removed at the same hops, nothing is compacted or re-sorted."""
+    from icml25_shared.kernels import CSR, masked_spmm
+
+    n, f = x.shape
+    csr = G._kernel_csr
+    if csr is None:  # messages src -> nbr: out[nbr] += w · p[src]; kept on the graph for later calls
+        csr = CSR.from_coo(G.nbr, G.src, (n, n))
+        G._kernel_csr = csr
+    src, w = G.src[csr.order], G.w[csr.order]
+    keep = torch.ones(G.m, dtype=torch.bool, device=x.device)
+    p = x
+    acc = alpha * x if kind == "appnp" else None
+    for hop in range(hops):
+        if delta_a > 0:
+            norm = torch.linalg.vector_norm(p, dim=1)
+            score = coef * w * norm[src]
+            if threshold == "relative":
+                loop_score = coef * G.w_loop * norm
+                thr = delta_a * torch.cat([score[keep], loop_score]).mean()
+            else:
+                thr = delta_a
+            keep = keep & (score >= thr)  # removed for good (Algorithm 1)
+        p = coef * (masked_spmm(csr, w, p, keep=keep, impl=spmm_impl) + G.w_loop.unsqueeze(1) * p)
+        kept = int(keep.sum()) + n
+        stats.kept.append(kept)
+        stats.deterministic_pushes.append(kept * f)
+        stats.random_pushes.append(0)
+        stats.macs.append(kept * f)
         if acc is not None and (hop < hops - 1 or tail):
             acc = acc + (p if hop == hops - 1 else alpha * p)
     return (acc if kind == "appnp" else p), stats
