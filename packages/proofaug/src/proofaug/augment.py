@@ -1,0 +1,523 @@
+"""ProofAug on a prover backend: the maximal compatible semi-proof (MCSP) and hole filling at every granularity.
+
+Paper, Alg. 1: execute the proposal step by step; a failing proof step becomes ``sorry`` and a failing structure
+step is dropped, which yields the *maximal compatible semi-proof*. Then, for each ``sorry`` in order, run the
+automation ladder on its state; when it fails, replace the proof of the enclosing conjecture by one ``sorry`` and
+try again (the parent's, …, up to the theorem). A success is decided only by an independent re-check of the whole
+proof.
+
+Coq transfer (our contract; the paper's Isar modes do not exist in Coq):
+
+* R1 a failing ``S by T.`` is retried as ``S by admit.`` (the inline sub-proof is the hole);
+* R2 any other failing tactic becomes ``admit.`` (it closes the focused goal at the partial state);
+* R3 a sentence that fails because no goal is focused is dropped (an orphan ``{`` or bullet with its subtree);
+* R4 a ``}``, bullet or ``Qed.`` that fails because goals remain gets an ``admit.`` inserted before it;
+* R5 the statement fails (``StatementError``) or an error no rule covers: the proposal is abandoned.
+
+Granularities (cuts) for a hole in blocks B0 ⊂ B1 ⊂ … ⊂ root: the hole itself, then for each block its last
+single-goal partial state and its entry (``cuts="partial_first"``), only entries (``"entry"``, the paper's
+Isabelle granularity) or entry then partial (``"entry_then_partial"``, the order of the paper's Lean code).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from icml25_shared.validate import check_choice
+from proofaug.backends.base import BackendError, ProverBackend, StatementError, normalize_goals
+from proofaug.config import Problem, ProofAugConfig
+from proofaug.structure import (
+    ProofScript,
+    Sentence,
+    build_blocks,
+    innermost,
+    parse_proof,
+    split_inline,
+    split_sentences,
+)
+
+__all__ = ["ProofAug", "ProofAugResult", "SemiProof", "Cut", "focused_goals", "Stage", "Proposer"]
+
+log = logging.getLogger(__name__)
+
+Stage = Literal["init_proof", "init_atp", "coarse_atp", "erp", "failed", "backend_error"]
+Proposer = Callable[..., list[str]]
+
+_ORPHAN = re.compile(r"No such goal|No more goals|The proof is not focused|No focused proof")
+_UNCLOSED = re.compile(r"cannot be unfocused this way|is not finished|incomplete proof|is mandatory here")
+_NEXT_BULLET = re.compile(r"bullet ([-+*]+)")
+_ADMIT = re.compile(r"^admit\s*\.$|\sby\s+admit\s*\.$")
+
+
+def focused_goals(goals: str) -> int:
+    """Number of focused goals in a coqtop goal display (0 for ``No more goals`` and completed sub-proofs)."""
+    m = re.match(r"\s*(\d+) goals?\b", goals)
+    return int(m.group(1)) if m else 0
+
+
+@dataclass
+class SemiProof:
+    """A proposal with holes, executed: ``states[k]``/``goals[k]`` are the prover state and goal display before
+    body sentence ``k`` (``states[len(body)]`` after the last); ``holes`` are indices of ``admit`` sentences."""
+
+    script: ProofScript
+    body: list[Sentence]
+    states: list[Any]
+    goals: list[str]
+    holes: list[int]
+    modified: bool = False
+    has_timeout: bool = False
+
+    @property
+    def text(self) -> str:
+        """The semi-proof as a proof text (``Proof. … Qed.``)."""
+        return self.script.render(self.body)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Candidate: body sentences ``start:end`` replaced by one hole (``inline``: the hole is ``stmt by _``)."""
+
+    start: int
+    end: int
+    inline: str | None = None
+
+
+@dataclass
+class ProofAugResult:
+    """Outcome of :meth:`ProofAug.augment` on one proposal."""
+
+    success: bool
+    proof: str
+    stage: Stage
+    semi_proofs: list[str] = field(default_factory=list)
+    hammer_index: list[int] = field(default_factory=list)
+    checker_calls: int = 0
+    proposer_calls: int = 0
+    has_timeout: bool = False
+    seconds: float = 0.0
+    message: str = ""
+
+
+class _Budget(Exception):
+    pass
+
+
+class ProofAug:
+    """ProofAug (paper, Alg. 1) with a prover backend.
+
+    Args:
+        backend: a :class:`~proofaug.backends.base.ProverBackend` (e.g. ``CoqBackend()``).
+        config: the method's hyper-parameters.
+        proposer: for ERP (``config.erp``): ``proposer(prompt, n) -> list[str]`` completions of a proof prefix.
+    """
+
+    def __init__(
+        self, backend: ProverBackend, config: ProofAugConfig | None = None, proposer: Proposer | None = None
+    ) -> None:
+        self.backend = backend
+        self.config = config or ProofAugConfig()
+        if not isinstance(self.config, ProofAugConfig):
+            raise TypeError(f"config must be a ProofAugConfig, got {type(self.config).__name__}")
+        if self.config.erp and proposer is None:
+            raise ValueError("proposer must be given when config.erp is True, got None")
+        self.proposer = proposer
+        self._memo: dict[tuple[str, str, str], bool] = {}
+        self._calls0 = 0
+        self._proposer_calls = 0
+
+    # ------------------------------------------------------------------------------------------------ public
+    def augment(self, problem: Problem, proposal: str) -> ProofAugResult:
+        """Repair ``proposal`` for ``problem`` (Alg. 1); the result's ``success`` comes from the final check."""
+        return self.run_method(problem, proposal, "proofaug")
+
+    def mcsp(self, problem: Problem, proposal: str) -> SemiProof | None:
+        """The maximal compatible semi-proof of ``proposal`` (rules R1–R5), or None when it is abandoned."""
+        _check_args(problem, proposal)
+        return self._mcsp(problem, _parse(proposal), "mcsp")
+
+    def run_method(
+        self,
+        problem: Problem,
+        proposal: str,
+        method: Literal["proofaug", "plain", "theorem_ladder", "dsp_holes", "first_error"] = "proofaug",
+    ) -> ProofAugResult:
+        """``proofaug`` or one of the single-granularity baselines on the same backend and ladder.
+
+        ``plain`` checks the proposal as written; ``theorem_ladder`` runs the ladder on the bare theorem;
+        ``dsp_holes`` runs it only in the proposal's own ``admit`` holes; ``first_error`` truncates the proposal at
+        its first error and runs it there (and at any goal the truncation leaves open), nothing coarser.
+        """
+        _check_args(problem, proposal)
+        check_choice("method", method, ("proofaug", "plain", "theorem_ladder", "dsp_holes", "first_error"))
+        t0 = time.perf_counter()
+        self._calls0 = self.backend.calls
+        self._proposer_calls = 0
+        script = _parse(proposal)
+        tried: list[str] = []
+        used: list[int] = []
+        try:
+            if method == "plain" or (method == "proofaug" and not self.config.use_sorry):
+                text = script.render()
+                if method == "proofaug":
+                    semi = self._mcsp(problem, script, "plain")
+                    if semi is None or semi.holes:
+                        return self._result(False, text, "failed", tried, used, False, t0)
+                return self._final(problem, text, "init_proof", tried, used, False, t0)
+            if method == "theorem_ladder":
+                script = ProofScript(script.head, [], script.tail)
+                semi = self._mcsp(problem, script, "mcsp")
+            else:
+                mode = {"proofaug": "mcsp", "dsp_holes": "holes", "first_error": "truncate"}[method]
+                semi = self._mcsp(problem, script, mode)
+            if semi is None:
+                return self._result(False, script.render(), "failed", tried, used, False, t0)
+            coarse_ok = method in ("proofaug", "theorem_ladder")
+            filled = self._fill(problem, semi, coarse_ok, tried, used)
+            if filled is None:
+                return self._result(False, semi.text, "failed", tried, used, semi.has_timeout, t0)
+            semi, stage = filled
+            if stage == "init_atp" and not semi.modified and not used:
+                stage = "init_proof"
+            return self._final(problem, semi.text, stage, tried, used, semi.has_timeout, t0)
+        except _Budget:
+            return self._result(False, script.render(), "failed", tried, used, False, t0, "budget exhausted")
+        except BackendError as err:
+            return self._result(False, script.render(), "backend_error", tried, used, False, t0, str(err))
+
+    # ------------------------------------------------------------------------------------------------ MCSP
+    def _spend(self) -> None:
+        cap = self.config.max_checker_calls
+        if cap is not None and self.backend.calls - self._calls0 >= cap:
+            raise _Budget
+
+    def _run(self, state: Any, code: str, timeout: float | None = None):
+        self._spend()
+        return self.backend.run(state, code, timeout or self.config.step_timeout)
+
+    def _mcsp(self, problem: Problem, script: ProofScript, mode: str) -> SemiProof | None:
+        """Execute ``script`` under ``mode``: ``mcsp`` (R1–R5), ``holes`` (only the proposal's own admits are
+        holes; any error abandons), ``truncate`` (drop everything from the first error), ``plain``."""
+        start = self.backend.start(problem)
+        if not start.ok:
+            raise StatementError(f"statement of {problem.name!r} fails: {start.message}")
+        src = script.body
+        _, blocks = build_blocks(src)
+        body: list[Sentence] = []
+        states, goals, holes = [], [], []
+        state, shown = start.state, start.goals
+        modified = has_timeout = False
+
+        def emit(sent: Sentence, res: Any, hole: bool) -> None:
+            nonlocal state, shown
+            states.append(state)
+            goals.append(shown)
+            if hole:
+                holes.append(len(body))
+            body.append(sent)
+            state = res.state
+            shown = res.goals or shown
+
+        def close_one(indent: str) -> bool:
+            """R4: insert ``admit.`` (or the bullet / ``}`` Coq asks for first) before a closing sentence."""
+            r = self._run(state, "admit.")
+            if r.ok:
+                emit(Sentence(indent + "admit.", "tactic"), r, True)
+                return True
+            m = _NEXT_BULLET.search(r.message)
+            code = m.group(1) if m else ("}" if "unfocusing" in r.message or "}" in r.message else None)
+            if code is None:
+                return False
+            r = self._run(state, code)
+            if not r.ok:
+                return False
+            emit(Sentence(indent + code, "bullet" if code != "}" else "close"), r, False)
+            return True
+
+        i = 0
+        while i < len(src):
+            s = src[i]
+            if s.kind == "blank":
+                i += 1
+                continue
+            res = self._run(state, s.code) if s.terminated else None
+            if res is not None and res.ok:
+                emit(s, res, s.kind == "tactic" and bool(_ADMIT.search(s.code)))
+                i += 1
+                continue
+            msg = res.message if res is not None else "unterminated sentence"
+            has_timeout |= bool(res is not None and res.timed_out)
+            if mode in ("plain", "holes"):
+                return None
+            modified = True
+            if mode == "truncate":
+                break
+            indent = _indent(s)
+            if _UNCLOSED.search(msg) and s.kind in ("close", "bullet"):  # R4
+                if not close_one(indent):
+                    return None
+                continue
+            if _ORPHAN.search(msg):  # R3
+                i = _subtree_end(blocks, i, src) if s.kind in ("open", "bullet") else i + 1
+                continue
+            if s.kind == "tactic":
+                inline = split_inline(s.code) if s.terminated else None
+                if inline is not None:  # R1
+                    code = f"{inline[0]} by admit."
+                    r = self._run(state, code)
+                    has_timeout |= r.timed_out
+                    if r.ok:
+                        emit(s.replaced(code), r, True)
+                        i += 1
+                        continue
+                r = self._run(state, "admit.")  # R2
+                if r.ok:
+                    emit(s.replaced("admit."), r, True)
+                    i += 1
+                    continue
+                if _ORPHAN.search(r.message):  # R3 after all
+                    i += 1
+                    continue
+            log.debug("R5: %r failed with %s", s.code, msg)
+            return None
+        for _ in range(4 * len(src) + 20):  # Qed, with R4 until the proof can be saved
+            r = self._run(state, "Qed.")
+            if r.ok or "given up goals" in r.message:
+                break
+            if mode in ("plain", "holes") or not _UNCLOSED.search(r.message) or not close_one("\n  "):
+                return None
+            modified = True
+        else:
+            return None
+        states.append(state)
+        goals.append(shown)
+        return SemiProof(script, body, states, goals, holes, modified, has_timeout)
+
+    # ------------------------------------------------------------------------------------------------ cuts
+    def cuts(self, semi: SemiProof, hole: int) -> list[Cut]:
+        """Candidate cuts for ``hole``, finest first, the theorem last, deduplicated (see the module docstring)."""
+        body = semi.body
+        inline = split_inline(body[hole].code)
+        out = [Cut(hole, hole + 1, inline[0] if inline else None)]
+        _, blocks = build_blocks(body)
+        b = innermost(blocks, hole)
+        while b is not None:
+            elem = b.element_of(hole)
+            partial = [k for k in b.direct() if k <= elem and focused_goals(semi.goals[k]) == 1]
+            entry = Cut(b.start, b.end) if b.start < b.end else None
+            part = Cut(max(partial), b.end) if partial else None
+            order = {
+                "partial_first": [part, entry],
+                "entry": [entry],
+                "entry_then_partial": [entry, part],
+            }[self.config.cuts]
+            for c in order:
+                if c is not None and c not in out:
+                    out.append(c)
+            b = b.parent
+        return out
+
+    def _fill(
+        self, problem: Problem, semi: SemiProof, coarse_ok: bool, tried: list[str], used: list[int]
+    ) -> tuple[SemiProof, Stage] | None:
+        seen: set[str] = set()
+        coarsened = erp_used = False
+        while semi.holes:
+            hole = semi.holes[0]
+            cands = self.cuts(semi, hole) if coarse_ok else self.cuts(semi, hole)[:1]
+            for ci, cut in enumerate(cands):
+                text = _render_cut(semi, cut)
+                if text in seen:
+                    continue
+                seen.add(text)
+                tried.append(text)
+                if self.config.max_rounds is not None and len(tried) > self.config.max_rounds:
+                    raise _Budget
+                new = self._ladder(problem, semi, cut, used)
+                if new is None and self.config.erp and ci == 0 and cut.inline is None:
+                    new = self._erp(problem, semi, cut)
+                    erp_used |= new is not None
+                if new is not None:
+                    semi = new
+                    coarsened |= ci > 0
+                    break
+            else:
+                return None
+        return semi, ("coarse_atp" if coarsened else "erp" if erp_used else "init_atp")
+
+    def _ladder(self, problem: Problem, semi: SemiProof, cut: Cut, used: list[int]) -> SemiProof | None:
+        """Each ladder tactic from the cut's state; accepted when the goal list after it equals the goal list
+        after ``admit`` from the same state, and the rest of the semi-proof replays."""
+        state = semi.states[cut.start]
+        hole_code = f"{cut.inline} by admit." if cut.inline else "admit."
+        ref = self._run(state, hole_code)
+        if not ref.ok:
+            return None
+        want = normalize_goals(ref.goals)
+        key_goal = normalize_goals(semi.goals[cut.start])
+        for k, tac in enumerate(self.config.ladder):
+            if cut.inline is not None and tac == "hammer":
+                continue
+            key = (problem.header, key_goal + "\0" + (cut.inline or ""), tac)
+            if self._memo.get(key) is False:
+                continue
+            self._spend()
+            if cut.inline is None:
+                r = self.backend.run_hammer(state, tac, self.config.hammer_timeout)
+            else:
+                r = self.backend.run(state, f"{cut.inline} by (solve [ {tac} ]).", self.config.hammer_timeout)
+            ok = r.ok and normalize_goals(r.goals) == want
+            self._memo[key] = ok
+            if not ok:
+                continue
+            code = f"{tac}." if cut.inline is None else f"{cut.inline} by {_paren(tac)}."
+            new = self._splice(semi, cut, code, r)
+            if new is not None:
+                used.append(k)
+                return new
+        return None
+
+    def _splice(self, semi: SemiProof, cut: Cut, code: str, res: Any, extra_holes: int = 0) -> SemiProof | None:
+        """Replace the cut by ``code`` (already executed: ``res``) and replay the rest of the semi-proof."""
+        first = semi.body[cut.start]
+        filled = Sentence(_indent(first) + code, "tactic") if not cut.inline else first.replaced(code)
+        body = semi.body[: cut.start] + [filled]
+        states = semi.states[: cut.start + 1]
+        goals = semi.goals[: cut.start + 1]
+        state, shown = res.state, res.goals or semi.goals[cut.start]
+        shift = cut.start + 1 - cut.end
+        holes = [h for h in semi.holes if h < cut.start] + [h + shift for h in semi.holes if h >= cut.end]
+        for s in semi.body[cut.end :]:
+            states.append(state)
+            goals.append(shown)
+            r = self._run(state, s.code)
+            if not r.ok:
+                return None
+            body.append(s)
+            state, shown = r.state, r.goals or shown
+        states.append(state)
+        goals.append(shown)
+        return replace(semi, body=body, states=states, goals=goals, holes=holes)
+
+    # ------------------------------------------------------------------------------------------------ ERP
+    def _erp(self, problem: Problem, semi: SemiProof, cut: Cut) -> SemiProof | None:
+        """Sec. 3.3: one model query for a hole the ladder cannot fill; accepted only if the completion closes
+        the goal exactly as the hole did (goal list equal to the one after ``admit``)."""
+        from proofaug.proposers import erp_prompt
+
+        assert self.proposer is not None
+        state = semi.states[cut.start]
+        ref = self._run(state, "admit.")
+        if not ref.ok:
+            return None
+        want = normalize_goals(ref.goals)
+        prefix = "".join(s.text for s in semi.body[: cut.start])
+        prompt = erp_prompt(problem, semi.script.head + prefix, semi.goals[cut.start])
+        self._proposer_calls += 1
+        completions = self.proposer(prompt, 1)
+        if not completions:
+            return None
+
+        sents = [s for s in split_sentences(completions[0]) if s.kind != "blank"]
+        codes: list[str] = []
+        cur, shown = state, semi.goals[cut.start]
+        for s in sents:
+            if s.kind in ("end", "command", "proof") or not s.terminated:
+                break
+            r = self._run(cur, s.code)
+            if r.ok:
+                codes.append(s.code)
+            else:  # a failing proof step is patched by the ladder; a failing structure step aborts
+                if s.kind != "tactic" or focused_goals(shown) == 0:
+                    return None
+                patched = self._patch(cur)
+                if patched is None:
+                    return None
+                codes.append(patched[0])
+                r = patched[1]
+            cur, shown = r.state, r.goals or shown
+            if normalize_goals(shown) == want:
+                return self._splice(semi, cut, " ".join(codes), _Res(cur, shown))
+        return None
+
+    def _patch(self, state: Any) -> tuple[str, Any] | None:
+        for tac in self.config.ladder:
+            self._spend()
+            r = self.backend.run_hammer(state, tac, self.config.hammer_timeout)
+            if r.ok:
+                return f"{tac}.", r
+        return None
+
+    # ------------------------------------------------------------------------------------------------ final
+    def _final(self, problem, text, stage, tried, used, has_timeout, t0) -> ProofAugResult:
+        self._spend()
+        chk = self.backend.check(problem, text, max(60.0, self.config.step_timeout))
+        msg = chk.message
+        return self._result(chk.ok, text, stage if chk.ok else "failed", tried, used, has_timeout, t0, msg)
+
+    def _result(self, ok, text, stage, tried, used, has_timeout, t0, message="") -> ProofAugResult:
+        return ProofAugResult(
+            success=bool(ok),
+            proof=text,
+            stage=stage,
+            semi_proofs=list(tried),
+            hammer_index=list(used),
+            checker_calls=self.backend.calls - self._calls0,
+            proposer_calls=self._proposer_calls,
+            has_timeout=has_timeout,
+            seconds=time.perf_counter() - t0,
+            message=message,
+        )
+
+
+@dataclass(frozen=True)
+class _Res:
+    state: Any
+    goals: str
+
+
+def _paren(tac: str) -> str:
+    return tac if re.fullmatch(r"[\w']+", tac) else f"({tac})"
+
+
+def _indent(s: Sentence) -> str:
+    lead = s.lead
+    k = lead.rfind("\n")
+    if k < 0:
+        return " "
+    return "\n" + "".join(c for c in lead[k + 1 :] if c in " \t")
+
+
+def _subtree_end(blocks: list, i: int, src: list[Sentence]) -> int:
+    for b in blocks:
+        if b.opener == i:
+            if b.kind == "brace" and b.end < len(src) and src[b.end].kind == "close":
+                return b.end + 1
+            return b.end
+    return i + 1
+
+
+def _render_cut(semi: SemiProof, cut: Cut) -> str:
+    hole = Sentence(" " + (f"{cut.inline} by admit." if cut.inline else "admit."), "tactic")
+    return semi.script.render(semi.body[: cut.start] + [hole] + semi.body[cut.end :])
+
+
+def _parse(proposal: str) -> ProofScript:
+    script = parse_proof(proposal)
+    if script.dropped.strip():
+        log.info("proposal cut at its first top-level command; dropped %r", script.dropped.strip()[:80])
+    return script
+
+
+def _check_args(problem: Problem, proposal: str) -> None:
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a Problem, got {type(problem).__name__}")
+    if not isinstance(proposal, str):
+        raise TypeError(f"proposal must be a str, got {type(proposal).__name__}")
+    if not proposal.strip():
+        raise ValueError("proposal must be a non-empty proof text, got ''")

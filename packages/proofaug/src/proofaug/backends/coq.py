@@ -1,0 +1,352 @@
+"""Coq backend: one persistent ``coqtop -quiet -emacs`` per backend, rewound with ``BackTo``; fresh ``coqc`` checks.
+
+``coqtop -emacs`` prints the goals after each command and then a prompt ``<prompt>NAME < N |NAME| 0 < </prompt>``
+whose N is the id of the current state; an error leaves N unchanged and ``BackTo N.`` returns to any earlier state
+in about a millisecond. We cache the state after each problem's header (``Require``s take seconds) and rewind to
+it between problems. Tactics run under Coq's ``Timeout``; a Python watchdog kills a process that hangs anyway and
+starts a new one (the call raises :class:`BackendError`, never a success). Only our own processes are killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from icml25_shared.validate import check_float
+from proofaug.backends.base import BackendError, CheckResult, StatementError, StepResult
+from proofaug.config import Problem
+from proofaug.structure import classify, parse_proof, split_sentences, strip_comments
+
+__all__ = ["CoqBackend", "coq_available", "hammer_available", "final_prefilter"]
+
+_PROMPT = re.compile(rb"<prompt>(\S*) < (\d+) \|[^|]*\| \d+ < </prompt>")
+_TAG = re.compile(r"</?infomsg>")
+_WARNING = re.compile(r"<warning>.*?</warning>", re.S)
+_GAVE_UP = re.compile(r", but there are some goals you gave up:.*?You need to go back and solve them\.", re.S)
+_SELECTOR = re.compile(r"^(\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*|all|par|!|\[\s*[A-Za-z_][\w']*\s*\])\s*:")
+_FORBIDDEN = re.compile(r"\b(admit|give_up|Admitted|Abort)\b")
+_DECL = re.compile(
+    r"^(Axiom|Axioms|Parameter|Parameters|Conjecture|Hypothesis|Hypotheses|Variable|Variables|Definition|Fixpoint|"
+    r"Theorem|Lemma|Example|Inductive|Local|Global|Require|Context|Instance|Existing|Admit)\b"
+)
+_DECLARED = re.compile(r"^\s*(?:Axiom|Parameter|Conjecture|Hypothesis|Variable)s?\s+([A-Za-z_][\w']*)", re.M)
+
+_APT = "install Debian's packages: apt-get install coq (and libcoq-hammer eprover for the hammer)"
+
+
+def coq_available(coqtop: str = "coqtop") -> bool:
+    """Whether ``coqtop`` is on PATH."""
+    return shutil.which(coqtop) is not None
+
+
+def hammer_available(coqtop: str = "coqtop") -> bool:
+    """Whether CoqHammer's library is installed next to ``coqtop`` and E prover is on PATH."""
+    if not coq_available(coqtop) or shutil.which("eprover") is None:
+        return False
+    try:
+        where = subprocess.run(["coqc", "-where"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return any((Path(where) / sub / "Hammer").is_dir() for sub in ("user-contrib", "../coq/user-contrib")) or any(
+        Path(p, "Hammer").is_dir() for p in ("/usr/lib/ocaml/coq/user-contrib", "/usr/lib/coq/user-contrib")
+    )
+
+
+def _limit(memory_limit_gb: float):
+    limit = int(memory_limit_gb * 2**30)
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return apply
+
+
+def _kill(proc: subprocess.Popen | None) -> None:
+    """Stop one process this backend started, and its own process group (E prover runs started by CoqHammer)."""
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+def clean_output(text: str) -> str:
+    """Goal display without message tags, warnings and the list of given-up goals."""
+    text = _WARNING.sub("", text)
+    text = _TAG.sub("", text)
+    return _GAVE_UP.sub(".", text).strip()
+
+
+def final_prefilter(proof: str) -> str | None:
+    """Why ``proof`` cannot be a real proof before running anything (``admit``, declarations …), or None."""
+    script = parse_proof(proof)
+    if not script.ended:
+        return "the proof does not end with Qed./Defined."
+    if script.dropped.strip():
+        return f"text after the proof: {script.dropped.strip()[:60]!r}"
+    for s in script.body:
+        code = strip_comments(s.code)
+        if _FORBIDDEN.search(code):
+            return f"forbidden sentence {s.code!r}"
+        if _DECL.match(code):
+            return f"declaration inside the proof: {s.code!r}"
+    return None
+
+
+class CoqBackend:
+    """Coq through ``coqtop -quiet -emacs`` (persistent, ``BackTo``) and ``coqc`` (final check).
+
+    Args:
+        coqtop: the ``coqtop`` executable.
+        coqc: the ``coqc`` executable (final check).
+        memory_limit_gb: address-space cap of every Coq process (``RLIMIT_AS``).
+        hammer: load CoqHammer (``From Hammer Require Import Hammer Tactics``) after each header, for ``sauto``
+            and ``hammer`` in the ladder.
+        watchdog: seconds past a command's own timeout after which the process is killed and restarted.
+        atp_limit: ``Set Hammer ATPLimit`` (seconds) before ``hammer``.
+    """
+
+    def __init__(
+        self,
+        coqtop: str = "coqtop",
+        coqc: str = "coqc",
+        memory_limit_gb: float = 4.0,
+        *,
+        hammer: bool = False,
+        watchdog: float = 30.0,
+        atp_limit: int = 10,
+    ) -> None:
+        self.coqtop = shutil.which(coqtop)
+        self.coqc = shutil.which(coqc)
+        if self.coqtop is None or self.coqc is None:
+            missing = coqtop if self.coqtop is None else coqc
+            raise FileNotFoundError(f"coqtop={coqtop!r}/coqc={coqc!r}: {missing!r} not found on PATH; {_APT}")
+        self.memory_limit_gb = check_float("memory_limit_gb", memory_limit_gb, min=0.25)
+        self.watchdog = check_float("watchdog", watchdog, min=0.0, min_open=True)
+        self.hammer = bool(hammer)
+        if self.hammer and not hammer_available(coqtop):
+            raise FileNotFoundError(f"hammer=True: CoqHammer or eprover not installed; {_APT}")
+        self.atp_limit = int(atp_limit)
+        self.calls = 0
+        self.restarts = 0
+        self.log: list[tuple[str, str, float]] = []
+        self._proc: subprocess.Popen | None = None
+        self._buf = b""
+        self._initial = 0
+        self._current = 0
+        self._header: str | None = None
+        self._header_state = 0
+        self._finalizer = weakref.finalize(self, _kill, None)
+
+    # -------------------------------------------------------------------- process
+    def _spawn(self) -> None:
+        self._proc = subprocess.Popen(
+            [self.coqtop, "-quiet", "-emacs"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_limit(self.memory_limit_gb),
+            start_new_session=True,
+        )
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _kill, self._proc)
+        self._buf = b""
+        _, state = self._read(time.monotonic() + 60.0)
+        self._initial = self._current = state
+        self._header = None
+
+    def _restart(self, why: str) -> BackendError:
+        _kill(self._proc)
+        self._proc = None
+        self._header = None
+        self.restarts += 1
+        return BackendError(f"coqtop {why}; the process was restarted")
+
+    def _read(self, deadline: float) -> tuple[str, int]:
+        assert self._proc is not None and self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        while True:
+            m = _PROMPT.search(self._buf)
+            if m:
+                out = self._buf[: m.start()].decode("utf-8", "replace")
+                self._buf = self._buf[m.end() :]
+                return out, int(m.group(2))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._restart("did not answer before the watchdog")
+            ready, _, _ = select.select([fd], [], [], left)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise self._restart(f"exited (code {self._proc.poll()})")
+                self._buf += chunk
+
+    def _send(self, code: str, timeout: float) -> tuple[str, int]:
+        if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:
+                raise self._restart("crashed")
+            self._spawn()
+        assert self._proc is not None and self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(code.encode() + b"\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError) as err:
+            raise self._restart(f"crashed ({err})") from err
+        out, state = self._read(time.monotonic() + timeout + self.watchdog)
+        self._current = state
+        return out, state
+
+    def _goto(self, state: int) -> None:
+        if self._current != state:
+            out, now = self._send(f"BackTo {state}.", 10.0)
+            if now != state:
+                raise self._restart(f"could not rewind to state {state}: {out.strip()[:200]}")
+
+    @staticmethod
+    def _error(out: str) -> str | None:
+        if "Error:" in out or out.lstrip().startswith("Toplevel input"):
+            i = out.find("Error:")
+            return " ".join(out[i + 6 :].split()) if i >= 0 else " ".join(out.split())
+        return None
+
+    def _result(self, out: str, state: int, before: int) -> StepResult:
+        err = self._error(out)
+        if err is not None:
+            return StepResult(False, before, "", err, timed_out="Timeout!" in err)
+        return StepResult(True, state, clean_output(out))
+
+    # -------------------------------------------------------------------- protocol
+    def start(self, problem: Problem) -> StepResult:
+        """Header (cached per worker: ``BackTo`` its state) then the statement; the state before ``Proof.``."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = None
+            self._spawn()
+        if self._header != problem.header:
+            self._goto(self._initial)
+            prelude = split_sentences(problem.header)
+            if self.hammer:
+                prelude += split_sentences("\nFrom Hammer Require Import Hammer Tactics.")
+            for s in prelude:
+                if s.kind == "blank":
+                    continue
+                out, _ = self._send(s.code, 600.0)
+                err = self._error(out)
+                if err is not None:
+                    self._header = None
+                    raise StatementError(f"header of {problem.name!r} fails at {s.code!r}: {err}")
+            self._header, self._header_state = problem.header, self._current
+        self._goto(self._header_state)
+        self.calls += 1
+        t0 = time.perf_counter()
+        out, state = self._send(" ".join(problem.statement.split()), 60.0)
+        self.log.append(("start", problem.name, time.perf_counter() - t0))
+        return self._result(out, state, self._header_state)
+
+    def run(self, state: Any, sentence: str, timeout: float) -> StepResult:
+        """One sentence from ``state``; tactics run as ``Timeout t (…)`` (goal-selector sentences: watchdog only)."""
+        code = " ".join(sentence.split())
+        self._goto(int(state))
+        self.calls += 1
+        if classify(code) == "tactic" and not _SELECTOR.match(code):
+            code = f"Timeout {max(1, math.ceil(timeout))} {code}"
+        t0 = time.perf_counter()
+        out, new = self._send(code, timeout)
+        self.log.append(("run", code, time.perf_counter() - t0))
+        return self._result(out, new, int(state))
+
+    def run_hammer(self, state: Any, tactic: str, timeout: float) -> StepResult:
+        """``Timeout t (solve [ tactic ])`` from ``state``; CoqHammer's ``hammer`` runs under its own limits."""
+        self._goto(int(state))
+        if tactic == "hammer":
+            limit = max(1, math.ceil(timeout))
+            self._send(f"Set Hammer ATPLimit {limit}.", 10.0)
+            self._send(f"Set Hammer ReconstrLimit {limit}.", 10.0)
+            code, budget = "hammer.", 4 * limit + 10
+        else:
+            code, budget = f"Timeout {max(1, math.ceil(timeout))} (solve [ {tactic} ]).", timeout
+        self.calls += 1
+        t0 = time.perf_counter()
+        out, new = self._send(code, budget)
+        self.log.append(("hammer", code, time.perf_counter() - t0))
+        return self._result(out, new, int(state))
+
+    def check(self, problem: Problem, proof: str, timeout: float = 60.0) -> CheckResult:
+        """Fresh ``coqc`` on header + statement + proof, then ``Print Assumptions``; rejects axioms of the file."""
+        self.calls += 1
+        why = final_prefilter(proof)
+        if why is not None:
+            self.log.append(("check", problem.name, 0.0))
+            return CheckResult(False, why)
+        src = f"{problem.header}\n\n{problem.statement}\n{proof}\n\nPrint Assumptions {problem.name}.\n"
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="proofaug_") as tmp:
+            path = Path(tmp, "ProofAugCheck.v")
+            path.write_text(src)
+            try:
+                proc = subprocess.run(
+                    [self.coqc, "-q", str(path)],
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    preexec_fn=_limit(self.memory_limit_gb),
+                    cwd=tmp,
+                    start_new_session=True,
+                )
+            except subprocess.TimeoutExpired:
+                self.log.append(("check", problem.name, time.perf_counter() - t0))
+                return CheckResult(False, f"coqc timed out after {timeout} s")
+        self.log.append(("check", problem.name, time.perf_counter() - t0))
+        out = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            return CheckResult(False, " ".join(out.split())[:500])
+        assumptions = _assumptions(proc.stdout)
+        allowed = set(_DECLARED.findall(problem.header))
+        local = [a for a in assumptions if "." not in a and a not in allowed]
+        if local:
+            return CheckResult(False, f"the proof declares its own axioms: {', '.join(local)}", tuple(assumptions))
+        return CheckResult(True, "", tuple(assumptions))
+
+    def close(self) -> None:
+        """Kill our coqtop (and its process group)."""
+        _kill(self._proc)
+        self._proc = None
+        self._header = None
+
+    def __enter__(self) -> CoqBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        raise TypeError("CoqBackend holds a live process; pass a factory (e.g. CoqBackend itself) to ProverPool")
+
+
+def _assumptions(stdout: str) -> list[str]:
+    """Names listed by ``Print Assumptions`` (empty when closed under the global context)."""
+    if "Closed under the global context" in stdout:
+        return []
+    names, on = [], False
+    for line in stdout.splitlines():
+        if re.match(r"^(Axioms|Section Variables|Opaque constants|Transparent constants):", line):
+            on = True
+            continue
+        m = re.match(r"^([^\s:][^\s]*) :", line)
+        if on and m:
+            names.append(m.group(1))
+    return names
