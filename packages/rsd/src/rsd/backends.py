@@ -1,0 +1,250 @@
+"""Backends: how the decoder asks a model for one reasoning step per context.
+
+A backend turns token-id contexts into continuations that end at the first stop (the step delimiter or EOS),
+inclusive. :class:`HFBackend` wraps ``model.generate()`` of any ``transformers`` causal LM; :class:`OpenAIBackend`
+speaks to an OpenAI-compatible completions server (vLLM, SGLang), as the official code does with one server per
+model. Anything with the same ``generate_steps`` method works (tests use scripted backends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from icml25_shared.validate import check_choice, check_int
+
+__all__ = ["Backend", "HFBackend", "OpenAIBackend", "cut_at_stop"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What :class:`rsd.RewardGuidedDecoder` needs from a model.
+
+    ``tokenizer`` (``encode``/``decode``/``eos_token_id``) may be ``None`` when the other backend has one and both
+    share the vocabulary; ``vocab_size`` is compared between draft and target on the token path.
+    """
+
+    tokenizer: Any
+    vocab_size: int | None
+
+    def generate_steps(
+        self,
+        contexts: list[list[int]],
+        *,
+        max_new_tokens: list[int],
+        stop_ids: Sequence[int],
+        stop_strings: Sequence[str] = (),
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> list[list[int]]: ...
+
+
+def cut_at_stop(
+    ids: list[int], stop_ids: Sequence[int], limit: int, stop_strings: Sequence[str] = (), tokenizer: Any = None
+) -> list[int]:
+    """``ids`` up to and including the first stop id (or the token that completes a stop string), at most
+    ``limit`` tokens."""
+    stops = set(stop_ids)
+    ids = list(ids[:limit])
+    for i, t in enumerate(ids):
+        if t in stops:
+            return ids[: i + 1]
+        if stop_strings and tokenizer is not None:
+            tail = tokenizer.decode(ids[max(0, i - 7) : i + 1])
+            if any(s in tail for s in stop_strings) and any(s in tokenizer.decode(ids[: i + 1]) for s in stop_strings):
+                return ids[: i + 1]
+    return ids
+
+
+class _StopStringCriteria:
+    """A ``StoppingCriteria`` that ends a row once its generated text contains one of ``stop_strings`` (for
+    multi-token delimiters; rows already stopped just wait for the rest of the batch)."""
+
+    def __init__(self, tokenizer: Any, stop_strings: Sequence[str], prompt_len: int):
+        self.tokenizer, self.stop_strings, self.prompt_len = tokenizer, tuple(stop_strings), prompt_len
+
+    def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.Tensor:
+        done = []
+        for row in input_ids[:, self.prompt_len :].tolist():
+            text = self.tokenizer.decode(row[-8:])
+            done.append(any(s in text for s in self.stop_strings))
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+
+
+class HFBackend:
+    """A ``transformers`` causal LM as a step generator, through ``model.generate()``.
+
+    Stop ids (the delimiter's single token and EOS) go to ``generate`` as ``eos_token_id``; a delimiter of several
+    tokens is a stop-string criterion. Batching: ``"bucket"`` (default) groups contexts of equal length into one
+    ``generate`` call each -- no padding, so every row sees exactly its unpadded positions; ``"pad"`` left-pads
+    all contexts into one call with an attention mask (positions then come from the mask: checked against
+    unpadded generation by the tests). Sampling (``temperature > 0``) draws from a torch seed taken from
+    ``generator``, so runs are reproducible without touching the global RNG.
+    """
+
+    def __init__(
+        self, model: Any, tokenizer: Any = None, *, batching: str = "bucket", max_batch_size: int | None = None
+    ):
+        self.model, self.tokenizer = model, tokenizer
+        self.batching = check_choice("batching", batching, ("bucket", "pad"))
+        self.max_batch_size = None if max_batch_size is None else check_int("max_batch_size", max_batch_size, min=1)
+        out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        self.vocab_size = int(out.weight.shape[0]) if out is not None else getattr(model.config, "vocab_size", None)
+        self.name = type(model).__name__
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _pad_id(self, stop_ids: Sequence[int]) -> int:
+        for src in (self.tokenizer, getattr(self.model, "generation_config", None), self.model.config):
+            pid = getattr(src, "pad_token_id", None) if src is not None else None
+            if pid is not None:
+                return int(pid)
+        return int(stop_ids[0])
+
+    @torch.no_grad()
+    def generate_steps(
+        self,
+        contexts: list[list[int]],
+        *,
+        max_new_tokens: list[int],
+        stop_ids: Sequence[int],
+        stop_strings: Sequence[str] = (),
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> list[list[int]]:
+        if stop_strings and self.tokenizer is None:
+            raise ValueError("a multi-token step delimiter needs HFBackend(model, tokenizer) to detect it")
+        if self.batching == "bucket":
+            groups: dict[int, list[int]] = {}
+            for i, c in enumerate(contexts):
+                groups.setdefault(len(c), []).append(i)
+            batches = list(groups.values())
+        else:
+            batches = [list(range(len(contexts)))]
+        if self.max_batch_size:
+            batches = [b[j : j + self.max_batch_size] for b in batches for j in range(0, len(b), self.max_batch_size)]
+        out: list[list[int]] = [[] for _ in contexts]
+        for rows in batches:
+            budget = max(max_new_tokens[i] for i in rows)
+            gen = self._generate(
+                [contexts[i] for i in rows], budget, stop_ids, stop_strings, temperature, top_p, generator
+            )
+            for i, g in zip(rows, gen):
+                out[i] = cut_at_stop(g, stop_ids, max_new_tokens[i], stop_strings, self.tokenizer)
+        return out
+
+    def _generate(self, ctxs, budget, stop_ids, stop_strings, temperature, top_p, generator) -> list[list[int]]:
+        width = max(len(c) for c in ctxs)
+        pad = self._pad_id(stop_ids)
+        ids = torch.full((len(ctxs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(ctxs), width), dtype=torch.long)
+        for r, c in enumerate(ctxs):  # left padding ("bucket" never pads)
+            ids[r, width - len(c) :] = torch.tensor(c, dtype=torch.long)
+            mask[r, width - len(c) :] = 1
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": budget,
+            "eos_token_id": list(stop_ids),
+            "pad_token_id": pad,
+            "do_sample": temperature > 0,
+        }
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if stop_strings:
+            from transformers import StoppingCriteriaList
+
+            kwargs["stopping_criteria"] = StoppingCriteriaList(
+                [_StopStringCriteria(self.tokenizer, stop_strings, width)]
+            )
+        device = self.device
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if temperature > 0 and generator else None
+        with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        return seqs[:, width:].tolist()
+
+
+class OpenAIBackend:
+    """A model behind an OpenAI-compatible completions server (vLLM, SGLang), one server per model as in the
+    official code; the server receives token-id prompts and returns text, which is tokenised back here.
+
+    ``stop_ids`` go as vLLM's ``stop_token_ids``, stop strings as ``stop`` with ``include_stop_str_in_output``;
+    a finish other than a stop on the delimiter counts as EOS when the server reports ``finish_reason="stop"``
+    without a matched stop string. Needs ``pip install icml25-rsd[serve]`` (the ``openai`` client).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        tokenizer: Any,
+        *,
+        api_key: str = "EMPTY",
+        timeout: float = 60.0,
+        client: Any = None,
+    ):
+        if tokenizer is None:
+            raise ValueError("OpenAIBackend needs the model's tokenizer (token counts and contexts are token ids)")
+        if client is None:
+            try:
+                from openai import OpenAI
+            except ImportError as err:  # pragma: no cover - depends on the environment
+                raise ImportError("OpenAIBackend needs the openai client: pip install 'icml25-rsd[serve]'") from err
+            client = OpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        self.client, self.model, self.tokenizer = client, model, tokenizer
+        self.vocab_size = getattr(tokenizer, "vocab_size", None)
+        self.name = f"OpenAIBackend({model})"
+
+    def generate_steps(
+        self,
+        contexts: list[list[int]],
+        *,
+        max_new_tokens: list[int],
+        stop_ids: Sequence[int],
+        stop_strings: Sequence[str] = (),
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> list[list[int]]:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        out: list[list[int]] = []
+        # one request per distinct budget keeps max_tokens exact per row; rows are batched within a request
+        groups: dict[int, list[int]] = {}
+        for i, k in enumerate(max_new_tokens):
+            groups.setdefault(int(k), []).append(i)
+        results: dict[int, list[int]] = {}
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) if temperature > 0 and generator else None
+        for budget, rows in groups.items():
+            extra: dict[str, Any] = {"stop_token_ids": list(stop_ids), "skip_special_tokens": True}
+            if stop_strings:
+                extra["include_stop_str_in_output"] = True
+            resp = self.client.completions.create(
+                model=self.model,
+                prompt=[contexts[i] for i in rows],
+                max_tokens=budget,
+                temperature=temperature,
+                top_p=top_p,
+                stop=list(stop_strings) or None,
+                seed=seed,
+                extra_body=extra,
+            )
+            for choice in sorted(resp.choices, key=lambda c: c.index):
+                i = rows[choice.index]
+                ids = self.tokenizer.encode(choice.text, add_special_tokens=False)
+                stop_reason = getattr(choice, "stop_reason", None)
+                if choice.finish_reason == "stop" and isinstance(stop_reason, int) and stop_reason in stop_ids:
+                    ids = ids + [stop_reason] if stop_reason != eos or not ids or ids[-1] != eos else ids
+                elif choice.finish_reason == "stop" and stop_reason is None and eos is not None:
+                    ids = ids + [eos]  # the model's own EOS
+                results[i] = cut_at_stop(ids, stop_ids, budget, stop_strings, self.tokenizer)
+        for i in range(len(contexts)):
+            out.append(results[i])
+        return out
