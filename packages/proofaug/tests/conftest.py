@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from proofaug.backends.coq import CoqBackend, coq_available  # noqa: E402
+from proofaug.backends.coq import CoqBackend, coq_available
 
 needs_coq = pytest.mark.skipif(not coq_available(), reason="coqtop not installed (apt-get install coq)")
 

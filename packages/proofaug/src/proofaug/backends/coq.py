@@ -32,9 +32,12 @@ from proofaug.structure import classify, parse_proof, split_sentences, strip_com
 __all__ = ["CoqBackend", "coq_available", "hammer_available", "final_prefilter"]
 
 _PROMPT = re.compile(rb"<prompt>(\S*) < (\d+) \|[^|]*\| \d+ < </prompt>")
-_TAG = re.compile(r"</?infomsg>")
-_WARNING = re.compile(r"<warning>.*?</warning>", re.S)
-_GAVE_UP = re.compile(r", but there are some goals you gave up:.*?You need to go back and solve them\.", re.S)
+_INFO = re.compile(r"<(infomsg|warning)>.*?</\1>", re.S)
+_GAVE_UP = re.compile(
+    r"<infomsg>\s*No more goals, but there are some goals you gave up:\s*</infomsg>.*?You need to go back and solve "
+    r"them\.",
+    re.S,
+)
 _SELECTOR = re.compile(r"^(\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*|all|par|!|\[\s*[A-Za-z_][\w']*\s*\])\s*:")
 _FORBIDDEN = re.compile(r"\b(admit|give_up|Admitted|Abort)\b")
 _DECL = re.compile(
@@ -75,21 +78,26 @@ def _limit(memory_limit_gb: float):
 
 def _kill(proc: subprocess.Popen | None) -> None:
     """Stop one process this backend started, and its own process group (E prover runs started by CoqHammer)."""
-    if proc is None or proc.poll() is not None:
+    if proc is None:
         return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 def clean_output(text: str) -> str:
-    """Goal display without message tags, warnings and the list of given-up goals."""
-    text = _WARNING.sub("", text)
-    text = _TAG.sub("", text)
-    return _GAVE_UP.sub(".", text).strip()
+    """The goal display of a coqtop answer: messages and warnings removed, the list of given-up goals folded
+    into ``No more goals.`` (so that ``admit`` and a real proof of the last goal display the same)."""
+    text = _GAVE_UP.sub("No more goals.", text)
+    return _INFO.sub("", text).strip()
 
 
 def final_prefilter(proof: str) -> str | None:
@@ -151,6 +159,8 @@ class CoqBackend:
         self._current = 0
         self._header: str | None = None
         self._header_state = 0
+        self._display = ""
+        self._checked: dict[tuple[str, str, str], CheckResult] = {}
         self._finalizer = weakref.finalize(self, _kill, None)
 
     # -------------------------------------------------------------------- process
@@ -166,6 +176,7 @@ class CoqBackend:
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _kill, self._proc)
         self._buf = b""
+        self._display = ""
         _, state = self._read(time.monotonic() + 60.0)
         self._initial = self._current = state
         self._header = None
@@ -228,7 +239,11 @@ class CoqBackend:
         err = self._error(out)
         if err is not None:
             return StepResult(False, before, "", err, timed_out="Timeout!" in err)
-        return StepResult(True, state, clean_output(out))
+        # coqtop prints the goals only when they differ from the last goals it printed
+        shown = clean_output(out)
+        if shown:
+            self._display = shown
+        return StepResult(True, state, self._display)
 
     # -------------------------------------------------------------------- protocol
     def start(self, problem: Problem) -> StepResult:
@@ -286,8 +301,18 @@ class CoqBackend:
         return self._result(out, new, int(state))
 
     def check(self, problem: Problem, proof: str, timeout: float = 60.0) -> CheckResult:
-        """Fresh ``coqc`` on header + statement + proof, then ``Print Assumptions``; rejects axioms of the file."""
+        """Fresh ``coqc`` on header + statement + proof, then ``Print Assumptions``; rejects axioms of the file.
+
+        Results are memoised per text (a repeated check is neither run nor counted as a call)."""
+        key = (problem.header, problem.statement, proof)
+        if key in self._checked:
+            return self._checked[key]
         self.calls += 1
+        result = self._check(problem, proof, timeout)
+        self._checked[key] = result
+        return result
+
+    def _check(self, problem: Problem, proof: str, timeout: float) -> CheckResult:
         why = final_prefilter(proof)
         if why is not None:
             self.log.append(("check", problem.name, 0.0))
