@@ -9,7 +9,10 @@ from proofaug.augment import Cut
 from proofaug.backends.base import StatementError
 from proofaug.structure import parse_proof
 
-H = "From Coq Require Import Arith Lia.\nFixpoint sum_n (n : nat) : nat := match n with 0 => 0 | S k => S k + sum_n k end."
+H = (
+    "From Coq Require Import Arith Lia.\n"
+    "Fixpoint sum_n (n : nat) : nat := match n with 0 => 0 | S k => S k + sum_n k end."
+)
 P = Problem("t", H, "Theorem t : forall n : nat, n + 0 = n /\\ (True /\\ 2 + 2 = 4).")
 SUM = Problem("sum", H, "Theorem sum : forall n : nat, 2 * sum_n n = n * (n + 1).")
 LADDER = ProofAugConfig(hammers=("lia", "nia", "ring", "auto", "easy"), hammer_timeout=1.0, step_timeout=5.0)

@@ -96,7 +96,7 @@ def test_round_trip_property(parts):
 
 
 def test_blocks_tree():
-    body = [s for s in split_sentences("intros.\nsplit.\n- lia.\n- split.\n  + auto.\n  + { easy. }\ntac.")]
+    body = split_sentences("intros.\nsplit.\n- lia.\n- split.\n  + auto.\n  + { easy. }\ntac.")
     root, blocks = build_blocks(body)
     kinds = [(b.kind, b.start, b.end, b.depth) for b in blocks]
     # sentences: 0 intros 1 split 2 - 3 lia 4 - 5 split 6 + 7 auto 8 + 9 { 10 easy 11 } 12 tac
