@@ -1,0 +1,262 @@
+r"""The server side of EAGLES as pure functions (Sec. 4.2 and 4.4): the consensus mask, the structural distances
+between clients, the personalised aggregation, and the density bands of the pre-train phase.
+
+Every function takes what clients upload (state dicts, layer masks, router weights) and nothing else.
+
+.. math::
+    M_{global} = \bigvee_c M_c, \qquad
+    D^{mask}_{ij} = \sum_l \mathrm{mean}(M^l_i \ne M^l_j), \qquad
+    D^{ctx}_{ij} = W_2^2(\mathrm{flat}(W^{gate}_i), \mathrm{flat}(W^{gate}_j))
+
+    S = \mathrm{clip}\big(1 - (\tilde D^{mask} + \tilde D^{ctx})/2, 0, 1\big), \quad A = S / S\mathbf 1, \quad
+    \theta_i \leftarrow \sum_j A_{ij} \theta_j
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from icml25_shared.validate import check_choice, check_float, check_tensor
+
+__all__ = [
+    "consensus_mask",
+    "mask_density",
+    "mask_distance",
+    "context_distance",
+    "minmax_normalize",
+    "personalized_weights",
+    "personalized_aggregate",
+    "weighted_average",
+    "StoredMask",
+    "DensityBandSelector",
+]
+
+MaskDict = Mapping[str, Tensor]
+
+
+def _check_masks(masks: Sequence[MaskDict]) -> list[str]:
+    if len(masks) == 0:
+        raise ValueError("masks must hold at least one client's masks, got an empty sequence")
+    keys = list(masks[0])
+    for c, m in enumerate(masks):
+        if list(m) != keys:
+            raise ValueError(f"masks[{c}] must have the layers {keys}, got {list(m)}")
+        for k in keys:
+            if tuple(m[k].shape) != tuple(masks[0][k].shape):
+                raise ValueError(
+                    f"masks[{c}][{k!r}] must have shape {tuple(masks[0][k].shape)}, got {tuple(m[k].shape)}"
+                )
+    return keys
+
+
+def consensus_mask(masks: Sequence[MaskDict]) -> dict[str, Tensor]:
+    """Elementwise OR of the clients' layer masks (Sec. 4.2): a weight is kept if any client keeps it."""
+    keys = _check_masks(masks)
+    out = {}
+    for k in keys:
+        acc = masks[0][k].bool().clone()
+        for m in masks[1:]:
+            acc |= m[k].bool()
+        out[k] = acc
+    return out
+
+
+def mask_density(mask: MaskDict) -> float:
+    """nnz / numel over all layers of one mask dict."""
+    nnz = sum(int(m.bool().sum()) for m in mask.values())
+    numel = sum(m.numel() for m in mask.values())
+    return nnz / numel if numel else 1.0
+
+
+def mask_distance(masks: Sequence[MaskDict]) -> Tensor:
+    r""":math:`D^{mask}_{ij} = \sum_l \mathrm{mean}(M^l_i \ne M^l_j)` (normalised Hamming distance summed over
+    layers), ``(C, C)`` float64, computed as :math:`(n - s_i \cdot s_j)/(2n)` with :math:`s = 2M - 1`."""
+    keys = _check_masks(masks)
+    c = len(masks)
+    d = torch.zeros(c, c, dtype=torch.float64)
+    for k in keys:
+        s = torch.stack([m[k].reshape(-1).to(torch.float64) * 2 - 1 for m in masks])  # (C, numel), ±1
+        n = s.size(1)
+        if n:
+            d += (n - s @ s.t()) / (2 * n)
+    d.fill_diagonal_(0.0)
+    return d
+
+
+def context_distance(gates: Sequence[Tensor]) -> Tensor:
+    r"""Squared 2-Wasserstein distance between the empirical distributions of each client's flattened router
+    weights (uniform weights, equal sizes), by the 1-D closed form :math:`\mathrm{mean}((\mathrm{sort}\,a -
+    \mathrm{sort}\,b)^2)`; ``(C, C)`` float64. Equals POT's ``ot.emd2`` with the squared-distance cost."""
+    if len(gates) == 0:
+        raise ValueError("gates must hold at least one client's router weights, got an empty sequence")
+    flat = []
+    for c, g in enumerate(gates):
+        check_tensor(f"gates[{c}]", g, dtype="floating", finite=True, nonempty=True)
+        flat.append(g.detach().reshape(-1).to(torch.float64))
+    if any(f.numel() != flat[0].numel() for f in flat):
+        raise ValueError(f"gates must all have {flat[0].numel()} entries, got {[f.numel() for f in flat]}")
+    s = torch.stack([f.sort().values for f in flat])  # sort each client once
+    d = torch.stack([((s - s[i]) ** 2).mean(1) for i in range(len(flat))])
+    d = (d + d.t()) / 2  # exact symmetry
+    d.fill_diagonal_(0.0)
+    return d
+
+
+def minmax_normalize(d: Tensor) -> Tensor:
+    """(D − min D) / (max D − min D) over all entries; the zero matrix when max = min."""
+    lo, hi = d.min(), d.max()
+    if float(hi - lo) <= 0:
+        return torch.zeros_like(d)
+    return (d - lo) / (hi - lo)
+
+
+def personalized_weights(d_mask: Tensor | None, d_ctx: Tensor | None) -> Tensor:
+    r"""Aggregation weights :math:`A = S / S\mathbf 1`, :math:`S = \mathrm{clip}(1 - \mathrm{mean}(\tilde D), 0,
+    1)` over the distances given (both: the paper's rule; one: the ablations). Rows sum to 1; identical clients
+    get the uniform matrix, i.e. unweighted FedAvg."""
+    ds = [d for d in (d_mask, d_ctx) if d is not None]
+    if not ds:
+        raise ValueError("personalized_weights needs d_mask, d_ctx or both, got neither")
+    c = ds[0].size(0)
+    for name, d in (("d_mask", d_mask), ("d_ctx", d_ctx)):
+        if d is not None:
+            check_tensor(name, d, shape=(c, c), dtype="floating", finite=True)
+    dn = sum(minmax_normalize(d.to(torch.float64)) for d in ds) / len(ds)
+    s = (1 - dn).clamp(0, 1)
+    return s / s.sum(1, keepdim=True)
+
+
+def _float_keys(states: Sequence[Mapping[str, Tensor]]) -> list[str]:
+    if len(states) == 0:
+        raise ValueError("states must hold at least one client's state dict, got an empty sequence")
+    keys = list(states[0])
+    for c, st in enumerate(states):
+        if list(st) != keys:
+            raise ValueError(f"states[{c}] must have the keys of states[0], got {sorted(set(st) ^ set(keys))} apart")
+    return keys
+
+
+def personalized_aggregate(states: Sequence[Mapping[str, Tensor]], weights: Tensor) -> list[dict[str, Tensor]]:
+    r""":math:`\theta_i = \sum_j A_{ij}\theta_j` for every floating tensor (accumulated in float64, cast back);
+    integer and bool tensors keep the client's own value. Returns one state dict per client."""
+    keys = _float_keys(states)
+    c = len(states)
+    check_tensor("weights", weights, shape=(c, c), dtype="floating", finite=True)
+    a = weights.to(torch.float64)
+    out: list[dict[str, Tensor]] = [{} for _ in range(c)]
+    for k in keys:
+        t0 = states[0][k]
+        if not t0.is_floating_point():
+            for i in range(c):
+                out[i][k] = states[i][k].clone()
+            continue
+        stacked = torch.stack([st[k].reshape(-1).to(torch.float64) for st in states])  # (C, P)
+        mixed = (a @ stacked).to(t0.dtype)
+        for i in range(c):
+            out[i][k] = mixed[i].reshape(t0.shape)
+    return out
+
+
+def weighted_average(states: Sequence[Mapping[str, Tensor]], sizes: Sequence[float]) -> dict[str, Tensor]:
+    """Size-weighted FedAvg of floating tensors (float64 accumulation); other tensors from the first client."""
+    keys = _float_keys(states)
+    w = torch.tensor([check_float(f"sizes[{i}]", s, min=0.0) for i, s in enumerate(sizes)], dtype=torch.float64)
+    if w.numel() != len(states) or float(w.sum()) <= 0:
+        raise ValueError(f"sizes must hold one non-negative weight per state with a positive sum, got {list(sizes)}")
+    w = w / w.sum()
+    out = {}
+    for k in keys:
+        t0 = states[0][k]
+        if not t0.is_floating_point():
+            out[k] = t0.clone()
+            continue
+        stacked = torch.stack([st[k].reshape(-1).to(torch.float64) for st in states])
+        out[k] = (w @ stacked).to(t0.dtype).reshape(t0.shape)
+    return out
+
+
+@dataclass
+class StoredMask:
+    """The consensus mask kept for one density band: its round, density and selection score."""
+
+    band: float
+    mask: dict[str, Tensor]
+    round: int
+    density: float
+    score: float
+    in_band: bool = True
+    """False when the density jumped over the band; the mask is then the first consensus below it."""
+
+
+@dataclass
+class DensityBandSelector:
+    """Band bookkeeping of the pre-train phase (Sec. 4.2, "harmony" of the two sparsifiers).
+
+    Bands are visited in decreasing order. While the consensus density d lies in ``[b − tol, b + tol]`` the mask
+    with the best score (mean client validation accuracy) is remembered; when d falls below ``b − tol`` it is
+    stored and the next band becomes current. A band that d jumps over stores the first mask below it, flagged
+    ``in_band=False``. Stored masks are clones: reusing one is bit-exact.
+    """
+
+    bands: tuple[float, ...]
+    tolerance: float = 0.03
+    stored: dict[float, StoredMask] = field(default_factory=dict)
+    current: int = 0
+    _best: StoredMask | None = None
+    visits: list[tuple[int, float]] = field(default_factory=list)
+    """(round, band) each time a round's consensus lay inside a band."""
+
+    def __post_init__(self) -> None:
+        self.bands = tuple(float(b) for b in self.bands)
+        if any(b >= a for a, b in zip(self.bands, self.bands[1:], strict=False)):
+            raise ValueError(f"bands must be strictly decreasing, got {self.bands}")
+        self.tolerance = check_float("tolerance", self.tolerance, min=0.0)
+
+    @property
+    def done(self) -> bool:
+        return self.current >= len(self.bands)
+
+    def update(self, server_round: int, mask: MaskDict, score: float) -> list[float]:
+        """Feed one round's consensus mask and score; returns the bands stored by this call."""
+        d = mask_density(mask)
+        new = []
+        while not self.done:
+            band = self.bands[self.current]
+            if d > band + self.tolerance:
+                break
+            if d >= band - self.tolerance:
+                self.visits.append((server_round, band))
+                if self._best is None or score > self._best.score:
+                    self._best = StoredMask(
+                        band, {k: v.bool().clone() for k, v in mask.items()}, server_round, d, score
+                    )
+                break
+            # d fell below the band: store its best mask (or this one, when the band was jumped over)
+            best = self._best or StoredMask(
+                band, {k: v.bool().clone() for k, v in mask.items()}, server_round, d, score, in_band=False
+            )
+            self.stored[band] = best
+            new.append(band)
+            self._best = None
+            self.current += 1
+        return new
+
+    def has(self, band: float) -> bool:
+        return float(band) in self.stored
+
+    def get(self, band: float) -> StoredMask:
+        key = float(check_float("band", band, min=0.0, max=1.0))
+        if key not in self.stored:
+            raise KeyError(f"band {band} has no stored mask; stored: {sorted(self.stored, reverse=True)}")
+        return self.stored[key]
+
+
+def select_score(metrics: Sequence[Mapping[str, float]], select_on: str) -> float:
+    """Mean client accuracy on the selection split (``"val"`` or ``"test"``)."""
+    select_on = check_choice("select_on", select_on, ("val", "test"))
+    vals = [float(m[f"{select_on}-acc"]) for m in metrics]
+    return sum(vals) / len(vals)

@@ -1,0 +1,385 @@
+"""EAGLES on Flower 1.42 (Message API): the strategy, the ClientApp, the ServerApp, and a loopback grid.
+
+- :class:`EaglesStrategy` subclasses ``flwr.serverapp.strategy.FedAvg``: ``configure_train`` /
+  ``configure_evaluate`` send every node its own personalised ``ArrayRecord`` (keyed by the node id it learnt
+  from the node's first reply); ``aggregate_train`` builds the consensus mask, the client similarity and the
+  density bands through :class:`eagles.server.EaglesServer`.
+- :func:`make_client_app`: one ``ClientApp`` for EAGLES and for Flower's ``FedAvg``; the partition comes from
+  ``context.node_config["partition-id"]``, Adam's state lives in ``context.state``. A train reply holds one
+  ``ArrayRecord`` (the parameters, and the layer masks as ``mask/<name>`` uint8 entries, router weights included
+  in the parameters) and one ``MetricRecord``: never features, labels or edges.
+- :func:`make_server_app` / :func:`run_server`: the ServerApp's main, also what :func:`eagles.sim.run_inprocess`
+  calls on a :class:`LocalGrid`.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy.strategy_utils import sample_nodes
+from torch import Tensor
+
+from eagles.client import (
+    ClientGraph,
+    evaluate,
+    load_optimizer,
+    load_state,
+    local_train,
+    make_optimizer,
+    optimizer_bytes,
+    prepare_client,
+    state_of,
+)
+from eagles.config import EaglesConfig
+from eagles.server import ClientReply, EaglesServer
+from icml25_shared.validate import check_choice, check_int
+
+__all__ = [
+    "MASK_PREFIX",
+    "EaglesStrategy",
+    "LocalGrid",
+    "make_client_app",
+    "make_server_app",
+    "run_server",
+    "mean_metrics",
+    "split_arrays",
+]
+
+MASK_PREFIX = "mask/"
+"""Prefix of the layer-mask entries of a train reply's ArrayRecord."""
+
+
+def _to_record(state: Mapping[str, Tensor]) -> ArrayRecord:
+    return ArrayRecord({k: v.detach().cpu().contiguous() for k, v in state.items()})
+
+
+def split_arrays(rec: ArrayRecord) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """(parameters, masks) of a reply's ArrayRecord."""
+    sd = rec.to_torch_state_dict()
+    state = {k: v for k, v in sd.items() if not k.startswith(MASK_PREFIX)}
+    masks = {k[len(MASK_PREFIX) :]: v.bool() for k, v in sd.items() if k.startswith(MASK_PREFIX)}
+    return state, masks
+
+
+def mean_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
+    """Unweighted mean over clients of every metric (the paper's "mean client accuracy")."""
+    mrs = [next(iter(rd.metric_records.values())) for rd in records]
+    keys = [k for k in mrs[0] if k != "partition-id"]
+    return MetricRecord({k: sum(float(m[k]) for m in mrs) / len(mrs) for k in keys})
+
+
+def make_client_app(
+    partitions: Sequence[Any], config: EaglesConfig, *, fixed_mask: Mapping[str, Tensor] | None = None
+) -> ClientApp:
+    """A ``ClientApp`` training partition ``context.node_config["partition-id"]`` of ``partitions``.
+
+    ``fixed_mask``: the re-train phase's mask, known to every client (it never travels with the weights).
+    """
+    from eagles.sim import graph_dims, initial_model
+
+    if not isinstance(config, EaglesConfig):
+        raise TypeError(f"config must be an EaglesConfig, got {type(config).__name__}")
+    graphs: list[ClientGraph] = [prepare_client(p) for p in partitions]
+    f, k = graph_dims(graphs)
+    app = ClientApp()
+
+    def _setup(msg: Message, context: Context):
+        pid = check_int("partition-id", context.node_config["partition-id"], min=0, max=len(graphs) - 1)
+        model = initial_model(f, k, config, fixed_mask)
+        state, _ = split_arrays(msg.content["arrays"])
+        load_state(model, state)
+        return pid, model
+
+    @app.train()
+    def train(msg: Message, context: Context) -> Message:
+        pid, model = _setup(msg, context)
+        opt = make_optimizer(model, config)
+        if "eagles" in context.state.config_records:
+            load_optimizer(opt, context.state.config_records["eagles"]["optimizer"])
+        server_round = int(msg.content["config"]["server-round"])
+        metrics = local_train(model, opt, graphs[pid], config, pid, server_round)
+        context.state["eagles"] = ConfigRecord({"optimizer": optimizer_bytes(opt)})
+        arrays = state_of(model)
+        for name, m in model.masks().items():
+            arrays[MASK_PREFIX + name] = m.to(torch.uint8)
+        metrics["partition-id"] = pid
+        content = RecordDict({"arrays": _to_record(arrays), "metrics": MetricRecord(metrics)})
+        return Message(content=content, reply_to=msg)
+
+    @app.evaluate()
+    def evaluate_(msg: Message, context: Context) -> Message:
+        pid, model = _setup(msg, context)
+        metrics: dict[str, Any] = dict(evaluate(model, graphs[pid]))
+        metrics["num-examples"] = metrics.pop("num-val")
+        metrics["partition-id"] = pid
+        return Message(content=RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+    return app
+
+
+class EaglesStrategy(FedAvg):
+    """EAGLES' server on Flower: personalised per-node models, consensus mask, density bands.
+
+    Args:
+        config: the method's configuration.
+        initial_arrays_state: θ_0 (the same for every client).
+        num_clients: nodes to wait for and train every round (all of them: personalised state is per client).
+        fixed_mask: the re-train phase's mask; stop_band: stop pre-training once this band is stored.
+        **kwargs: passed to ``FedAvg`` (keys of the records, ...).
+    """
+
+    def __init__(
+        self,
+        config: EaglesConfig,
+        initial_arrays_state: Mapping[str, Tensor],
+        num_clients: int,
+        *,
+        fixed_mask: Mapping[str, Tensor] | None = None,
+        stop_band: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        num_clients = check_int("num_clients", num_clients, min=1)
+        kw = {"min_train_nodes": num_clients, "min_evaluate_nodes": num_clients, "min_available_nodes": num_clients}
+        kw.update(kwargs)
+        kw.setdefault("train_metrics_aggr_fn", mean_metrics)
+        kw.setdefault("evaluate_metrics_aggr_fn", mean_metrics)
+        super().__init__(**kw)
+        self.num_clients = num_clients
+        self.server = EaglesServer(
+            config, initial_arrays_state, num_clients, fixed_mask=fixed_mask, stop_band=stop_band
+        )
+        self.node_to_pid: dict[int, int] = {}
+        self._sent: dict[int, dict[str, Tensor]] = {}
+
+    def _messages(self, server_round: int, config: ConfigRecord, grid: Grid, kind: str) -> list[Message]:
+        if self.server.stopped:
+            return []
+        nodes, _ = sample_nodes(grid, self.min_available_nodes, self.num_clients)
+        msgs = []
+        for node in sorted(nodes):
+            pid = self.node_to_pid.get(node)
+            state = self.server.state_for(pid) if pid is not None else self.server.initial_state
+            if kind == MessageType.TRAIN:
+                self._sent[node] = state
+            cfg = ConfigRecord(dict(config))
+            cfg["server-round"] = server_round
+            content = RecordDict({self.arrayrecord_key: _to_record(state), self.configrecord_key: cfg})
+            msgs.append(Message(content=content, message_type=kind, dst_node_id=node))
+        return msgs
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """One message per node with that node's personalised parameters."""
+        return self._messages(server_round, config, grid, MessageType.TRAIN)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        return self._messages(server_round, config, grid, MessageType.EVALUATE)
+
+    def _checked(self, server_round: int, replies: Iterable[Message], is_train: bool) -> list[Message]:
+        valid, errors = self._check_and_log_replies(replies, is_train=is_train)
+        if errors:
+            reasons = "; ".join(f"node {m.metadata.src_node_id}: {m.error.reason}" for m in errors)
+            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {reasons}")
+        return valid
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Consensus mask, similarity-weighted personalised models and band bookkeeping (no global model)."""
+        valid = self._checked(server_round, replies, True)
+        if not valid:
+            return None, None
+        parsed = []
+        for msg in valid:
+            metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
+            pid = int(metrics["partition-id"])
+            self.node_to_pid[msg.metadata.src_node_id] = pid
+            self.server.count_down(server_round, pid, self._sent[msg.metadata.src_node_id])
+            state, masks = split_arrays(msg.content[self.arrayrecord_key])
+            parsed.append(ClientReply(pid, state, masks, metrics))
+        record = self.server.aggregate_train(server_round, parsed)
+        return None, MetricRecord(record)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        valid = self._checked(server_round, replies, False)
+        if not valid:
+            return None
+        metrics = [{k: float(v) for k, v in m.content["metrics"].items()} for m in valid]
+        self.server.record_evaluate(server_round, sorted(metrics, key=lambda m: m["partition-id"]))
+        return mean_metrics([m.content for m in valid], self.weighted_by_key)
+
+
+class _FedAvgRecorder(FedAvg):
+    """Flower's FedAvg, unchanged in what it computes, with the per-round records of :class:`EaglesServer`."""
+
+    def __init__(self, server: EaglesServer, num_clients: int) -> None:
+        super().__init__(
+            min_train_nodes=num_clients,
+            min_evaluate_nodes=num_clients,
+            min_available_nodes=num_clients,
+            train_metrics_aggr_fn=mean_metrics,
+            evaluate_metrics_aggr_fn=mean_metrics,
+        )
+        self.server = server
+        self._arrays: ArrayRecord | None = None
+
+    def configure_train(self, server_round, arrays, config, grid):
+        self._arrays = arrays
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        arrays, metrics = super().aggregate_train(server_round, replies)
+        sent = self._arrays.to_torch_state_dict()
+        parsed = []
+        for msg in replies:
+            m = {k: float(v) for k, v in msg.content["metrics"].items()}
+            self.server.count_down(server_round, int(m["partition-id"]), sent)
+            state, masks = split_arrays(msg.content["arrays"])
+            parsed.append(ClientReply(int(m["partition-id"]), state, masks, m))
+        self.server.aggregate_train(server_round, parsed)  # records and meters; its average is discarded
+        return arrays, metrics
+
+    def aggregate_evaluate(self, server_round, replies):
+        replies = list(replies)
+        self.server.record_evaluate(
+            server_round, [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies]
+        )
+        return super().aggregate_evaluate(server_round, replies)
+
+
+def run_server(
+    grid: Grid,
+    config: EaglesConfig,
+    num_features: int,
+    num_classes: int,
+    num_clients: int,
+    num_rounds: int,
+    *,
+    fixed_mask: Mapping[str, Tensor] | None = None,
+    stop_band: float | None = None,
+    strategy: str = "eagles",
+) -> EaglesServer:
+    """Drive ``num_rounds`` through ``strategy.start`` on ``grid``; returns the server state (history, meters)."""
+    from eagles.sim import initial_model
+
+    strategy = check_choice("strategy", strategy, ("eagles", "fedavg"))
+    init = state_of(initial_model(num_features, num_classes, config, fixed_mask))
+    if strategy == "eagles":
+        strat: FedAvg = EaglesStrategy(config, init, num_clients, fixed_mask=fixed_mask, stop_band=stop_band)
+        server = strat.server
+    else:
+        server = EaglesServer(config, init, num_clients)
+        strat = _FedAvgRecorder(server, num_clients)
+    strat.start(grid=grid, initial_arrays=_to_record(init), num_rounds=num_rounds)
+    return server
+
+
+def make_server_app(
+    config: EaglesConfig,
+    num_features: int,
+    num_classes: int,
+    num_clients: int,
+    num_rounds: int,
+    *,
+    fixed_mask: Mapping[str, Tensor] | None = None,
+    stop_band: float | None = None,
+    strategy: str = "eagles",
+    on_finish: Callable[[EaglesServer], None] | None = None,
+) -> ServerApp:
+    """A ``ServerApp`` running :func:`run_server`; ``on_finish`` receives the server state at the end."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        server = run_server(
+            grid,
+            config,
+            num_features,
+            num_classes,
+            num_clients,
+            num_rounds,
+            fixed_mask=fixed_mask,
+            stop_band=stop_band,
+            strategy=strategy,
+        )
+        if on_finish is not None:
+            on_finish(server)
+
+    return app
+
+
+class LocalGrid(Grid):
+    """``num_nodes`` virtual SuperNodes in this process (no Ray, no SuperLink), running ``client_app``.
+
+    Nodes get random 63-bit ids and ``node_config = {"partition-id": i, "num-partitions": num_nodes}``; each keeps
+    its own ``context.state``; replies come back in a seeded shuffled order, as from a real fleet.
+    """
+
+    def __init__(self, client_app: ClientApp, num_nodes: int, seed: int = 0) -> None:
+        from flwr.supercore.task_identity import TaskIdentity  # internal of flwr 1.42 (pinned)
+
+        num_nodes = check_int("num_nodes", num_nodes, min=1)
+        self._app = client_app
+        self._rng = random.Random(seed)
+        self.contexts: dict[int, Context] = {}
+        for i in range(num_nodes):
+            node = self._rng.getrandbits(63) + 1
+            self.contexts[node] = Context(
+                run_id=1,
+                node_id=node,
+                node_config={"partition-id": i, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config={},
+            )
+        self._run: Any = None
+        self._inbox: dict[str, Message] = {}
+        # Message() reads the process's task identity, which a ServerApp process sets; set one only if unset
+        for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
+            if getattr(TaskIdentity, attr, None) is None:
+                setattr(TaskIdentity, attr, value)
+
+    def set_run(self, run: Any) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Any:
+        return self._run
+
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
+        return Message(content=content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id, ttl=ttl)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            if node not in self.contexts:
+                raise ValueError(f"unknown destination node {node}")
+            mid = uuid.uuid4().hex
+            self._inbox[mid] = self._app(msg, self.contexts[node])
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        return [self._inbox.pop(m) for m in message_ids if m in self._inbox]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        replies = list(self.pull_messages(self.push_messages(messages)))
+        self._rng.shuffle(replies)
+        return replies

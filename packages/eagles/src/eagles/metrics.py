@@ -1,0 +1,110 @@
+"""Cost accounting (the paper's "economical" and "efficient", Sec. 5): payload bytes per client and round, and
+multiply-accumulates of the local steps, GNN and sparsifier apart.
+
+Bytes (float32): a dense tensor costs 4·numel; a masked layer in pre-train 4·nnz + ⌈numel/8⌉ (values plus
+bitmask); a masked layer whose mask both sides know (re-train) 4·nnz. MACs per forward pass: a GNN layer
+ρ_l n f_in f_out + ρ_r n f_in f_out + |kept edges| f_out (ρ the layer's weight density); the factorised
+sparsifier K (2nFh + 2mh) plus the router's n F K (twice in training: the noise path). Training counts
+``TRAIN_FACTOR`` = 3 forward passes per step (forward, and a backward of about twice its cost).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from torch import Tensor
+
+from icml25_shared.validate import check_choice, check_int
+
+__all__ = ["TRAIN_FACTOR", "payload_bytes", "CommMeter", "FlopsMeter", "gnn_macs", "sparsifier_macs"]
+
+TRAIN_FACTOR = 3
+"""Forward-pass equivalents of one training step (forward + backward ≈ 3 × forward)."""
+
+
+def payload_bytes(
+    state: Mapping[str, Tensor], masks: Mapping[str, Tensor] | None = None, *, mask_known: bool = False
+) -> dict[str, int]:
+    """Bytes of one state dict, split into ``gnn`` and ``sparsifier`` (keys starting with ``sparsifier.``).
+
+    Tensors named in ``masks`` (layer weight name → bool mask) cost 4·nnz (+ ⌈numel/8⌉ unless ``mask_known``);
+    every other floating tensor 4·numel; integer tensors their own byte size.
+    """
+    out = {"gnn": 0, "sparsifier": 0}
+    masks = masks or {}
+    for k, t in state.items():
+        if k in masks:
+            m = masks[k]
+            b = 4 * int(m.sum()) + (0 if mask_known else math.ceil(m.numel() / 8))
+        elif t.is_floating_point():
+            b = 4 * t.numel()
+        else:
+            b = t.numel() * t.element_size()
+        out["sparsifier" if k.startswith("sparsifier.") else "gnn"] += b
+    return out
+
+
+@dataclass
+class CommMeter:
+    """Bytes per (round, client, direction, part); ``direction`` is ``"up"`` or ``"down"``."""
+
+    records: dict[tuple[int, int, str, str], int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, server_round: int, client: int, direction: str, part: str, nbytes: int) -> None:
+        check_choice("direction", direction, ("up", "down"))
+        self.records[(server_round, client, direction, part)] += check_int("nbytes", nbytes, min=0)
+
+    def add_payload(self, server_round: int, client: int, direction: str, parts: Mapping[str, int]) -> None:
+        for part, b in parts.items():
+            self.add(server_round, client, direction, part, b)
+
+    def total(self, *, server_round: int | None = None, direction: str | None = None, part: str | None = None) -> int:
+        return sum(
+            b
+            for (r, _, d, p), b in self.records.items()
+            if (server_round is None or r == server_round)
+            and (direction is None or d == direction)
+            and (part is None or p == part)
+        )
+
+    @property
+    def rounds(self) -> list[int]:
+        return sorted({r for r, _, _, _ in self.records})
+
+    def per_round(self, direction: str, part: str | None = None) -> float:
+        """Mean bytes per round (all clients together)."""
+        rs = self.rounds
+        return self.total(direction=direction, part=part) / len(rs) if rs else 0.0
+
+
+def gnn_macs(layer_shapes: list[tuple[int, int]], densities: list[tuple[float, float]], n: int, kept: int) -> int:
+    """Forward MACs of the GNN: Σ_l (ρ_l + ρ_r) n f_in f_out + kept·f_out."""
+    total = 0.0
+    for (f_in, f_out), (rho_l, rho_r) in zip(layer_shapes, densities, strict=True):
+        total += (rho_l + rho_r) * n * f_in * f_out + kept * f_out
+    return round(total)
+
+
+def sparsifier_macs(n: int, m: int, f: int, h: int, k: int, *, training: bool) -> int:
+    """Forward MACs of the factorised sparsifier: K (2nFh + 2mh) + nFK (router; twice in training)."""
+    return k * (2 * n * f * h + 2 * m * h) + n * f * k * (2 if training else 1)
+
+
+@dataclass
+class FlopsMeter:
+    """Training MACs per (round, part) summed over clients and local steps (``TRAIN_FACTOR`` × forward)."""
+
+    records: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, server_round: int, part: str, forward_macs: int, steps: int = 1) -> None:
+        self.records[(server_round, part)] += TRAIN_FACTOR * int(forward_macs) * int(steps)
+
+    def total(self, part: str | None = None) -> int:
+        return sum(v for (_, p), v in self.records.items() if part is None or p == part)
+
+    def per_round(self, part: str | None = None) -> float:
+        rs = {r for r, _ in self.records}
+        return self.total(part) / len(rs) if rs else 0.0

@@ -1,0 +1,154 @@
+"""Federated runs on one machine.
+
+- :func:`run_federated`: the plain in-process loop over :mod:`eagles.client` and :class:`eagles.server.EaglesServer`
+  (no Flower), the reference.
+- :func:`run_inprocess`: the Flower apps (:mod:`eagles.flower`) on a loopback ``Grid`` in this process, no Ray:
+  real ``Message``/``Context`` objects, per-node ``context.state``, random node ids, replies in shuffled order.
+  Equal to :func:`run_federated` bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+import eagles._pyg  # noqa: F401  (before torch_geometric)
+from eagles.client import (
+    ClientGraph,
+    evaluate,
+    load_state,
+    local_train,
+    make_optimizer,
+    prepare_client,
+    state_of,
+)
+from eagles.config import EaglesConfig
+from eagles.nn import EaglesModel, build_model
+from eagles.server import ClientReply, EaglesServer
+from icml25_shared.validate import check_choice, check_int
+
+__all__ = ["FederatedRun", "graph_dims", "initial_model", "run_federated", "run_inprocess"]
+
+
+@dataclass
+class FederatedRun:
+    """A finished run: the server (history, personalised states, bands, meters) and the rounds run."""
+
+    server: EaglesServer
+    rounds: int
+
+    @property
+    def history(self) -> list[dict[str, float]]:
+        return self.server.history
+
+    def best(self, key: str = "eval-test-acc", select: str = "eval-val-acc") -> tuple[int, float]:
+        """(round, value of ``key``) at the round of best ``select`` (first such round)."""
+        h = [r for r in self.history if select in r]
+        best = max(h, key=lambda r: (r[select], -r["round"]))
+        return int(best["round"]), float(best[key])
+
+
+def graph_dims(clients: Sequence[Data | ClientGraph]) -> tuple[int, int]:
+    """(number of features, number of classes) over all clients."""
+    if len(clients) == 0:
+        raise ValueError("clients must hold at least one client graph, got none")
+    graphs = [prepare_client(c) for c in clients]
+    f = {g.num_features for g in graphs}
+    if len(f) != 1:
+        raise ValueError(f"every client must have the same number of features, got {sorted(f)}")
+    return f.pop(), max(2, max(int(g.y.max()) + 1 for g in graphs if g.n))
+
+
+def initial_model(
+    num_features: int, num_classes: int, config: EaglesConfig, fixed_mask: Mapping[str, Tensor] | None = None
+) -> EaglesModel:
+    model = build_model(num_features, num_classes, config)
+    if fixed_mask is not None:
+        model.set_masks(fixed_mask)
+    return model
+
+
+def run_federated(
+    clients: Sequence[Data | ClientGraph],
+    config: EaglesConfig,
+    num_rounds: int,
+    *,
+    fixed_mask: Mapping[str, Tensor] | None = None,
+    stop_band: float | None = None,
+    evaluate_rounds: bool = True,
+) -> FederatedRun:
+    """EAGLES (or FedAvg, ``config.aggregation="fedavg"``) for ``num_rounds`` rounds, in process.
+
+    Args:
+        clients: one graph per client (``eagles.partition``), with train/val/test masks.
+        config: method configuration (model sizes, sparsifiers, server rule).
+        num_rounds: at most this many rounds.
+        fixed_mask: re-train with this consensus mask fixed in every masked layer (thresholds frozen).
+        stop_band: pre-train until this density band's mask is stored.
+        evaluate_rounds: evaluate each client's personalised model after aggregation (``eval-*-acc``).
+    """
+    num_rounds = check_int("num_rounds", num_rounds, min=1)
+    graphs = [prepare_client(c) for c in clients]
+    f, k = graph_dims(graphs)
+    models = [initial_model(f, k, config, fixed_mask) for _ in graphs]
+    opts = [make_optimizer(m, config) for m in models]
+    server = EaglesServer(config, state_of(models[0]), len(graphs), fixed_mask=fixed_mask, stop_band=stop_band)
+    r = 0
+    for r in range(1, num_rounds + 1):
+        replies = []
+        for pid, (g, model, opt) in enumerate(zip(graphs, models, opts, strict=True)):
+            sent = server.state_for(pid)
+            server.count_down(r, pid, sent)
+            load_state(model, sent)
+            metrics = local_train(model, opt, g, config, pid, r)
+            replies.append(ClientReply(pid, state_of(model), model.masks(), metrics))
+        server.aggregate_train(r, replies)
+        if evaluate_rounds:
+            evals = []
+            for pid, (g, model) in enumerate(zip(graphs, models, strict=True)):
+                load_state(model, server.state_for(pid))
+                evals.append(evaluate(model, g))
+            server.record_evaluate(r, evals)
+        if server.stopped:
+            break
+    return FederatedRun(server, r)
+
+
+def run_inprocess(
+    clients: Sequence[Data | ClientGraph],
+    config: EaglesConfig,
+    num_rounds: int,
+    *,
+    fixed_mask: Mapping[str, Tensor] | None = None,
+    stop_band: float | None = None,
+    strategy: str = "eagles",
+    seed: int = 0,
+) -> FederatedRun:
+    """The same run through the Flower apps on a loopback grid (:class:`eagles.flower.LocalGrid`).
+
+    ``strategy="eagles"`` drives :class:`eagles.flower.EaglesStrategy`; ``"fedavg"`` drives Flower's own
+    ``FedAvg`` (size-weighted) over the same ClientApp, with the server's records rebuilt from its replies.
+    """
+    from eagles.flower import LocalGrid, make_client_app, run_server
+
+    strategy = check_choice("strategy", strategy, ("eagles", "fedavg"))
+    num_rounds = check_int("num_rounds", num_rounds, min=1)
+    graphs = [prepare_client(c) for c in clients]
+    grid = LocalGrid(make_client_app(graphs, config, fixed_mask=fixed_mask), len(graphs), seed=seed)
+    f, k = graph_dims(graphs)
+    server = run_server(
+        grid, config, f, k, len(graphs), num_rounds, fixed_mask=fixed_mask, stop_band=stop_band, strategy=strategy
+    )
+    return FederatedRun(server, len(server.history))
+
+
+def to_device_free(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    return {k: v.detach().to("cpu") for k, v in state.items()}
+
+
+__all__ += ["to_device_free"]
+_ = torch

@@ -1,0 +1,26 @@
+"""Helpers shared by the eagles tests."""
+
+from __future__ import annotations
+
+from eagles.config import EaglesConfig
+from eagles.partition import random_clients
+
+
+def small_config(**kw) -> EaglesConfig:
+    base = dict(
+        hidden_channels=8,
+        num_layers=2,
+        expert_hidden=4,
+        local_epochs=2,
+        keep_ratios=(0.9, 0.6, 0.3),
+        top_s=2,
+        threshold_lr=0.05,
+        lr=0.01,
+        bands=(0.9, 0.7, 0.5, 0.3),
+    )
+    base.update(kw)
+    return EaglesConfig(**base)
+
+
+def small_clients(data, c=3, seed=0):
+    return random_clients(data, c, seed)
