@@ -254,7 +254,7 @@ class FixtureSpec:
     batch_size: int = 64
     seed: int = 0
     min_ops: int = 2
-    max_ops: int = 6
+    max_ops: int = 4
 
 
 #: The shipped fixtures: a 1 x 48 draft and a 2 x 96 target (7.9x the draft's non-embedding parameters).
