@@ -36,11 +36,11 @@ def test_em_loglik_non_decreasing(cls):
 def test_masked_entries_ignored():
     rng = np.random.default_rng(0)
     Z = (rng.random((200, 12)) < 0.6).astype(float)
-    O = rng.random((200, 12)) < 0.7
-    O[:, 0] = True
-    Z2 = np.where(O, Z, 1.0 - Z)  # differs only where O = 0
-    m1 = Rasch().fit(ResponseMatrix.from_dense(Z, mask=O))
-    m2 = Rasch().fit(ResponseMatrix.from_dense(Z2, mask=O))
+    obs = rng.random((200, 12)) < 0.7
+    obs[:, 0] = True
+    Z2 = np.where(obs, Z, 1.0 - Z)  # differs only where O = 0
+    m1 = Rasch().fit(ResponseMatrix.from_dense(Z, mask=obs))
+    m2 = Rasch().fit(ResponseMatrix.from_dense(Z2, mask=obs))
     assert np.array_equal(m1.difficulty_, m2.difficulty_)
     assert not np.array_equal(Z, Z2)
 
@@ -79,7 +79,7 @@ def test_fisher_information_equals_expected_negative_hessian(model):
         c = torch.rand((), generator=g, dtype=torch.float64) * 0.4 if model == "3pl" else None
         theta = torch.randn((), generator=g, dtype=torch.float64).requires_grad_(True)
 
-        def logp(th, y):
+        def logp(th, y, a=a, b=b, c=c):
             p = torch.sigmoid(a * (th - b))
             p = p if c is None else c + (1 - c) * p
             return y * torch.log(p) + (1 - y) * torch.log1p(-p)

@@ -370,7 +370,7 @@ class AmortizedDifficulty:
         Xt = torch.as_tensor((X - self._x_mean) / self._x_scale)
         bt = torch.as_tensor(b)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", category=getattr(gpytorch.utils.warnings, "NumericalWarning", Warning))
+            warnings.simplefilter("ignore", category=gpytorch.utils.warnings.NumericalWarning)
             if len(X) > self.sparse_above:
                 rng = np.random.default_rng(self.seed)
                 inducing = Xt[torch.as_tensor(rng.choice(len(X), 256, replace=False))].clone()
@@ -406,7 +406,9 @@ class AmortizedDifficulty:
         gpytorch, _, _ = _gp_classes()
         Xt = torch.as_tensor((X - self._x_mean) / self._x_scale)
         with torch.no_grad(), gpytorch.settings.fast_pred_var(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", category=getattr(gpytorch.utils.warnings, "NumericalWarning", Warning))
+            warnings.simplefilter("ignore", category=gpytorch.utils.warnings.NumericalWarning)
+            # predicting at the training inputs (the joint fit's own items) is intended here
+            warnings.simplefilter("ignore", category=gpytorch.utils.warnings.GPInputWarning)
             f = self.gp_(Xt)
             lik = self.gp_likelihood_
             extra = lik.second_noise if hasattr(lik, "second_noise") else lik.noise

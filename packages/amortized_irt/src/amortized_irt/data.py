@@ -98,7 +98,7 @@ class ResponseMatrix:
             code = check_float("missing", missing)
             if np.isnan(Y).any():
                 raise ValueError(f"Y contains NaN but missing={code:g}; pass missing=nan or recode the NaNs")
-            observed = Y != code
+            observed = code != Y
         if mask is not None:
             mask = check_array("mask", mask, shape=Y.shape)
             if mask.dtype != bool:

@@ -152,7 +152,10 @@ def _halving(q_fn, params: torch.Tensor, step: torch.Tensor, q0: torch.Tensor, t
         if pending.numel() == 0:
             break
         cand = params[pending] + t * step[pending]
-        ok = q_fn(cand, pending) >= q0[pending]
+        q0p = q0[pending]
+        # an improvement below rounding noise counts as none lost: accepting it keeps runs whose statistics differ
+        # only in summation order (sharded vs single process) on the same path
+        ok = q_fn(cand, pending) >= q0p - 1e-13 * (1.0 + q0p.abs())
         new[pending[ok]] = cand[ok]
         pending = pending[~ok]
         t *= 0.5
