@@ -1,0 +1,272 @@
+"""Cost of serving a model: parameters, FLOPs per token (FlopCounterMode), weight bytes, latency, throughput and
+energy per token, measured or estimated, with operational CO2e (:mod:`downscaling.carbon`).
+
+Energy is **measured** when a counter can be read -- codecarbon's ``OfflineEmissionsTracker`` when installed
+(``icml25-downscaling[energy]``), else the Linux RAPL counter ``/sys/class/powercap/intel-rapl:0/energy_uj`` -- and
+**estimated** otherwise as E = P · t with P an assumed power (``power_w``; default 15 W per CPU thread in use or
+300 W for a CUDA device). ``Profile.measured`` says which; an energy that could not be read is never reported as 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from downscaling.carbon import co2e, joules_to_kwh
+from downscaling.flops import _forward, count_flops, count_train_flops, param_counts
+from icml25_shared.validate import check_choice, check_float, check_int, check_tensor
+
+__all__ = ["Profile", "profile", "weight_bytes", "linear_weight_bytes", "read_energy_counter"]
+
+WATTS_PER_CPU_THREAD = 15.0
+"""Assumed power per busy CPU thread for estimates (about a 200 W, 14-core server part per core)."""
+WATTS_CUDA = 300.0
+"""Assumed board power of a busy datacenter GPU for estimates."""
+RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
+
+
+@dataclass
+class Profile:
+    """What one ``profile`` call measured (per token values are over the whole batch of ``batch x seq_len``)."""
+
+    params: int
+    params_nonembed: int
+    flops_per_token_fwd: float
+    flops_per_token_train: float | None
+    weight_bytes: int
+    latency_ms: float
+    tokens_per_s: float
+    joules_per_token: float
+    co2e_g_per_token: float
+    measured: bool
+    energy_source: str
+    threads: int
+    batch_shape: tuple[int, ...]
+
+    @property
+    def co2e_g(self) -> float:
+        """Grams CO2e per token (alias)."""
+        return self.co2e_g_per_token
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    names = getattr(t, "tensor_data_names", None)
+    if names:  # torchao tensor subclasses (Int8Tensor: qdata + scale)
+        return sum(_tensor_bytes(getattr(t, n)) for n in names if getattr(t, n, None) is not None)
+    if t.is_quantized:
+        extra = 16 if t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric) else 0
+        if not extra:
+            extra = t.q_per_channel_scales().nbytes + t.q_per_channel_zero_points().nbytes
+        return t.numel() * t.element_size() + extra
+    return t.numel() * t.element_size()
+
+
+def _module_weights(m: nn.Module) -> list[torch.Tensor]:
+    out = list(m.parameters(recurse=False)) + [b for b in m.buffers(recurse=False) if b is not None]
+    w = getattr(m, "weight", None)
+    if callable(w) and not isinstance(w, torch.Tensor):  # torch.ao dynamic quantized Linear: packed params
+        try:
+            out.append(w())
+            b = m.bias()
+            if b is not None:
+                out.append(b)
+        except (RuntimeError, TypeError):
+            pass
+    return out
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every parameter and buffer (tied tensors once), quantized weights at their stored size (int8 data
+    plus scales and zero points)."""
+    seen: set[int] = set()
+    total = 0
+    for m in model.modules():
+        for t in _module_weights(m):
+            key = id(t) if not isinstance(t, torch.Tensor) or t.is_quantized else t.data_ptr() or id(t)
+            if key in seen:
+                continue
+            seen.add(key)
+            total += _tensor_bytes(t)
+    return total
+
+
+def linear_weight_bytes(model: nn.Module) -> int:
+    """Bytes of the weights (and biases) of every linear layer -- ``nn.Linear`` and its quantized replacements --
+    the part quantization shrinks."""
+    total = 0
+    for m in model.modules():
+        if (
+            isinstance(m, nn.Linear)
+            or "Linear" in type(m).__name__
+            and m.__module__.startswith(("torch.ao", "optimum"))
+        ):
+            total += sum(_tensor_bytes(t) for t in _module_weights(m) if isinstance(t, torch.Tensor))
+    return total
+
+
+def read_energy_counter() -> float | None:
+    """Cumulative joules from the RAPL package counter, or ``None`` when it cannot be read (containers, non-Intel,
+    no permission)."""
+    try:
+        return int(RAPL.read_text().strip()) / 1e6
+    except (OSError, ValueError):
+        return None
+
+
+def _codecarbon_joules(fn: Any) -> float | None:
+    try:
+        from codecarbon import OfflineEmissionsTracker
+    except ImportError:
+        return None
+    tracker = OfflineEmissionsTracker(country_iso_code="USA", log_level="error", save_to_file=False)
+    tracker.start()
+    try:
+        fn()
+    finally:
+        tracker.stop()
+    kwh = getattr(getattr(tracker, "final_emissions_data", None), "energy_consumed", None)
+    return None if kwh is None or not kwh > 0 else float(kwh) * 3.6e6
+
+
+def profile(
+    model: nn.Module,
+    batch: torch.Tensor,
+    energy: Literal["auto", "measure", "estimate"] = "auto",
+    region: str | None = None,
+    pue: float = 1.0,
+    n_runs: int = 10,
+    *,
+    ci: float | None = None,
+    power_w: float | None = None,
+    train_flops: bool = True,
+    warmup: int = 2,
+) -> Profile:
+    """Profile ``model`` on ``batch`` (``(B, T)`` token ids): FLOPs per token by FlopCounterMode (forward, and
+    forward + backward when ``train_flops``; a quantized model is counted as its float twin would be, since its
+    integer kernels are invisible to the counter), weight bytes, the median latency of ``n_runs`` forwards after
+    ``warmup``, tokens/s, joules and grams CO2e per token (``energy``: ``measure`` raises if no counter is
+    readable, ``estimate`` always uses ``power_w`` x time, ``auto`` measures when it can)."""
+    energy = check_choice("energy", energy, ("auto", "measure", "estimate"))
+    batch = check_tensor("batch", batch, ndim=2)
+    if batch.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"batch must hold integer token ids, got dtype {batch.dtype}")
+    batch = batch.long()
+    n_runs = check_int("n_runs", n_runs, min=1)
+    warmup = check_int("warmup", warmup, min=0)
+    pue = check_float("pue", pue, min=1.0)
+    if ci is not None:
+        check_float("ci", ci, min=0.0)
+    if power_w is not None:
+        check_float("power_w", power_w, min=0.0, min_open=True)
+    if region is not None:
+        from downscaling.carbon import carbon_intensity
+
+        carbon_intensity(region)
+    try:
+        dev = next(model.parameters()).device
+    except StopIteration:
+        dev = torch.device("cpu")
+    batch = batch.to(dev)
+    tokens = batch.numel()
+    was_training = model.training
+    model.eval()
+    try:
+        flops_fwd = count_flops(_float_twin(model), batch) / tokens
+        flops_train = (
+            count_train_flops(_float_twin(model), batch) / tokens if train_flops and _trainable(model) else None
+        )
+        with torch.no_grad():
+            for _ in range(warmup):
+                _forward(model, batch)
+
+            times: list[float] = []
+
+            def run() -> None:
+                for _ in range(n_runs):
+                    t0 = time.perf_counter()
+                    _forward(model, batch)
+                    if dev.type == "cuda":
+                        torch.cuda.synchronize(dev)
+                    times.append(time.perf_counter() - t0)
+
+            joules, source = None, "estimate"
+            if energy != "estimate":
+                joules, source = _measure(run)
+                if joules is None and energy == "measure":
+                    raise RuntimeError(
+                        "energy='measure' but no energy counter is readable (codecarbon not installed and RAPL "
+                        f"{RAPL} unreadable); use energy='estimate' or 'auto'"
+                    )
+            if joules is None:
+                times.clear()
+                run()
+                watts = power_w or (
+                    WATTS_CUDA if dev.type == "cuda" else WATTS_PER_CPU_THREAD * torch.get_num_threads()
+                )
+                joules, source = watts * sum(times), f"estimate ({watts:g} W x time)"
+    finally:
+        model.train(was_training)
+    pc = param_counts(model)
+    j_tok = joules / (tokens * len(times))
+    kwh = joules_to_kwh(j_tok)
+    return Profile(
+        params=pc["total"],
+        params_nonembed=pc["nonembed"],
+        flops_per_token_fwd=flops_fwd,
+        flops_per_token_train=flops_train,
+        weight_bytes=weight_bytes(model),
+        latency_ms=1e3 * statistics.median(times),
+        tokens_per_s=tokens / statistics.median(times),
+        joules_per_token=j_tok,
+        co2e_g_per_token=1e3 * co2e(kwh, pue, ci, region=None if ci is not None else (region or "world")),
+        measured=not source.startswith("estimate"),
+        energy_source=source,
+        threads=torch.get_num_threads(),
+        batch_shape=tuple(batch.shape),
+    )
+
+
+def _measure(run: Any) -> tuple[float | None, str]:
+    j = _codecarbon_joules(run)
+    if j is not None:
+        return j, "codecarbon"
+    start = read_energy_counter()
+    if start is None:
+        return None, "estimate"
+    run()
+    end = read_energy_counter()
+    if end is None or not end > start:  # wrapped or frozen counter: unreadable, never a silent 0
+        return None, "estimate"
+    return end - start, "rapl"
+
+
+def _trainable(model: nn.Module) -> bool:
+    return any(p.is_floating_point() for p in model.parameters())
+
+
+def _float_twin(model: nn.Module) -> nn.Module:
+    """The model itself, or for a torch.ao dynamic-quantized model a float copy with the same shapes (the counter
+    does not see quantized kernels)."""
+    if not any(m.__module__.startswith("torch.ao.nn.quantized") for m in model.modules()):
+        return model
+    twin = copy.deepcopy(model)
+    for name, m in list(twin.named_modules()):
+        if m.__module__.startswith("torch.ao.nn.quantized") and hasattr(m, "in_features"):
+            lin = nn.Linear(m.in_features, m.out_features, bias=m.bias() is not None)
+            with torch.no_grad():
+                lin.weight.copy_(m.weight().dequantize())
+                if m.bias() is not None:
+                    lin.bias.copy_(m.bias())
+            parent, _, child = name.rpartition(".")
+            setattr(twin.get_submodule(parent) if parent else twin, child, lin)
+    return twin

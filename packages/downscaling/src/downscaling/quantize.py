@@ -1,0 +1,120 @@
+"""Quantization, the paper's fourth downscaling operator, through the host libraries (no kernels of our own):
+
+========================  ================================================================================
+scheme, backend           what runs
+========================  ================================================================================
+int8_dynamic, torch.ao    ``torch.ao.quantization.quantize_dynamic`` on ``nn.Linear`` (int8 weights per
+                          tensor, activations quantized per batch; CPU engines fbgemm/x86/qnnpack/onednn)
+int8_dynamic, torchao     ``torchao.quantization.quantize_`` with ``Int8DynamicActivationInt8WeightConfig``
+int8_weight, torchao      ``quantize_`` with ``Int8WeightOnlyConfig`` (int8 per row, float activations)
+int4_weight, torchao      ``quantize_`` with ``Int4WeightOnlyConfig`` (CUDA, bfloat16 models only)
+int8_weight, quanto       optimum-quanto ``quantize(model, weights=qint8)`` + ``freeze`` (extra ``[quanto]``)
+int4_weight, quanto       optimum-quanto with ``qint4``
+========================  ================================================================================
+
+Weight memory ≈ bits / 8 per weight plus scales (Dettmers et al. 2022, Sec. 2). Any other combination raises a
+``ValueError`` listing the supported ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any, Literal, NamedTuple
+
+import torch
+from torch import nn
+
+from downscaling.profile import linear_weight_bytes
+from icml25_shared.validate import check_choice
+
+__all__ = ["QuantizeResult", "SUPPORTED", "quantize", "supported_schemes"]
+
+Scheme = Literal["int8_dynamic", "int8_weight", "int4_weight"]
+Backend = Literal["torch.ao", "torchao", "quanto"]
+SUPPORTED: tuple[tuple[str, str], ...] = (
+    ("int8_dynamic", "torch.ao"),
+    ("int8_dynamic", "torchao"),
+    ("int8_weight", "torchao"),
+    ("int4_weight", "torchao"),
+    ("int8_weight", "quanto"),
+    ("int4_weight", "quanto"),
+)
+
+
+class QuantizeResult(NamedTuple):
+    """The quantized copy and a record (scheme, backend, Linear weight bytes before and after)."""
+
+    model: nn.Module
+    record: dict[str, Any]
+
+
+def _device(model: nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def supported_schemes(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> list[tuple[str, str]]:
+    """The (scheme, backend) pairs that run here for a model on ``device`` in ``dtype``."""
+    dev = torch.device(device)
+    out = []
+    for scheme, backend in SUPPORTED:
+        if backend == "torch.ao" and (dev.type != "cpu" or torch.backends.quantized.engine == "none"):
+            continue
+        if scheme == "int4_weight" and backend == "torchao" and (dev.type != "cuda" or dtype != torch.bfloat16):
+            continue
+        if backend == "quanto":
+            import importlib.util
+
+            if importlib.util.find_spec("optimum.quanto") is None if importlib.util.find_spec("optimum") else True:
+                continue
+        out.append((scheme, backend))
+    return out
+
+
+def quantize(model: nn.Module, scheme: Scheme = "int8_dynamic", backend: Backend = "torch.ao") -> QuantizeResult:
+    """Quantize the Linear layers of a copy of ``model`` (module docstring); the input is not modified."""
+    scheme = check_choice("scheme", scheme, ("int8_dynamic", "int8_weight", "int4_weight"))
+    backend = check_choice("backend", backend, ("torch.ao", "torchao", "quanto"))
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not any(isinstance(m, nn.Linear) for m in model.modules()):
+        found = sorted({type(m).__name__ for m in model.modules() if not list(m.children())})
+        raise ValueError(f"model has no nn.Linear to quantize; leaf layer types found: {found}")
+    dev = _device(model)
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    here = supported_schemes(dev, dtype)
+    if (scheme, backend) not in here:
+        raise ValueError(
+            f"scheme={scheme!r} with backend={backend!r} is not supported for a {dtype} model on {dev.type} "
+            f"(quantized engine {torch.backends.quantized.engine!r}); supported here: {here}"
+        )
+    before = linear_weight_bytes(model)
+    q = copy.deepcopy(model).eval()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
+        warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*deprecated.*")
+        if backend == "torch.ao":
+            from torch.ao.quantization import quantize_dynamic
+
+            q = quantize_dynamic(q, {nn.Linear}, dtype=torch.qint8)
+        elif backend == "torchao":
+            import torchao.quantization as tq
+
+            cfg = {
+                "int8_dynamic": tq.Int8DynamicActivationInt8WeightConfig,
+                "int8_weight": tq.Int8WeightOnlyConfig,
+                "int4_weight": tq.Int4WeightOnlyConfig,
+            }[scheme]()
+            tq.quantize_(q, cfg)
+        else:
+            from optimum import quanto
+
+            quanto.quantize(q, weights=quanto.qint8 if scheme == "int8_weight" else quanto.qint4)
+            quanto.freeze(q)
+    after = linear_weight_bytes(q)
+    record = {"scheme": scheme, "backend": backend, "linear_bytes_before": before, "linear_bytes_after": after}
+    record["size_ratio"] = before / after if after else float("inf")
+    return QuantizeResult(q, record)
