@@ -69,6 +69,7 @@ def validate_hparams(h: dict[str, Any]) -> None:
             check_bool(key, h[key])
     if h.get("foreach") is not None:
         check_bool("foreach", h["foreach"])
+    check_int("max_bucket_bytes", h.get("max_bucket_bytes"), min=1, allow_none=True)
 
 
 @dataclass
@@ -109,9 +110,13 @@ class SWANConfig:
     nonfinite: NonfinitePolicy = "raise"
     """On a NaN/Inf gradient: ``"raise"`` a ``FloatingPointError``, or ``"skip"`` that matrix with a warning."""
     foreach: bool | None = None
-    """``True`` stacks same-shaped matrices (tall ones transposed) and whitens them with one batched matmul chain;
-    ``None`` = ``True`` (measured faster, also on CPU: benchmarks/); ``False`` whitens one matrix at a time, so the
-    transient memory is one matrix rather than one bucket."""
+    """``True`` stacks same-shaped matrices (tall ones transposed) and whitens them with one batched matmul chain,
+    in buckets of at most ``max_bucket_bytes``; ``False`` whitens one matrix at a time; ``None``: on for CUDA
+    tensors, off on CPU (measured no faster there: benchmarks/). A step's transient memory is one bucket (one
+    matrix) plus the whitening buffers."""
+    max_bucket_bytes: int | None = 1 << 26
+    """Cap of one ``foreach`` bucket's transient memory in bytes (64 MiB): its matrices in the compute dtype plus
+    their whitening buffers (six ``min(m, n)²`` matrices each); ``None``: no cap."""
     distributed_whitening: bool = False
     """With ``torch.distributed`` initialised, each rank whitens a round-robin share of the matrices and
     broadcasts the result (same weights, less compute per rank)."""

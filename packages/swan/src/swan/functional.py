@@ -27,6 +27,7 @@ __all__ = [
     "grad_whitening",
     "rescale_to_unit_rms",
     "swan_direction",
+    "swan_directions_into",
     "compute_dtype",
 ]
 
@@ -77,10 +78,15 @@ def grad_norm(G: Tensor, dim: int = -1, eps: float = 1e-8, center: bool = True) 
 
 
 def _newton_schulz(X: Tensor, ns_steps: int, ns_beta: float) -> Tensor:
-    """Coupled Newton-Schulz for ``(X Xᵀ)^{-1/2} X`` on ``(b, m, n)`` with ``m <= n`` and ``||X||_F <= 1``.
+    """Coupled Newton-Schulz for ``(X Xᵀ)^{-1/2} X`` on ``(b, m, n)`` with ``m <= n`` and ``||X||_F <= 1``."""
+    return torch.bmm(_ns_inverse_root(X, ns_steps, ns_beta), X)
 
-    Y0 = X Xᵀ, Z0 = I;  T = 3 I - Z Y;  Y <- β Y T;  Z <- β T Z;  result Z X.  β is folded into T (β Y T = Y (β T))
-    and the last update of Y, which nothing reads, is skipped.
+
+def _ns_inverse_root(X: Tensor, ns_steps: int, ns_beta: float) -> Tensor:
+    """``Z ≈ (X Xᵀ)^{-1/2}`` (``(b, m, m)``) by the coupled Newton-Schulz iteration of paper Algorithm 2.
+
+    Y0 = X Xᵀ, Z0 = I;  T = 3 I - Z Y;  Y <- β Y T;  Z <- β T Z.  β is folded into T (β Y T = Y (β T)) and the
+    last update of Y, which nothing reads, is skipped. At most five ``m × m`` buffers are alive at once.
     """
     Y = torch.bmm(X, X.transpose(-2, -1))
     eye3b = torch.eye(X.shape[-2], dtype=X.dtype, device=X.device).mul_(3.0 * ns_beta)  # broadcasts over batch
@@ -91,7 +97,7 @@ def _newton_schulz(X: Tensor, ns_steps: int, ns_beta: float) -> Tensor:
         Y = torch.bmm(Y, T)
         T = torch.baddbmm(eye3b, Z, Y, beta=1.0, alpha=-ns_beta)
         Z = torch.bmm(T, Z)
-    return torch.bmm(Z, X)
+    return Z
 
 
 def _nsds(X: Tensor, ns_steps: int, ns_beta: float) -> Tensor:
@@ -169,6 +175,96 @@ def rescale_to_unit_rms(D: Tensor, eps: float = 1e-30) -> Tensor:
     return D * (math.sqrt(mn) / norm.clamp_min(eps))
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# the in-place pipeline the optimizer runs: transient memory = one copy of the matrices + the whitening buffers
+# ---------------------------------------------------------------------------------------------------------------
+def _grad_norm_(D: Tensor, dim: int, eps: float, center: bool) -> Tensor:
+    """:func:`grad_norm` of a ``(m, n)`` matrix in place. The variance is reduced in slabs of at most ``min(m, n)²``
+    elements (the same per-row reductions as ``grad_norm``, so the same values), never a full-size temporary."""
+    if center:
+        D.sub_(D.mean(dim=dim, keepdim=True))
+    other = D.dim() + dim - 1 if dim < 0 else 1 - dim  # the axis the slabs run along (0 or 1 of a matrix)
+    length = D.shape[dim]
+    step = max(1, min(D.shape) ** 2 // max(length, 1))
+    var = torch.cat(
+        [D.narrow(other, i, min(step, D.shape[other] - i)).square().mean(dim=dim, keepdim=True)
+         for i in range(0, D.shape[other], step)],
+        dim=other,
+    )  # fmt: skip
+    return D.mul_(torch.rsqrt(var + eps)) if eps > 0 else D.div_(var.sqrt())
+
+
+def _whiten_(X: Tensor, ns_steps: int, ns_beta: float, method: Whitening, eps: float) -> Tensor:
+    """:func:`grad_whitening` of a ``(b, m, n)`` stack with ``m <= n`` in place: the Newton-Schulz inverse root
+    ``Z`` (``m × m`` buffers) is applied as ``X[:, :, c] <- Z X[:, :, c]`` over blocks of ``m`` columns, so the
+    only other temporary is one ``m × m`` block per matrix."""
+    if method == "svd":
+        U, _, Vh = torch.linalg.svd(X, full_matrices=False)
+        return X.copy_(U @ Vh)
+    X.div_(torch.linalg.matrix_norm(X, ord="fro", keepdim=True).clamp_min(eps))
+    if method == "nsds":
+        return X.copy_(_nsds(X, ns_steps, ns_beta))  # elementwise scaling: one temporary of X's size
+    Z = _ns_inverse_root(X, ns_steps, ns_beta)
+    m, n = X.shape[-2], X.shape[-1]
+    for c in range(0, n, max(m, 1)):
+        block = X[..., c : c + m]
+        block.copy_(torch.bmm(Z, block))
+    return X
+
+
+def _rescale_(D: Tensor, eps: float = 1e-30) -> Tensor:
+    """:func:`rescale_to_unit_rms` in place over the last two dimensions."""
+    mn = D.shape[-1] * D.shape[-2]
+    return D.mul_(math.sqrt(mn) / torch.linalg.matrix_norm(D, ord="fro", keepdim=True).clamp_min(eps))
+
+
+def swan_directions_into(
+    mats: list[Tensor],
+    *,
+    normalize: bool = True,
+    whiten: bool = True,
+    rescale: bool = True,
+    ns_steps: int | None = None,
+    ns_beta: float | None = None,
+    whitening: Whitening = "newton_schulz",
+    norm_dim: int = -1,
+    norm_center: bool = True,
+    eps: float = 1e-8,
+    whiten_dtype: torch.dtype = torch.float32,
+) -> list[Tensor]:
+    """SWAN directions of same-shaped matrices (up to a transpose) through one buffer: the matrices are copied
+    once into a ``(b, min(m, n), max(m, n))`` stack in the compute dtype and every stage runs in place on it; the
+    returned directions are views of the stack in each matrix's own orientation. Transient memory: the stack plus
+    the whitening buffers (five ``min(m, n)²`` matrices per stacked matrix). The inputs are not modified.
+    """
+    check_choice("whitening", whitening, WHITENING_METHODS)
+    check_float("eps", eps, min=0.0)
+    m, n = mats[0].shape
+    small, large = min(m, n), max(m, n)
+    cdtype = compute_dtype(mats[0].dtype, whiten_dtype)
+    preset_steps, preset_beta = WHITENING_PRESETS[whitening]
+    ns_steps = preset_steps if ns_steps is None else ns_steps
+    ns_beta = preset_beta if ns_beta is None else ns_beta
+    if whiten and whitening != "svd":
+        ns_steps = check_int("ns_steps", ns_steps, min=1)
+        ns_beta = check_float("ns_beta", ns_beta, min=0.0, max=1.0, min_open=True)
+    stack = torch.empty(len(mats), small, large, dtype=cdtype, device=mats[0].device)
+    views = []
+    for slot, G in enumerate(mats):
+        if tuple(sorted(G.shape)) != (small, large):
+            raise ValueError(f"mats must share one shape up to a transpose, got {tuple(G.shape)} and {(m, n)}")
+        v = stack[slot].mT if G.shape[0] > G.shape[1] else stack[slot]  # the matrix's own orientation
+        v.copy_(G)
+        if normalize:
+            _grad_norm_(v, norm_dim, eps, norm_center)
+        views.append(v)
+    if whiten:
+        _whiten_(stack, ns_steps, ns_beta, whitening, eps)
+    if rescale:
+        _rescale_(stack)
+    return views
+
+
 def swan_direction(
     G: Tensor,
     *,
@@ -187,6 +283,13 @@ def swan_direction(
     wider of ``G.dtype`` and ``whiten_dtype``): GradNorm, then GradWhitening, then the rescale to element RMS 1.
     Each stage can be switched off (the ablations of the paper's Sec. 5.2)."""
     _check_matrix("G", G)
+    if G.dim() == 2 and norm_dim in (-1, -2) and G.numel() and not (torch.is_grad_enabled() and G.requires_grad):
+        # the optimizer's in-place pipeline (same values as the stages below, one copy of G)
+        check_choice("whitening", whitening, WHITENING_METHODS)
+        return swan_directions_into(
+            [G], normalize=normalize, whiten=whiten, rescale=rescale, ns_steps=ns_steps, ns_beta=ns_beta,
+            whitening=whitening, norm_dim=norm_dim, norm_center=norm_center, eps=eps, whiten_dtype=whiten_dtype,
+        )[0].contiguous()  # fmt: skip
     D = G.to(compute_dtype(G.dtype, whiten_dtype))
     if normalize:
         D = grad_norm(D, dim=norm_dim, eps=eps, center=norm_center)

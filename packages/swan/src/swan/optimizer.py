@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from icml25_shared.training import adamw_update
 from swan.config import NonfinitePolicy, SWANConfig, validate_hparams
-from swan.functional import Whitening, compute_dtype, swan_direction
+from swan.functional import Whitening, compute_dtype, swan_directions_into
 
 __all__ = ["SWAN", "param_groups"]
 
@@ -58,8 +58,14 @@ class SWAN(torch.optim.Optimizer):
         whiten_dtype: lowest dtype the whitening runs in (bf16 parameters are whitened in fp32).
         nonfinite: ``"raise"`` (``FloatingPointError``) or ``"skip"`` (warn, leave that matrix unchanged) for a
             NaN/Inf gradient of a SWAN matrix. AdamW groups behave like ``torch.optim.AdamW``.
-        foreach: batch same-shaped matrices (tall ones transposed) through one ``bmm`` chain; ``None`` = on.
-            ``False`` whitens one matrix at a time (smaller transient memory: one matrix instead of one bucket).
+        foreach: whiten same-shaped matrices (tall ones transposed) as one stacked ``bmm`` chain, in buckets of
+            at most ``max_bucket_bytes``; ``False`` one matrix at a time. ``None``: on for CUDA tensors, off on CPU
+            (measured no faster there, benchmarks/). Either way each matrix's direction is built in one buffer in
+            place and applied before the next bucket is touched: one step's transient memory is one bucket (one
+            matrix) plus the whitening buffers, the gradients are left unchanged.
+        max_bucket_bytes: cap of one ``foreach`` bucket's transient memory: its matrices in the compute dtype
+            plus their whitening buffers (six ``min(m, n)²`` matrices each); a larger single matrix is its own
+            bucket; ``None`` = no cap.
         distributed_whitening: split the whitening round-robin over ``torch.distributed`` ranks and broadcast.
         norm_center: centre in GradNorm (paper) or not (RMS-only deviation).
         adamw_lr: ``lr`` of AdamW groups that set none (``None``: ``lr``).
@@ -86,6 +92,7 @@ class SWAN(torch.optim.Optimizer):
         foreach: bool | None = None,
         distributed_whitening: bool = False,
         *,
+        max_bucket_bytes: int | None = 1 << 26,
         norm_center: bool = True,
         adamw_lr: float | None = None,
         adamw_betas: tuple[float, float] = (0.9, 0.999),
@@ -109,6 +116,7 @@ class SWAN(torch.optim.Optimizer):
             "whiten_dtype": whiten_dtype,
             "nonfinite": nonfinite,
             "foreach": foreach,
+            "max_bucket_bytes": max_bucket_bytes,
             "distributed_whitening": distributed_whitening,
             "adamw_lr": adamw_lr,
             "adamw_betas": tuple(adamw_betas) if isinstance(adamw_betas, (list, tuple)) else adamw_betas,
@@ -199,40 +207,80 @@ class SWAN(torch.optim.Optimizer):
         world, rank = 1, 0
         if group["distributed_whitening"] and torch.distributed.is_available() and torch.distributed.is_initialized():
             world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
-        owned = [i for i in range(len(params)) if grads[i] is not None and (counter + i) % world == rank]
-        directions: list[Tensor | None] = [None] * len(params)
-        for i, d in zip(owned, self._directions(group, [_as_matrix(grads[i]) for i in owned]), strict=True):
-            directions[i] = d
+        # matrices with a (finite) gradient and at least one entry; index i keeps its round-robin owner
+        live = [i for i in range(len(params)) if grads[i] is not None and params[i].numel() > 0]
         if world > 1:
-            works = []
-            for i, p in enumerate(params):
-                if grads[i] is None:  # skipped (non-finite) on every rank alike: the gradient is the same
-                    continue
-                if directions[i] is None:
-                    cdtype = compute_dtype(p.dtype, group["whiten_dtype"])
-                    directions[i] = torch.empty(_as_matrix(p).shape, dtype=cdtype, device=p.device)
-                else:  # collectives read raw storage: a transposed view must be made contiguous first
-                    directions[i] = directions[i].contiguous()
-                works.append(torch.distributed.broadcast(directions[i], src=(counter + i) % world, async_op=True))
-            for w in works:
-                w.wait()
-
-        lr, wd = group["lr"], group["weight_decay"]
-        for p, d in zip(params, directions, strict=True):
-            if d is None:
-                continue
-            if wd != 0:
-                p.mul_(1.0 - lr * wd)
-            p.add_(d.reshape(p.shape).to(p.dtype), alpha=-lr)
+            self._distributed_updates(group, params, grads, live, counter, world, rank)
+        else:
+            for chunk in self._chunks(group, [_as_matrix(grads[i]) for i in live]):
+                self._update_chunk(group, [params[live[j]] for j in chunk], [grads[live[j]] for j in chunk])
         return counter + len(params)
 
+    def _update_chunk(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]) -> None:
+        # a function of its own: the chunk's buffer is freed on return, before the next chunk is built
+        for p, d in zip(params, self._directions(group, [_as_matrix(g) for g in grads]), strict=True):
+            self._apply(group, p, d)
+
+    @staticmethod
+    def _apply(group: dict[str, Any], p: Tensor, d: Tensor) -> None:
+        lr, wd = group["lr"], group["weight_decay"]
+        if wd != 0:
+            p.mul_(1.0 - lr * wd)
+        p.add_(d.reshape(p.shape).to(p.dtype), alpha=-lr)
+
+    def _chunks(self, group: dict[str, Any], mats: list[Tensor]) -> list[list[int]]:
+        """Which matrices are whitened together: one at a time (``foreach=False``, the CPU default), or buckets of
+        the same shape up to a transpose, each capped at ``max_bucket_bytes`` of transient memory."""
+        foreach = group["foreach"]
+        if foreach is None:  # batching pays on GPUs; on CPU the loop is as fast (benchmarks/) and bounds memory
+            foreach = any(m.is_cuda for m in mats)
+        if not foreach:
+            return [[i] for i in range(len(mats))]
+        buckets: dict[tuple[Any, ...], list[int]] = {}
+        for i, m in enumerate(mats):
+            buckets.setdefault((tuple(sorted(m.shape)), m.dtype, m.device), []).append(i)
+        cap = group["max_bucket_bytes"]
+        chunks: list[list[int]] = []
+        for idx in buckets.values():
+            m = mats[idx[0]]
+            item = torch.empty((), dtype=compute_dtype(m.dtype, group["whiten_dtype"])).element_size()
+            per = (m.numel() + 6 * min(m.shape) ** 2) * item  # the matrix's copy and its whitening buffers
+            size = len(idx) if cap is None else max(1, cap // max(per, 1))
+            chunks += [idx[k : k + size] for k in range(0, len(idx), size)]
+        return chunks
+
+    def _distributed_updates(self, group, params, grads, live, counter, world, rank) -> None:
+        """``distributed_whitening``: windows of ``world`` matrices, each whitened by its round-robin owner and
+        broadcast, then applied and freed; the transient is ``world`` matrices (one per rank), not the model."""
+        for w0 in range(0, len(live), world):
+            window = live[w0 : w0 + world]
+            dirs: list[Tensor] = []
+            works = []
+            for i in window:
+                owner = (counter + i) % world
+                if owner == rank:
+                    d = self._directions(group, [_as_matrix(grads[i])])[0].contiguous()  # collectives need it
+                else:
+                    cdtype = compute_dtype(params[i].dtype, group["whiten_dtype"])
+                    d = torch.empty(_as_matrix(params[i]).shape, dtype=cdtype, device=params[i].device)
+                dirs.append(d)
+                works.append(torch.distributed.broadcast(d, src=owner, async_op=True))
+            for work in works:
+                work.wait()
+            for i, d in zip(window, dirs, strict=True):
+                self._apply(group, params[i], d)
+            del dirs, d  # freed before the next window
+
     def _check_finite(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]) -> list[Tensor | None]:
-        # one host sync for the whole group; the per-matrix search only runs when something is wrong
-        if bool(torch.stack([g.isfinite().all() for g in grads]).all()):
+        # one host sync for the whole group, no temporaries: a non-finite entry makes its matrix's sum non-finite
+        # (a finite matrix whose sum overflows takes the exact per-entry check below, as a suspect)
+        sums = torch.stack([g.sum(dtype=torch.promote_types(g.dtype, torch.float32)) for g in grads])
+        suspects = sums.isfinite().logical_not_()
+        if not bool(suspects.any()):
             return list(grads)
         out: list[Tensor | None] = []
-        for p, g in zip(params, grads, strict=True):
-            if bool(g.isfinite().all()):
+        for p, g, suspect in zip(params, grads, suspects.tolist(), strict=True):
+            if not suspect or bool(g.isfinite().all()):
                 out.append(g)
                 continue
             msg = f"non-finite gradient (NaN or Inf) for a SWAN parameter of shape {tuple(p.shape)}"
@@ -261,43 +309,20 @@ class SWAN(torch.optim.Optimizer):
         return out
 
     def _directions(self, group: dict[str, Any], mats: list[Tensor]) -> list[Tensor]:
-        kw = {
-            "normalize": group["normalize"],
-            "whiten": group["whiten"],
-            "rescale": group["rescale"],
-            "ns_steps": group["ns_steps"],
-            "ns_beta": group["ns_beta"],
-            "whitening": group["whitening"],
-            "norm_dim": group["norm_dim"],
-            "norm_center": group["norm_center"],
-            "eps": group["eps"],
-            "whiten_dtype": group["whiten_dtype"],
-        }
-        foreach = group["foreach"]
-        if foreach is None:  # measured faster on CPU too (benchmarks/); False bounds the transient peak
-            foreach = len(mats) > 1
-        if not foreach:  # one matrix at a time: the transient peak is one matrix's buffers
-            return [swan_direction(m, **kw) for m in mats]
-        # GradNorm per matrix (it depends on the orientation), then every matrix turned wide (m <= n; whitening
-        # commutes with the transpose), so e.g. q/k/v/o share one (b, m, n) bmm chain and gate/up/down another
-        pre = {k: kw[k] for k in ("normalize", "norm_dim", "norm_center", "eps", "whiten_dtype")}
-        normed = [
-            swan_direction(m, whiten=False, rescale=False, **pre)
-            if kw["normalize"]
-            else m.to(compute_dtype(m.dtype, kw["whiten_dtype"]))
-            for m in mats
-        ]
-        tall = [m.shape[0] > m.shape[1] for m in normed]
-        buckets: dict[tuple[Any, ...], list[int]] = {}
-        for i, m in enumerate(normed):
-            buckets.setdefault((tuple(sorted(m.shape)), m.dtype, m.device), []).append(i)
-        out: list[Tensor | None] = [None] * len(mats)
-        for idx in buckets.values():
-            stacked = torch.stack([normed[i].mT if tall[i] else normed[i] for i in idx])
-            stacked = swan_direction(stacked, normalize=False, **{k: v for k, v in kw.items() if k != "normalize"})
-            for i, d in zip(idx, stacked.unbind(0), strict=True):
-                out[i] = d.mT if tall[i] else d
-        return out  # type: ignore[return-value]
+        """Directions of same-shaped (up to a transpose) matrices, as views of one in-place buffer."""
+        return swan_directions_into(
+            mats,
+            normalize=group["normalize"],
+            whiten=group["whiten"],
+            rescale=group["rescale"],
+            ns_steps=group["ns_steps"],
+            ns_beta=group["ns_beta"],
+            whitening=group["whitening"],
+            norm_dim=group["norm_dim"],
+            norm_center=group["norm_center"],
+            eps=group["eps"],
+            whiten_dtype=group["whiten_dtype"],
+        )
 
 
 def param_groups(
