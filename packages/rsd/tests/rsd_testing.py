@@ -68,10 +68,11 @@ class SamplingBackend(ScriptedBackend):
 
 def random_gpt2(n_layer: int = 1, n_embd: int = 32, n_head: int = 2, seed: int = 0, scale: float = 6.0):
     """A random GPT-2 over the arithmetic vocabulary whose greedy outputs depend on position and content (weights
-    scaled up so that it does not repeat one token)."""
+    scaled up so that it does not repeat one token); pad and bos have zero embeddings so they are never emitted."""
     m = make_model(n_layer, n_embd, n_head, seed=seed)
     with torch.no_grad():
         for p in m.parameters():
             if p.dim() > 1:
                 p.mul_(scale)
+        m.transformer.wte.weight[[TOK.pad_token_id, TOK.bos_token_id]] = 0.0  # never emitted: logit 0 vs large ones
     return m

@@ -119,35 +119,60 @@ def assisted_generation(
     eos = tokenizer.eos_token_id
     pad = getattr(tokenizer, "pad_token_id", None)
     outs = []
-    for prompt in prompts:
-        log: list[CallRecord] = []
-        handles = [
-            m.register_forward_pre_hook(_counting_hook(n, log), with_kwargs=True)
-            for n, m in (("target", target_model), ("draft", draft_model))
-        ]
-        try:
-            ids = torch.tensor([tokenizer.encode(prompt)], device=next(target_model.parameters()).device)
-            kw: dict[str, Any] = {}
-            if num_assistant_tokens is not None:
-                kw["num_assistant_tokens"] = check_int("num_assistant_tokens", num_assistant_tokens, min=1)
-                kw["num_assistant_tokens_schedule"] = "constant"
-            seq = target_model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                assistant_model=draft_model,
-                do_sample=False,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-                max_new_tokens=max(1, max_total_tokens - ids.shape[1]),
-                eos_token_id=eos,
-                pad_token_id=pad if pad is not None else eos,
-                **kw,
-            )[0, ids.shape[1] :].tolist()
-        finally:
-            for h in handles:
-                h.remove()
-        if eos in seq:
-            seq = seq[: seq.index(eos) + 1]
-        outs.append(AssistedOutput(seq, tokenizer.decode(seq, skip_special_tokens=True), log))
+    # the candidate-length heuristic fits an ROC curve with scikit-learn when it is importable: switched off so
+    # the baseline behaves the same with or without scikit-learn (its greedy output is the target's either way)
+    gcfg = draft_model.generation_config
+    saved = getattr(gcfg, "assistant_confidence_threshold", None)
+    gcfg.assistant_confidence_threshold = 0.0
+    try:
+        for prompt in prompts:
+            outs.append(
+                _assisted_one(
+                    target_model, draft_model, tokenizer, prompt, eos, pad, max_total_tokens, num_assistant_tokens
+                )
+            )
+    finally:
+        gcfg.assistant_confidence_threshold = saved
     return outs
+
+
+def _assisted_one(
+    target_model: Any,
+    draft_model: Any,
+    tokenizer: Any,
+    prompt: str,
+    eos: int,
+    pad: Any,
+    max_total_tokens: int,
+    nat: Any,
+) -> AssistedOutput:
+    log: list[CallRecord] = []
+    handles = [
+        m.register_forward_pre_hook(_counting_hook(n, log), with_kwargs=True)
+        for n, m in (("target", target_model), ("draft", draft_model))
+    ]
+    try:
+        ids = torch.tensor([tokenizer.encode(prompt)], device=next(target_model.parameters()).device)
+        kw: dict[str, Any] = {}
+        if nat is not None:
+            kw["num_assistant_tokens"] = check_int("num_assistant_tokens", nat, min=1)
+            kw["num_assistant_tokens_schedule"] = "constant"
+        seq = target_model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            assistant_model=draft_model,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
+            max_new_tokens=max(1, max_total_tokens - ids.shape[1]),
+            eos_token_id=eos,
+            pad_token_id=pad if pad is not None else eos,
+            **kw,
+        )[0, ids.shape[1] :].tolist()
+    finally:
+        for h in handles:
+            h.remove()
+    if eos in seq:
+        seq = seq[: seq.index(eos) + 1]
+    return AssistedOutput(seq, tokenizer.decode(seq, skip_special_tokens=True), log)
