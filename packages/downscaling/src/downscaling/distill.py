@@ -31,6 +31,10 @@ from icml25_shared.validate import check_choice, check_float
 __all__ = ["DistillResult", "DistillTrainer", "distill", "distill_loss", "kd_kl"]  # noqa: F822 (lazy)
 
 
+def _upcast(t: torch.Tensor) -> torch.Tensor:
+    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+
 def kd_kl(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 2.0, kl: str = "forward"
 ) -> torch.Tensor:
@@ -38,8 +42,8 @@ def kd_kl(
     t = check_float("temperature", temperature, min=0.0, min_open=True)
     kl = check_choice("kl", kl, ("forward", "reverse"))
     v = student_logits.shape[-1]
-    log_s = torch.log_softmax(student_logits.reshape(-1, v).float() / t, -1)
-    log_t = torch.log_softmax(teacher_logits.reshape(-1, v).float().detach() / t, -1)
+    log_s = torch.log_softmax(_upcast(student_logits).reshape(-1, v) / t, -1)
+    log_t = torch.log_softmax(_upcast(teacher_logits).reshape(-1, v).detach() / t, -1)
     if kl == "forward":
         per_token = (log_t.exp() * (log_t - log_s)).sum(-1)
     else:
@@ -67,7 +71,7 @@ def distill_loss(
         if labels is None:
             raise ValueError(f"labels are needed when alpha < 1, got alpha={a} and labels=None")
         v = student_logits.shape[-1]
-        ce = nn.functional.cross_entropy(student_logits.reshape(-1, v).float(), labels.reshape(-1).long())
+        ce = nn.functional.cross_entropy(_upcast(student_logits).reshape(-1, v), labels.reshape(-1).long())
         loss = loss + (1 - a) * ce
     return loss
 
@@ -114,9 +118,7 @@ def distill(
     train_model: nn.Module = model
     if distributed:
         train_model = nn.parallel.DistributedDataParallel(model)
-    teacher.eval()
-    for p in teacher.parameters():
-        p.requires_grad_(False)
+    teacher.eval()  # run under no_grad below: it gets no gradient and its requires_grad flags are left alone
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(cfg.seed)
     losses = []

@@ -390,6 +390,11 @@ def prune(model: nn.Module, config: PruneConfig | None = None, **kwargs: Any) ->
         raise TypeError(f"config must be a PruneConfig, got {type(config).__name__}")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    with torch.inference_mode(False):  # masks made under inference_mode would break later training
+        return _prune(model, config)
+
+
+def _prune(model: nn.Module, config: PruneConfig) -> PruneResult:
     pruned = copy.deepcopy(model)
     converted = conv1d_to_linear(pruned)
     linears = prunable_linears(pruned)
