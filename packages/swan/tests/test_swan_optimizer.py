@@ -259,6 +259,67 @@ def test_param_groups_routes_hidden_matrices_to_swan():
     assert id(model.fc2.weight) in {id(p) for p in excluded[1]["params"]}
 
 
+class _NoHeadAccessor(nn.Module):
+    """A LM without ``get_output_embeddings``: embedding -> block -> untied vocabulary projection."""
+
+    def __init__(self, head_name: str = "proj") -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 8)
+        self.block = nn.Linear(8, 8)
+        self.add_module(head_name, nn.Linear(8, 50, bias=False))
+
+
+@pytest.mark.parametrize("head_name", ["proj", "lm_head"])
+def test_param_groups_finds_the_head_without_get_output_embeddings(head_name):
+    model = _NoHeadAccessor(head_name)
+    head = getattr(model, head_name)
+    groups = param_groups(model)
+    assert [id(p) for p in groups[0]["params"]] == [id(model.block.weight)]
+    assert id(head.weight) in {id(p) for p in groups[1]["params"]}
+
+
+def test_param_groups_tied_head_appears_once_in_adamw():
+    model = _NoHeadAccessor("lm_head")
+    model.lm_head.weight = model.embed.weight  # tied
+    groups = param_groups(model)
+    adamw = [id(p) for p in groups[1]["params"]]
+    assert adamw.count(id(model.embed.weight)) == 1 and [id(p) for p in groups[0]["params"]] == [id(model.block.weight)]
+
+
+def test_param_groups_exclude_string_is_one_name_not_characters():
+    model = _Net()
+    by_string = param_groups(model, exclude="fc2")
+    assert {id(p) for p in by_string[0]["params"]} == {id(model.conv.weight), id(model.fc1.weight)}
+    with pytest.raises(ValueError, match="exclude"):
+        param_groups(model, exclude=["fc2", ""])
+    with pytest.raises(ValueError, match="lr"):
+        param_groups(model, lr=-1.0)
+
+
+def test_unknown_group_option_warns_and_known_ones_do_not():
+    W = _param(4, 6)
+    with pytest.warns(UserWarning, match="betas"):
+        SWAN([{"params": [W], "betas": (0.9, 0.99)}])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SWAN([{"params": [W], "lr": 0.1, "ns_steps": 3, "name": "hidden"}])
+
+
+def test_zero_size_and_single_row_matrices():
+    """An empty matrix is left alone (no crash in reshape); a 1×n matrix's direction is its standardised row
+    (whitening a single row only rescales it), so the step moves it by ``lr`` times that row."""
+    E = nn.Parameter(torch.zeros(0, 5))
+    E.grad = torch.zeros(0, 5)
+    R = _param(1, 40)
+    _set_grad(R, 9)
+    R0 = R.detach().clone()
+    SWAN([E, R], lr=0.1).step()
+    assert E.shape == (0, 5)
+    torch.testing.assert_close(R0 - R.detach(), 0.1 * grad_norm(R.grad), rtol=1e-4, atol=1e-5)
+
+
 def test_param_groups_on_tiny_llama():
     transformers = pytest.importorskip("transformers")
     from swan.experiments import tiny_llama_config

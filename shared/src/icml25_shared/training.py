@@ -109,51 +109,25 @@ def adamw_update(
     """One step of exactly ``torch.optim.AdamW`` on ``params`` (those with a gradient), keeping its state layout
     (``step`` / ``exp_avg`` / ``exp_avg_sq`` in ``state[p]``) so a state_dict is interchangeable with AdamW's.
 
-    For optimizers that run AdamW on part of the model (swan's and frugal's embeddings, head and norms). Sparse
-    gradients raise a ``RuntimeError`` naming ``owner`` and the parameter's shape.
+    For optimizers that run AdamW on part of the model (swan's and frugal's embeddings, head and norms). Public
+    API only: a ``torch.optim.AdamW`` over ``params`` whose per-parameter state entries are the caller's own
+    ``state[p]`` dicts takes the step, so the math, the step-counter dtype and the foreach/fused choice are
+    whatever the installed torch's AdamW does. Sparse gradients raise a ``RuntimeError`` naming ``owner`` and the
+    parameter's shape.
     """
     import torch
-    from torch.optim.adamw import adamw as adamw_functional
 
-    try:  # the dtype torch.optim.AdamW uses for its step counters
-        from torch.optim.optimizer import _get_scalar_dtype
-
-        step_dtype = _get_scalar_dtype()
-    except ImportError:  # pragma: no cover - other torch versions
-        step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-    active, grads, exp_avgs, exp_avg_sqs, steps = [], [], [], [], []
+    active = []
     for p in params:
         if p.grad is None:
             continue
         if p.grad.is_sparse:
             raise RuntimeError(f"{owner} does not support sparse gradients (parameter of shape {tuple(p.shape)})")
-        st = state[p]
-        if "exp_avg" not in st:
-            st["step"] = torch.tensor(0.0, dtype=step_dtype)
-            st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         active.append(p)
-        grads.append(p.grad)
-        exp_avgs.append(st["exp_avg"])
-        exp_avg_sqs.append(st["exp_avg_sq"])
-        steps.append(st["step"])
     if not active:
         return
+    inner = torch.optim.AdamW(active, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, foreach=foreach)
+    for p in active:
+        inner.state[p] = state[p]  # the caller's dict: AdamW initialises and updates it in place
     with torch.no_grad():  # callable outside an optimizer's @torch.no_grad() step too
-        adamw_functional(
-            active,
-            grads,
-            exp_avgs,
-            exp_avg_sqs,
-            [],
-            steps,
-            foreach=foreach,
-            has_complex=any(torch.is_complex(p) for p in active),
-            amsgrad=False,
-            beta1=betas[0],
-            beta2=betas[1],
-            lr=lr,
-            weight_decay=weight_decay,
-            eps=eps,
-            maximize=False,
-        )
+        inner.step()

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from icml25_shared.training import adamw_update
+from icml25_shared.validate import check_float, check_lr
 from swan.config import NonfinitePolicy, SWANConfig, validate_hparams
 from swan.functional import Whitening, compute_dtype, swan_directions_into
 
@@ -135,6 +136,14 @@ class SWAN(torch.optim.Optimizer):
         """Add a group; AdamW groups without ``lr``/``weight_decay`` take ``adamw_lr``/``adamw_weight_decay``.
         Validates the group's options and, for SWAN groups, that every parameter is a real matrix (>= 2-D)."""
         group = dict(param_group)
+        unknown = sorted(set(group) - set(self.defaults) - {"params", "name"})
+        if unknown:
+            warnings.warn(
+                f"SWAN parameter group: unknown option(s) {unknown} are ignored; known options: "
+                f"{sorted(self.defaults)}",
+                UserWarning,
+                stacklevel=3,
+            )
         if group.get("algorithm", self.defaults["algorithm"]) == "adamw":
             if "lr" not in group and self.defaults["adamw_lr"] is not None:
                 group["lr"] = self.defaults["adamw_lr"]
@@ -325,6 +334,25 @@ class SWAN(torch.optim.Optimizer):
         )
 
 
+_HEAD_NAMES = ("lm_head", "output_projection", "embed_out")
+
+
+def _output_heads(model: nn.Module) -> list[nn.Module]:
+    """The model's output head(s): ``get_output_embeddings()`` when the model has one (transformers), otherwise
+    ``nn.Linear`` modules named like a LM head, or else the model's last ``nn.Linear`` when its output size is the
+    vocabulary of one of the model's ``nn.Embedding`` tables (tied or untied)."""
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if isinstance(head, nn.Module):
+        return [head]
+    vocab = {m.num_embeddings for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    heads = [m for name, m in linears if name.rsplit(".", 1)[-1] in _HEAD_NAMES]
+    if not heads and linears and linears[-1][1].out_features in vocab:
+        heads.append(linears[-1][1])  # the model's last Linear projects onto a vocabulary: its LM head
+    return heads
+
+
 def param_groups(
     model: nn.Module,
     lr: float = 1e-3,
@@ -332,25 +360,33 @@ def param_groups(
     weight_decay: float = 0.0,
     adamw_weight_decay: float = 0.0,
     *,
-    exclude: Iterable[str] = (),
+    exclude: str | Iterable[str] = (),
 ) -> list[dict[str, Any]]:
     """The paper's split of ``model``'s trainable parameters into a SWAN group and an AdamW group.
 
     SWAN gets every parameter with >= 2 dimensions (attention/MLP matrices, conv kernels) except token embeddings
     (``nn.Embedding``/``nn.EmbeddingBag``), the output head (``model.get_output_embeddings()`` for transformers
-    models) and names containing any string of ``exclude``. AdamW gets the rest: embeddings, head, norms, biases.
-    Shared (tied) parameters appear once. Empty groups are left out.
+    models; otherwise a ``nn.Linear`` named ``lm_head``/``output_projection``/``embed_out``, or the model's last
+    ``nn.Linear`` when its output size is an embedding table's vocabulary) and names containing ``exclude`` (one string, or any of several). AdamW gets
+    the rest: embeddings, head, norms, biases. Shared (tied) parameters appear once. Empty groups are left out.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(exclude, str):
+        exclude = (exclude,)  # one name, not its characters
     exclude = tuple(exclude)
+    for s in exclude:
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"exclude must be a non-empty string or an iterable of them, got an entry {s!r}")
+    check_lr("lr", lr)
+    check_float("adamw_lr", adamw_lr, min=0.0, allow_none=True)
+    check_float("weight_decay", weight_decay, min=0.0)
+    check_float("adamw_weight_decay", adamw_weight_decay, min=0.0)
     adamw_ids: set[int] = set()
     for module in model.modules():
         if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
             adamw_ids.update(id(p) for p in module.parameters(recurse=False))
-    get_head = getattr(model, "get_output_embeddings", None)
-    head = get_head() if callable(get_head) else None
-    if isinstance(head, nn.Module):
+    for head in _output_heads(model):
         adamw_ids.update(id(p) for p in head.parameters())
     swan, other = [], []
     for name, p in model.named_parameters():  # named_parameters() already yields a shared tensor once
