@@ -367,8 +367,9 @@ def param_groups(
     SWAN gets every parameter with >= 2 dimensions (attention/MLP matrices, conv kernels) except token embeddings
     (``nn.Embedding``/``nn.EmbeddingBag``), the output head (``model.get_output_embeddings()`` for transformers
     models; otherwise a ``nn.Linear`` named ``lm_head``/``output_projection``/``embed_out``, or the model's last
-    ``nn.Linear`` when its output size is an embedding table's vocabulary) and names containing ``exclude`` (one string, or any of several). AdamW gets
-    the rest: embeddings, head, norms, biases. Shared (tied) parameters appear once. Empty groups are left out.
+    ``nn.Linear`` when its output size is an embedding table's vocabulary) and names containing ``exclude`` (one
+    string, or any of several). AdamW gets the rest: embeddings, head, norms, biases. Shared (tied) parameters
+    appear once. Empty groups are left out.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
