@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -73,12 +73,12 @@ class Setup:
     calib_windows: int = 32
     """Calibration windows (training split) for Wanda."""
     seed: int = 0
-    full_sizes: tuple[ModelSize, ...] = field(
-        default=(ModelSize(1, 32, 96), ModelSize(2, 64, 192), ModelSize(4, 128, 384))
-    )
+    full_sizes: tuple[ModelSize, ...] = (ModelSize(2, 32, 96), ModelSize(3, 48, 144), ModelSize(4, 64, 192))
     """--full: the three sizes of the compute sweep."""
-    full_budgets: tuple[float, ...] = (2e11, 6e11, 1.8e12)
-    """--full: training FLOPs budgets of the sweep."""
+    full_budgets: tuple[float, ...] = (1.5e11, 4.5e11, 1.35e12)
+    """--full: training FLOPs budgets of the sweep (FlopCounterMode's count)."""
+    sweep_batch: int = 16
+    """--full: windows per step in the sweep."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -280,3 +280,54 @@ def pareto_plot(points: list[tuple[str, float, float]], out_dir: Any, name: str 
 
 def copy_model(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
+
+
+def compute_sweep(task: Task) -> dict[str, Any]:
+    """--full: every size of ``setup.full_sizes`` trained at every budget of ``setup.full_budgets`` (steps = budget /
+    FlopCounterMode's training FLOPs per step); a Chinchilla law fitted to the runs (loss in nats/char, N the
+    non-embedding parameters, D the training tokens); N*(C) per budget and the best size measured per budget."""
+    from downscaling.laws import fit
+
+    st = task.setup
+    runs = []
+    for c in st.full_budgets:
+        for size in st.full_sizes:
+            m = new_model(size, st.seq_len, st.seed)
+            per_step = count_train_flops(m, torch.zeros(st.sweep_batch, st.seq_len, dtype=torch.long))
+            steps = max(1, round(c / per_step))
+            r = train_lm(m, task.corpus, steps, st.sweep_batch, st.seq_len, st.lr, st.seed, task.val)
+            n = sum(p.numel() for name, p in m.named_parameters() if "embed" not in name)
+            runs.append({"C": c, "size": f"{size.layers}x{size.hidden}", "N": n, "D": r.tokens, "steps": steps,
+                         "bpc": r.val_bpc, "loss": r.val_bpc * LN2})  # fmt: skip
+    law = fit(runs, "chinchilla")
+    best = {}
+    for c in st.full_budgets:
+        rows = [r for r in runs if r["C"] == c]
+        best[c] = min(rows, key=lambda r: r["bpc"])["size"]
+    return {"runs": runs, "law": law.params, "n_star": {c: law.compute_optimal(c)["N"] for c in st.full_budgets},
+            "best_size": best}  # fmt: skip
+
+
+def kd_vs_scratch(task: Task, teacher: nn.Module) -> dict[str, Any]:
+    """--full: the small model distilled from ``teacher`` vs trained from scratch, at equal student steps and at
+    equal total FLOPs (the teacher's forwards counted: KD costs 2 N_T + 6 N_S per token, so it gets fewer steps)."""
+    from downscaling.config import DistillConfig
+    from downscaling.distill import distill
+
+    st = task.setup
+    steps = st.large_steps * 2
+    probe = torch.zeros(st.large_batch, st.seq_len, dtype=torch.long)
+    student = new_model(st.small, st.seq_len, st.seed + 7)
+    f_s, f_t = count_train_flops(student, probe), count_flops(teacher, probe)
+    stream = torch.from_numpy(task.corpus.train)
+
+    def kd_cfg(n: int) -> DistillConfig:
+        return DistillConfig(steps=n, lr=st.lr, batch_size=st.large_batch, seq_len=st.seq_len, seed=st.seed)
+
+    kd = distill(teacher, student, stream, kd_cfg(steps))
+    kd_steps_eq_flops = max(1, round(steps * f_s / (f_s + f_t)))
+    kd_eq = distill(teacher, student, stream, kd_cfg(kd_steps_eq_flops))
+    scratch = train_lm(copy.deepcopy(student), task.corpus, steps, st.large_batch, st.seq_len, st.lr, st.seed, task.val)
+    return {"steps": steps, "kd_steps_equal_flops": kd_steps_eq_flops, "bpc_kd_equal_steps": bpc(kd.model, task.val),
+            "bpc_kd_equal_flops": bpc(kd_eq.model, task.val), "bpc_scratch": scratch.val_bpc,
+            "teacher_bpc": bpc(teacher, task.val)}  # fmt: skip
