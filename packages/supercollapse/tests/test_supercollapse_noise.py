@@ -1,0 +1,209 @@
+"""The gradient-noise tracker against explicit per-example gradients, and the noise model against the exact
+expected loss of SGD on linear regression."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+
+from supercollapse import GradNoiseTracker, NoiseModel, Schedule
+from supercollapse.models import ResidualMLP
+from supercollapse.noise import preconditioner
+from supercollapse.train import mse_half
+
+
+def _setup(dtype=torch.float64, seed=0, optimizer="adam"):
+    torch.manual_seed(seed)
+    model = ResidualMLP(6, 2, in_dim=3, mlp_ratio=2).to(dtype)
+    with torch.no_grad():  # non-zero readout and fc2 so every parameter has a gradient
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    opt = (
+        torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.9, 0.95), eps=1e-8)
+        if optimizer == "adam"
+        else torch.optim.SGD(model.parameters(), lr=0.05)
+    )
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(3):
+        x = torch.randn(16, 3, generator=g, dtype=dtype)
+        opt.zero_grad()
+        mse_half(model(x), x.sum(1, keepdim=True).sin()).backward()
+        opt.step()
+    return model, opt, g
+
+
+def _batches(g, n, B, dtype=torch.float64):
+    out = []
+    for _ in range(n):
+        x = torch.randn(B, 3, generator=g, dtype=dtype)
+        out.append((x, x.sum(1, keepdim=True).sin() + 0.1 * torch.randn(B, 1, generator=g, dtype=dtype)))
+    return out
+
+
+def _hand_D(model, opt):
+    """Adam's P^-1 = lr / (sqrt(v / (1 - beta2^t)) + eps), written out."""
+    D = []
+    for p in model.parameters():
+        st = opt.state[p]
+        v_hat = st["exp_avg_sq"] / (1 - 0.95 ** float(st["step"]))
+        D.append(0.01 / (v_hat.sqrt() + 1e-8))
+    return D
+
+
+def _explicit_per_example_trace(model, D, batches):
+    names = [n for n, _ in model.named_parameters()]
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    x = torch.cat([b[0] for b in batches])
+    y = torch.cat([b[1] for b in batches])
+
+    def one(ps, xi, yi):
+        return mse_half(functional_call(model, ps, (xi[None],)), yi[None])
+
+    g = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
+    u = torch.cat([(D[i].sqrt() * g[n]).reshape(len(x), -1) for i, n in enumerate(names)], dim=1)
+    return float(u.var(dim=0, unbiased=True).sum()) / batches[0][0].shape[0]
+
+
+def test_preconditioner_matches_hand_computation():
+    model, opt, _ = _setup()
+    for got, want in zip(preconditioner(opt, list(model.parameters())), _hand_D(model, opt)):
+        torch.testing.assert_close(got, want, rtol=1e-14, atol=0)
+    model, sgd, _ = _setup(optimizer="sgd")
+    assert all(torch.all(d == 0.05) for d in preconditioner(sgd, list(model.parameters())))
+
+
+def test_per_example_gemm_and_vmap_equal_explicit_covariance():
+    model, opt, g = _setup()
+    batches = _batches(g, 4, 8)
+    want = _explicit_per_example_trace(model, _hand_D(model, opt), batches)
+    fast = GradNoiseTracker(model, opt, mse_half, estimator="per_example")
+    assert fast._linear_only
+    assert fast.trace(batches) == pytest.approx(want, rel=1e-8)
+    fast._linear_only = False  # force the vmap(grad) path
+    assert fast.trace(batches) == pytest.approx(want, rel=1e-8)
+
+
+def test_batches_estimator_is_the_sample_covariance_of_batch_gradients():
+    model, opt, g = _setup()
+    batches = _batches(g, 5, 8)
+    D = _hand_D(model, opt)
+    us = []
+    for x, y in batches:
+        gs = torch.autograd.grad(mse_half(model(x), y), list(model.parameters()))
+        us.append(torch.cat([(d.sqrt() * gi).reshape(-1) for d, gi in zip(D, gs)]))
+    want = float(torch.stack(us).var(dim=0, unbiased=True).sum())
+    got = GradNoiseTracker(model, opt, mse_half, estimator="batches").trace(batches)
+    assert got == pytest.approx(want, rel=1e-8)
+
+
+def test_batches_agrees_with_per_example_over_b_statistically():
+    model, opt, g = _setup()
+    batches = _batches(g, 400, 8)
+    pe = GradNoiseTracker(model, opt, mse_half, estimator="per_example").trace(batches)
+    bt = GradNoiseTracker(model, opt, mse_half, estimator="batches").trace(batches)
+    assert bt == pytest.approx(pe, rel=0.05)
+
+
+def test_identical_examples_give_zero_and_grads_are_restored():
+    model, opt, g = _setup()
+    x = torch.randn(1, 3, generator=g, dtype=torch.float64).repeat(8, 1)
+    batches = [(x, torch.ones(8, 1, dtype=torch.float64))] * 3
+    marker = [torch.full_like(p, 7.0) for p in model.parameters()]
+    for p, m in zip(model.parameters(), marker):
+        p.grad = m.clone()
+    for est in ("per_example", "batches"):
+        assert abs(GradNoiseTracker(model, opt, mse_half, estimator=est).trace(batches)) < 1e-14
+    assert all(torch.equal(p.grad, m) for p, m in zip(model.parameters(), marker))
+
+
+def test_tracker_works_under_inference_mode_and_checks_input():
+    model, opt, g = _setup()
+    with torch.inference_mode():
+        batches = _batches(g, 3, 4)
+        t = GradNoiseTracker(model, opt, mse_half, estimator="per_example").trace(batches)
+    assert t > 0
+    with pytest.raises(ValueError, match="estimator must be one of"):
+        GradNoiseTracker(model, opt, mse_half, estimator="ghost")
+    with pytest.raises(ValueError, match="take >= 1 optimizer step first"):
+        fresh = ResidualMLP(4, 1).double()
+        GradNoiseTracker(fresh, torch.optim.Adam(fresh.parameters()), mse_half).trace(batches)
+    with pytest.raises(ValueError, match="same size"):
+        GradNoiseTracker(model, opt, mse_half).trace([batches[0], (batches[1][0][:2], batches[1][1][:2])])
+    with pytest.raises(TypeError, match="dtype torch.float32"):
+        ResidualMLP(4, 1)(torch.zeros(2, 8, dtype=torch.float64))
+
+
+# -- the noise model on exact SGD dynamics -----------------------------------------------------------------------------
+D_DIM, ETA, T, SIGMA2 = 20, 0.01, 6000, 1.0
+H = np.linspace(0.2, 1.0, D_DIM)
+
+
+def _expected_sgd(schedule: Schedule, label: str) -> pd.DataFrame:
+    """Exact E[loss] of one-sample SGD on y = w*·x + ε, x ~ N(0, H): for diagonal H the diagonal of E[e eᵀ] obeys
+    s' = (1 − ηh)² s + η² (h² s + (s·h) h + σ² h), and Tr Cov(u) = η_peak (Σ h² s + (s·h) Σh + σ² Σh)."""
+    lrs = ETA * schedule(np.arange(T))
+    s = np.ones(D_DIM)
+    loss, tr = np.empty(T), np.empty(T)
+    for k, eta in enumerate(lrs):
+        s = (1 - eta * H) ** 2 * s + eta**2 * (H**2 * s + (s @ H) * H + SIGMA2 * H)
+        loss[k] = 0.5 * s @ H + 0.5 * SIGMA2
+        tr[k] = ETA * (np.sum(H**2 * s) + (s @ H) * H.sum() + SIGMA2 * H.sum())
+    steps = np.arange(20, T + 1, 20)
+    return pd.DataFrame(
+        {"run_id": label, "size": 1.0, "seed": 0, "schedule": label, "step": steps, "compute": steps * 1.0,
+         "loss": loss[steps - 1], "lr": ETA * schedule(steps), "tau": ETA * np.cumsum(schedule(np.arange(T)))[steps - 1],
+         "noise_trace": tr[steps - 1]}
+    )  # fmt: skip
+
+
+def test_noise_model_on_exact_sgd_dynamics():
+    const = _expected_sgd(Schedule("const", T), "const")
+    linear = _expected_sgd(Schedule("linear", T), "linear")
+    cosine = _expected_sgd(Schedule("cosine", T), "cosine")
+    model = NoiseModel().fit(const, linear)
+    assert model.alpha == pytest.approx(0.25, rel=0.10)  # the small-η equilibrium: excess = ¼ η Tr Cov(g)
+    assert model.rmse(cosine, alpha=0.0) >= 5 * model.rmse(cosine)
+    pred = model.predict(cosine)
+    assert pred.shape == (len(cosine),)
+    const_trace = NoiseModel(trace_from="const").fit(const, linear)
+    assert const_trace.rmse(cosine) < const_trace.rmse(cosine, alpha=0.0)
+
+
+def test_noise_model_bad_input():
+    const = _expected_sgd(Schedule("const", 200), "const")
+    linear = _expected_sgd(Schedule("linear", 200), "linear")
+    with pytest.raises(ValueError, match="const_run must be a constant-LR run"):
+        NoiseModel().fit(linear, linear)
+    with pytest.raises(ValueError, match="no 'noise_trace' column"):
+        NoiseModel().fit(const, linear.drop(columns="noise_trace"))
+    with pytest.raises(ValueError, match="call fit"):
+        NoiseModel(alpha=0.2).predict(linear)
+
+
+class _Scaled(nn.Module):
+    """A model with a parameter outside nn.Linear: the tracker takes the vmap path."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 1).double()
+        self.scale = nn.Parameter(torch.tensor(1.5, dtype=torch.float64))
+
+    def forward(self, x):
+        return self.scale * self.lin(x)
+
+
+def test_generic_model_uses_vmap_path():
+    torch.manual_seed(0)
+    m = _Scaled()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    tr = GradNoiseTracker(m, opt, mse_half, estimator="per_example")
+    assert not tr._linear_only
+    g = torch.Generator().manual_seed(1)
+    batches = _batches(g, 200, 4)
+    assert tr.trace(batches) == pytest.approx(
+        GradNoiseTracker(m, opt, mse_half, estimator="batches").trace(batches), rel=0.1
+    )
