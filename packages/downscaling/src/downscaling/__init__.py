@@ -18,23 +18,33 @@ from importlib.metadata import version as _version
 from downscaling import carbon, laws
 from downscaling.config import DistillConfig, EnsembleConfig, PruneConfig, Recover
 from downscaling.distill import DistillResult, distill, distill_loss, kd_kl
+from downscaling.ensemble import Ensemble, specialize_and_ensemble
 from downscaling.flops import AnalyticFlops, analytic_llama, count_flops, count_train_flops, param_counts
 from downscaling.profile import Profile, linear_weight_bytes, profile, weight_bytes
 from downscaling.prune import PruneResult, conv1d_to_linear, finalize, prune, sparsity_of
 from downscaling.quantize import QuantizeResult, quantize, supported_schemes
+from downscaling.report import Report, bpc_evaluator, report
+from downscaling.selection import EL2N, ProxyLoss, Random, SelectResult, select_data
 
 __all__ = [
     "AnalyticFlops",
     "DistillConfig",
     "DistillResult",
     "DistillTrainer",
+    "EL2N",
+    "Ensemble",
     "EnsembleConfig",
     "Profile",
+    "ProxyLoss",
     "PruneConfig",
     "PruneResult",
     "QuantizeResult",
+    "Random",
     "Recover",
+    "Report",
+    "SelectResult",
     "analytic_llama",
+    "bpc_evaluator",
     "carbon",
     "conv1d_to_linear",
     "count_flops",
@@ -49,7 +59,10 @@ __all__ = [
     "profile",
     "prune",
     "quantize",
+    "report",
+    "select_data",
     "sparsity_of",
+    "specialize_and_ensemble",
     "supported_schemes",
     "weight_bytes",
 ]
