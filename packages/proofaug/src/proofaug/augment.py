@@ -49,7 +49,7 @@ Stage = Literal["init_proof", "init_atp", "coarse_atp", "erp", "failed", "backen
 Proposer = Callable[..., list[str]]
 
 _ORPHAN = re.compile(r"No such goal|No more goals|The proof is not focused|No focused proof")
-_UNCLOSED = re.compile(r"cannot be unfocused this way|is not finished|incomplete proof|is mandatory here")
+_UNCLOSED = re.compile(r"cannot be unfocused this way|is not finished|incomplete proof|is mandatory here|Expecting")
 _NEXT_BULLET = re.compile(r"bullet ([-+*]+)")
 _ADMIT = re.compile(r"^admit\s*\.$|\sby\s+admit\s*\.$")
 
@@ -127,7 +127,10 @@ class ProofAug:
         if self.config.erp and proposer is None:
             raise ValueError("proposer must be given when config.erp is True, got None")
         self.proposer = proposer
-        self._memo: dict[tuple[str, str, str], bool] = {}
+        self.memo: dict[tuple[str, str, str], bool] = {}
+        """(header, goal display, tactic) -> whether the tactic closed the goal; shareable between instances."""
+        self.memo_hits = 0
+        self.memo_lookups = 0
         self._calls0 = 0
         self._proposer_calls = 0
 
@@ -163,11 +166,11 @@ class ProofAug:
         used: list[int] = []
         try:
             if method == "plain" or (method == "proofaug" and not self.config.use_sorry):
+                # plain checking: the REPL pass first (cheap), the final check decides
                 text = script.render()
-                if method == "proofaug":
-                    semi = self._mcsp(problem, script, "plain")
-                    if semi is None or semi.holes:
-                        return self._result(False, text, "failed", tried, used, False, t0)
+                semi = self._mcsp(problem, script, "plain")
+                if semi is None or semi.holes or not script.ended:
+                    return self._result(False, text, "failed", tried, used, False, t0)
                 return self._final(problem, text, "init_proof", tried, used, False, t0)
             if method == "theorem_ladder":
                 script = ProofScript(script.head, [], script.tail)
@@ -223,21 +226,22 @@ class ProofAug:
             state = res.state
             shown = res.goals or shown
 
-        def close_one(indent: str) -> bool:
-            """R4: insert ``admit.`` (or the bullet / ``}`` Coq asks for first) before a closing sentence."""
+        def close_one(indent: str) -> str:
+            """R4: insert ``admit.`` (or the bullet / ``}`` Coq asks for first) before a closing sentence;
+            ``"orphan"`` when no goal is left at all (the closing sentence itself is then an orphan, R3)."""
             r = self._run(state, "admit.")
             if r.ok:
                 emit(Sentence(indent + "admit.", "tactic"), r, True)
-                return True
+                return "inserted"
             m = _NEXT_BULLET.search(r.message)
             code = m.group(1) if m else ("}" if "unfocusing" in r.message or "}" in r.message else None)
             if code is None:
-                return False
+                return "orphan" if _ORPHAN.search(r.message) else "fail"
             r = self._run(state, code)
             if not r.ok:
-                return False
+                return "fail"
             emit(Sentence(indent + code, "bullet" if code != "}" else "close"), r, False)
-            return True
+            return "inserted"
 
         i = 0
         while i < len(src):
@@ -259,8 +263,11 @@ class ProofAug:
                 break
             indent = _indent(s)
             if _UNCLOSED.search(msg) and s.kind in ("close", "bullet"):  # R4
-                if not close_one(indent):
+                done = close_one(indent)
+                if done == "fail":
                     return None
+                if done == "orphan":  # R3: an unmatched `}` with nothing left to prove
+                    i += 1
                 continue
             if _ORPHAN.search(msg):  # R3
                 i = _subtree_end(blocks, i, src) if s.kind in ("open", "bullet") else i + 1
@@ -289,7 +296,7 @@ class ProofAug:
             r = self._run(state, "Qed.")
             if r.ok or "given up goals" in r.message:
                 break
-            if mode in ("plain", "holes") or not _UNCLOSED.search(r.message) or not close_one("\n  "):
+            if mode in ("plain", "holes") or not _UNCLOSED.search(r.message) or close_one("\n  ") != "inserted":
                 return None
             modified = True
         else:
@@ -364,15 +371,18 @@ class ProofAug:
             if cut.inline is not None and tac == "hammer":
                 continue
             key = (problem.header, key_goal + "\0" + (cut.inline or ""), tac)
-            if self._memo.get(key) is False:
-                continue
+            self.memo_lookups += 1
+            if key in self.memo:
+                self.memo_hits += 1
+                if not self.memo[key]:
+                    continue
             self._spend()
             if cut.inline is None:
                 r = self.backend.run_hammer(state, tac, self.config.hammer_timeout)
             else:
                 r = self.backend.run(state, f"{cut.inline} by (solve [ {tac} ]).", self.config.hammer_timeout)
             ok = r.ok and normalize_goals(r.goals) == want
-            self._memo[key] = ok
+            self.memo[key] = ok
             if not ok:
                 continue
             code = f"{tac}." if cut.inline is None else f"{cut.inline} by {_paren(tac)}."

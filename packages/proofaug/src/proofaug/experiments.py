@@ -1,0 +1,177 @@
+"""The reproduction's experiment: every method on identical proposals and ladder, the independent re-check, and
+the summaries (rates, stages, checker calls, pass@k, per-kind table). Importable by users."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from proofaug.augment import ProofAugResult
+from proofaug.backends.coq import CoqBackend, final_prefilter
+from proofaug.backends.coq import _assumptions as _assumption_names
+from proofaug.config import COQ_LADDER, COQ_QUICK_LADDER, ProofAugConfig
+from proofaug.pool import Job, ProverPool, pass_at_k
+from proofaug.suite import KINDS, SuiteItem
+
+__all__ = ["Setup", "QUICK", "FULL", "SuiteRun", "run_suite", "independent_check", "plot_rates"]
+
+BASELINES = ("plain", "theorem_ladder", "dsp_holes", "first_error")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a reproduction runs: the subset, the ladder, the methods, the workers."""
+
+    quick: bool = True
+    hammers: tuple[str, ...] = COQ_QUICK_LADDER
+    hammer_timeout: float = 1.0
+    step_timeout: float = 5.0
+    methods: tuple[str, ...] = (*BASELINES, "proofaug")
+    workers: int = 2
+    atp: bool = False
+    sauto: bool = False
+
+    def config(self) -> ProofAugConfig:
+        hammers = self.hammers + (("sauto",) if self.sauto else ())
+        return ProofAugConfig(
+            hammers=hammers, hammer_timeout=self.hammer_timeout, step_timeout=self.step_timeout, atp=self.atp
+        )
+
+
+QUICK = Setup()
+FULL = Setup(quick=False, hammers=COQ_LADDER, methods=(*BASELINES, "proofaug", "proofaug+erp"), sauto=True)
+
+
+@dataclass
+class SuiteRun:
+    """Results per method (same order as ``items``) and the pool's memo statistics."""
+
+    items: list[SuiteItem]
+    results: dict[str, list[ProofAugResult]]
+    memo: tuple[int, int] = (0, 0)
+    false_positives: int = 0
+    rechecked: int = 0
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def rate(self, method: str) -> float:
+        res = self.results[method]
+        return sum(r.success for r in res) / len(res)
+
+    def stages(self, method: str = "proofaug") -> dict[str, int]:
+        return dict(Counter(r.stage for r in self.results[method]))
+
+    def calls(self, method: str) -> float:
+        res = self.results[method]
+        return sum(r.checker_calls for r in res) / len(res)
+
+    def seconds(self, method: str) -> float:
+        return sum(r.seconds for r in self.results[method])
+
+    def mismatches(self) -> list[tuple[str, str, bool]]:
+        """(id, method, measured) where the outcome differs from the suite's expectation."""
+        out = []
+        for m, res in self.results.items():
+            for item, r in zip(self.items, res, strict=True):
+                if m in item.expected and item.expected[m] != r.success:
+                    out.append((item.id, m, r.success))
+        return out
+
+    def per_kind(self) -> dict[str, dict[str, str]]:
+        table: dict[str, dict[str, str]] = {}
+        for k in KINDS:
+            idx = [i for i, it in enumerate(self.items) if it.kind == k]
+            if idx:
+                table[k] = {m: f"{sum(self.results[m][i].success for i in idx)}/{len(idx)}" for m in self.results}
+        return table
+
+    def pass_at(self, method: str, k: int) -> tuple[float, int]:
+        """Mean unbiased pass@k over problems with at least k proposals in the run, and that problem count."""
+        by: dict[str, list[bool]] = defaultdict(list)
+        for item, r in zip(self.items, self.results[method], strict=True):
+            by[item.problem.name].append(r.success)
+        vals = [pass_at_k(len(v), sum(v), k) for v in by.values() if len(v) >= k]
+        return (sum(vals) / len(vals) if vals else float("nan")), len(vals)
+
+
+def run_suite(
+    items: list[SuiteItem], setup: Setup = QUICK, backend_factory: Callable[[], Any] | None = None
+) -> SuiteRun:
+    """Every method of ``setup`` on every item, through one pool (methods interleaved per proposal)."""
+    config = setup.config()
+    if backend_factory is None:  # warm checker per worker; every success is re-checked by fresh coqc afterwards
+        backend_factory = partial(CoqBackend, fresh_check=False, hammer=setup.sauto or setup.atp)
+    jobs = []
+    for item in items:
+        for m in setup.methods:
+            erp = item.erp if m == "proofaug+erp" else None
+            method = "proofaug" if m == "proofaug+erp" else m
+            jobs.append(Job(item.problem, item.proposal, method, erp, f"{item.id}:{m}"))
+    with ProverPool(backend_factory, setup.workers, config=config) as pool:
+        flat = pool.map(jobs, group=lambda j: j.key.rsplit(":", 1)[0])
+        memo = pool.memo_stats()
+    results = {m: flat[j :: len(setup.methods)] for j, m in enumerate(setup.methods)}
+    return SuiteRun(items, results, memo)
+
+
+def independent_check(run: SuiteRun, coqc: str = "coqc", timeout: float = 600.0) -> tuple[int, int]:
+    """Re-check every distinct successful proof with a fresh ``coqc`` and ``Print Assumptions``; returns (false
+    positives, proofs checked).
+
+    One file per header holds every proof (theorems renamed ``pa_check_i``) and ``Print Assumptions`` of their
+    tuple: the union of their assumptions, one traversal of the shared library closure instead of one per proof.
+    Any failure or local axiom falls back to one fresh ``coqc`` per proof to count the culprits.
+    """
+    todo: dict[tuple[str, str, str], Any] = {}
+    for res in run.results.values():
+        for item, r in zip(run.items, res, strict=True):
+            if r.success:
+                todo.setdefault((item.problem.header, item.problem.statement, r.proof), item.problem)
+    bad = 0
+    by_header: dict[str, list] = defaultdict(list)
+    for (header, _, proof), problem in todo.items():
+        if final_prefilter(proof) is not None:
+            bad += 1
+        else:
+            by_header[header].append((problem, proof))
+    for header, group in by_header.items():
+        parts = [header]
+        for i, (problem, proof) in enumerate(group):
+            stmt = re.sub(rf"\b{re.escape(problem.name)}\b", f"pa_check_{i}", problem.statement, count=1)
+            parts.append(f"\n{stmt}\n{proof}")
+        names = ", ".join(f"pa_check_{i}" for i in range(len(group)))
+        parts.append(f"\nDefinition pa_all := ({names}{', I' if len(group) == 1 else ''}).\nPrint Assumptions pa_all.")
+        with tempfile.TemporaryDirectory(prefix="proofaug_recheck_") as tmp:
+            path = Path(tmp, "Recheck.v")
+            path.write_text("\n".join(parts) + "\n")
+            proc = subprocess.run([coqc, "-q", str(path)], capture_output=True, text=True, timeout=timeout, cwd=tmp)
+        allowed = set(re.findall(r"(?:Axiom|Parameter|Conjecture|Hypothesis|Variable)s?\s+([A-Za-z_][\w']*)", header))
+        local = [a for a in _assumption_names(proc.stdout) if "." not in a and a not in allowed]
+        if proc.returncode == 0 and not local:
+            continue
+        with CoqBackend(coqc=coqc) as fresh:
+            bad += sum(not fresh.check(problem, proof).ok for problem, proof in group)
+    return bad, len(todo)
+
+
+def plot_rates(run: SuiteRun, out_dir: Path, name: str = "pass_rates") -> Path:
+    """Pass rate per method (bars) and ProofAug's stage histogram."""
+    from icml25_shared.report import save_figure, subplots
+
+    fig, (ax1, ax2) = subplots(1, 2)
+    methods = list(run.results)
+    ax1.bar(range(len(methods)), [100 * run.rate(m) for m in methods], color="tab:blue")
+    ax1.set_xticks(range(len(methods)), methods, rotation=30, ha="right")
+    ax1.set_ylabel("pass rate on identical proposals (%)")
+    ax1.set_title(f"Coq, {len(run.items)} proposals")
+    st = run.stages("proofaug")
+    ax2.bar(list(st), list(st.values()), color="tab:orange")
+    ax2.set_title("ProofAug stages")
+    ax2.set_ylabel("proposals")
+    return save_figure(fig, out_dir, name)

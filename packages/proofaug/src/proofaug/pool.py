@@ -1,0 +1,225 @@
+"""Scale: ``ProverPool`` (one persistent backend per worker process, any ``concurrent.futures.Executor``) and
+``prove`` (proposals drawn until the first success or the budget, with pass@k bookkeeping and a resumable log).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import multiprocessing.util
+import pickle
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from math import comb
+from pathlib import Path
+from typing import Any
+
+from icml25_shared.validate import check_int
+from proofaug.augment import ProofAug, ProofAugResult
+from proofaug.backends.base import ProverBackend
+from proofaug.config import Problem, ProofAugConfig
+
+__all__ = ["Job", "ProverPool", "ProveResult", "prove", "pass_at_k"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One proposal to check: ``method`` is ``proofaug`` or a baseline; ``erp`` a scripted ERP completion."""
+
+    problem: Problem
+    proposal: str
+    method: str = "proofaug"
+    erp: str | None = None
+    key: str = ""
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _backend(factory: Callable[[], ProverBackend]) -> ProverBackend:
+    """The process's persistent backend for ``factory`` (created on first use, closed when the process exits)."""
+    tag = pickle.dumps(factory)
+    if _WORKER.get("tag") != tag:
+        old = _WORKER.get("backend")
+        if old is not None:
+            old.close()
+        backend = factory()
+        _WORKER.update(tag=tag, backend=backend, memo={}, stats=[0, 0])
+        multiprocessing.util.Finalize(backend, backend.close, exitpriority=10)
+    return _WORKER["backend"]
+
+
+def _work_many(factory: Callable[[], ProverBackend], config: ProofAugConfig, jobs: list[Job]) -> list[ProofAugResult]:
+    return [_work(factory, config, j) for j in jobs]
+
+
+def _work(factory: Callable[[], ProverBackend], config: ProofAugConfig, job: Job) -> ProofAugResult:
+    backend = _backend(factory)
+    if job.erp is not None:
+        completion = job.erp
+
+        def scripted(prompt: str, n: int = 1, **_: Any) -> list[str]:
+            return [completion] * n
+
+        pa = ProofAug(backend, config.__class__(**{**asdict(config), "erp": True}), proposer=scripted)
+    else:
+        pa = ProofAug(backend, config.__class__(**{**asdict(config), "erp": False}))
+    pa.memo = _WORKER["memo"]
+    result = pa.run_method(job.problem, job.proposal, job.method)  # type: ignore[arg-type]
+    stats = _WORKER["stats"]
+    stats[0] += pa.memo_hits
+    stats[1] += pa.memo_lookups
+    return result
+
+
+def _memo_stats() -> tuple[int, int]:
+    stats = _WORKER.get("stats", [0, 0])
+    return stats[0], stats[1]
+
+
+class ProverPool:
+    """Run ``augment`` (or a baseline) over many proposals with one persistent backend per worker.
+
+    Args:
+        backend_factory: a picklable callable returning a backend (``CoqBackend``, ``functools.partial(...)``).
+        workers: worker processes; 1 with no ``executor`` runs in this process.
+        executor: any ``concurrent.futures.Executor`` (Ray's, dask's, a ``ProcessPoolExecutor``); each of its
+            processes builds its backend on first use. Default: a ``ProcessPoolExecutor`` (spawn) of ``workers``.
+        config: the ProofAug configuration used for every job.
+    """
+
+    def __init__(
+        self,
+        backend_factory: Callable[[], ProverBackend],
+        workers: int = 1,
+        executor: Executor | None = None,
+        *,
+        config: ProofAugConfig | None = None,
+    ) -> None:
+        if not callable(backend_factory):
+            raise TypeError(f"backend_factory must be callable, got {type(backend_factory).__name__}")
+        self.backend_factory = backend_factory
+        self.workers = check_int("workers", workers, min=1)
+        self.config = config or ProofAugConfig()
+        self._own = executor is None and self.workers > 1
+        self.executor = executor
+        if self._own:
+            self.executor = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+
+    def map(self, jobs: Iterable[Job], *, group: Callable[[Job], Any] | None = None) -> list[ProofAugResult]:
+        """Results in the order of ``jobs``; jobs with the same ``group(job)`` run in order on one worker (so that
+        they share its memo and check cache)."""
+        jobs = list(jobs)
+        if self.executor is None:
+            return [_work(self.backend_factory, self.config, j) for j in jobs]
+        groups: dict[Any, list[int]] = {}
+        for i, j in enumerate(jobs):
+            groups.setdefault(group(j) if group else i, []).append(i)
+        futures = {
+            k: self.executor.submit(_work_many, self.backend_factory, self.config, [jobs[i] for i in idx])
+            for k, idx in groups.items()
+        }
+        out: list[Any] = [None] * len(jobs)
+        for k, idx in groups.items():
+            for i, r in zip(idx, futures[k].result(), strict=True):
+                out[i] = r
+        return out
+
+    def memo_stats(self) -> tuple[int, int]:
+        """(hits, lookups) of the (goal, tactic) memo, summed over workers (in-process pools only)."""
+        if self.executor is None:
+            return _memo_stats()
+        per = [self.executor.submit(_memo_stats) for _ in range(self.workers * 4)]
+        hits = {f.result() for f in per}
+        return sum(h for h, _ in hits), sum(n for _, n in hits)
+
+    def close(self) -> None:
+        """Shut the pool down (worker backends close their provers when the workers exit)."""
+        if self._own and self.executor is not None:
+            self.executor.shutdown(wait=True)
+        elif self.executor is None and "backend" in _WORKER:
+            _WORKER.pop("backend").close()
+            _WORKER.pop("tag", None)
+
+    def __enter__(self) -> ProverPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c successes (Chen et al., 2021): 1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+@dataclass
+class ProveResult:
+    """Outcome of :func:`prove` on one problem."""
+
+    problem: str
+    success: bool
+    proof: str | None
+    attempts: int
+    results: list[dict] = field(default_factory=list)
+
+
+def prove(
+    problem: Problem,
+    proposer: Callable[..., list[str]],
+    proofaug: ProofAug,
+    budget: int = 100,
+    *,
+    log: str | Path | None = None,
+    prompt: str | None = None,
+) -> ProveResult:
+    """Draw proposals one at a time and augment each until the first success or ``budget`` proposals (Sec. 4).
+
+    ``log`` (JSONL) records each attempt; a rerun with the same log resumes after the attempts already made.
+    """
+    from proofaug.proposers import prompt_for
+
+    budget = check_int("budget", budget, min=1)
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a Problem, got {type(problem).__name__}")
+    done: list[dict] = []
+    if log is not None and Path(log).exists():
+        done = [r for r in map(json.loads, Path(log).read_text().splitlines()) if r.get("problem") == problem.name]
+        for r in done:
+            if r["success"]:
+                return ProveResult(problem.name, True, r["proof"], len(done), done)
+    text = prompt or prompt_for(problem)
+    results = list(done)
+    while len(results) < budget:
+        proposals = proposer(text, 1, problem=problem) if _takes_problem(proposer) else proposer(text, 1)
+        if not proposals:
+            break
+        res = proofaug.augment(problem, proposals[0])
+        row = {
+            "problem": problem.name,
+            "attempt": len(results),
+            "success": res.success,
+            "stage": res.stage,
+            "proof": res.proof,
+            "checker_calls": res.checker_calls,
+        }
+        results.append(row)
+        if log is not None:
+            with Path(log).open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        if res.success:
+            return ProveResult(problem.name, True, res.proof, len(results), results)
+    return ProveResult(problem.name, False, None, len(results), results)
+
+
+def _takes_problem(fn: Callable) -> bool:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "problem" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
