@@ -12,11 +12,14 @@ import importlib.metadata
 
 from swan.config import SWANConfig
 from swan.functional import grad_norm, grad_whitening, rescale_to_unit_rms, swan_direction
+from swan.memory import MemoryProfile, memory_profile
 from swan.optimizer import SWAN, param_groups
 
 __all__ = [
     "SWAN",
     "SWANConfig",
+    "MemoryProfile",
+    "memory_profile",
     "grad_norm",
     "grad_whitening",
     "param_groups",

@@ -116,7 +116,7 @@ class SWANConfig:
     matrix) plus the whitening buffers."""
     max_bucket_bytes: int | None = 1 << 26
     """Cap of one ``foreach`` bucket's transient memory in bytes (64 MiB): its matrices in the compute dtype plus
-    their whitening buffers (six ``min(m, n)²`` matrices each); ``None``: no cap."""
+    their whitening buffers (four ``min(m, n)²`` matrices each); ``None``: no cap."""
     distributed_whitening: bool = False
     """With ``torch.distributed`` initialised, each rank whitens a round-robin share of the matrices and
     broadcasts the result (same weights, less compute per rank)."""

@@ -194,17 +194,36 @@ def _grad_norm_(D: Tensor, dim: int, eps: float, center: bool) -> Tensor:
     return D.mul_(torch.rsqrt(var + eps)) if eps > 0 else D.div_(var.sqrt())
 
 
+def _ns_inverse_root_buffered(X: Tensor, ns_steps: int, ns_beta: float) -> Tensor:
+    """:func:`_ns_inverse_root` on four rotating ``(b, m, m)`` buffers (``out=`` products, the ``3β I`` added on
+    the diagonal in place): the optimizer's path, no autograd. Same iteration, rounding of a separate scale."""
+    Y = torch.bmm(X, X.transpose(-2, -1))
+    T = torch.mul(Y, -ns_beta)
+    T.diagonal(dim1=-2, dim2=-1).add_(3.0 * ns_beta)
+    Z = T.clone()
+    W = torch.empty_like(Y)
+    for _ in range(1, ns_steps):
+        torch.bmm(Y, T, out=W)
+        Y, W = W, Y
+        torch.bmm(Z, Y, out=W)
+        W.mul_(-ns_beta).diagonal(dim1=-2, dim2=-1).add_(3.0 * ns_beta)
+        T, W = W, T
+        torch.bmm(T, Z, out=W)
+        Z, W = W, Z
+    return Z
+
+
 def _whiten_(X: Tensor, ns_steps: int, ns_beta: float, method: Whitening, eps: float) -> Tensor:
     """:func:`grad_whitening` of a ``(b, m, n)`` stack with ``m <= n`` in place: the Newton-Schulz inverse root
-    ``Z`` (``m × m`` buffers) is applied as ``X[:, :, c] <- Z X[:, :, c]`` over blocks of ``m`` columns, so the
-    only other temporary is one ``m × m`` block per matrix."""
+    ``Z`` (four ``m × m`` buffers) is applied as ``X[:, :, c] <- Z X[:, :, c]`` over blocks of ``m`` columns, so
+    the only other temporary is one ``m × m`` block per matrix."""
     if method == "svd":
         U, _, Vh = torch.linalg.svd(X, full_matrices=False)
         return X.copy_(U @ Vh)
     X.div_(torch.linalg.matrix_norm(X, ord="fro", keepdim=True).clamp_min(eps))
     if method == "nsds":
         return X.copy_(_nsds(X, ns_steps, ns_beta))  # elementwise scaling: one temporary of X's size
-    Z = _ns_inverse_root(X, ns_steps, ns_beta)
+    Z = _ns_inverse_root_buffered(X, ns_steps, ns_beta)
     m, n = X.shape[-2], X.shape[-1]
     for c in range(0, n, max(m, 1)):
         block = X[..., c : c + m]
@@ -235,7 +254,7 @@ def swan_directions_into(
     """SWAN directions of same-shaped matrices (up to a transpose) through one buffer: the matrices are copied
     once into a ``(b, min(m, n), max(m, n))`` stack in the compute dtype and every stage runs in place on it; the
     returned directions are views of the stack in each matrix's own orientation. Transient memory: the stack plus
-    the whitening buffers (five ``min(m, n)²`` matrices per stacked matrix). The inputs are not modified.
+    the whitening buffers (four ``min(m, n)²`` matrices per stacked matrix). The inputs are not modified.
     """
     check_choice("whitening", whitening, WHITENING_METHODS)
     check_float("eps", eps, min=0.0)

@@ -65,7 +65,7 @@ class SWAN(torch.optim.Optimizer):
             place and applied before the next bucket is touched: one step's transient memory is one bucket (one
             matrix) plus the whitening buffers, the gradients are left unchanged.
         max_bucket_bytes: cap of one ``foreach`` bucket's transient memory: its matrices in the compute dtype
-            plus their whitening buffers (six ``min(m, n)²`` matrices each); a larger single matrix is its own
+            plus their whitening buffers (four ``min(m, n)²`` matrices each); a larger single matrix is its own
             bucket; ``None`` = no cap.
         distributed_whitening: split the whitening round-robin over ``torch.distributed`` ranks and broadcast.
         norm_center: centre in GradNorm (paper) or not (RMS-only deviation).
@@ -253,7 +253,7 @@ class SWAN(torch.optim.Optimizer):
         for idx in buckets.values():
             m = mats[idx[0]]
             item = torch.empty((), dtype=compute_dtype(m.dtype, group["whiten_dtype"])).element_size()
-            per = (m.numel() + 6 * min(m.shape) ** 2) * item  # the matrix's copy and its whitening buffers
+            per = (m.numel() + 4 * min(m.shape) ** 2) * item  # the matrix's copy and its whitening buffers
             size = len(idx) if cap is None else max(1, cap // max(per, 1))
             chunks += [idx[k : k + size] for k in range(0, len(idx), size)]
         return chunks
