@@ -11,9 +11,9 @@ from ds_testing import tiny_llama, tokens
 from torch import nn
 
 from downscaling import carbon
-from downscaling import profile as profile_mod
+from downscaling import profiling as profile_mod
 from downscaling.flops import analytic_llama, count_flops, count_train_flops, llama_param_count, param_counts
-from downscaling.profile import profile, weight_bytes
+from downscaling.profiling import profile, weight_bytes
 
 
 @pytest.mark.parametrize(

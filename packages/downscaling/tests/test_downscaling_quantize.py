@@ -9,7 +9,7 @@ import torch
 from ds_testing import tiny_llama, tokens
 from torch import nn
 
-from downscaling.profile import linear_weight_bytes, profile
+from downscaling.profiling import linear_weight_bytes, profile
 from downscaling.quantize import quantize, supported_schemes
 
 

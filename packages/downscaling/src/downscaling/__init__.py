@@ -20,7 +20,7 @@ from downscaling.config import DistillConfig, EnsembleConfig, PruneConfig, Recov
 from downscaling.distill import DistillResult, distill, distill_loss, kd_kl
 from downscaling.ensemble import Ensemble, specialize_and_ensemble
 from downscaling.flops import AnalyticFlops, analytic_llama, count_flops, count_train_flops, param_counts
-from downscaling.profile import Profile, linear_weight_bytes, profile, weight_bytes
+from downscaling.profiling import Profile, linear_weight_bytes, profile, weight_bytes
 from downscaling.prune import PruneResult, conv1d_to_linear, finalize, prune, sparsity_of
 from downscaling.quantize import QuantizeResult, quantize, supported_schemes
 from downscaling.report import Report, bpc_evaluator, report

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from downscaling.flops import analytic_llama, count_flops, count_train_flops
-from downscaling.profile import linear_weight_bytes
+from downscaling.profiling import linear_weight_bytes
 from icml25_shared.seed import seed_everything
 from icml25_shared.text import CharCorpus
 from icml25_shared.training import warmup_cosine

@@ -25,7 +25,7 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import nn
 
-from downscaling.profile import linear_weight_bytes
+from downscaling.profiling import linear_weight_bytes
 from icml25_shared.validate import check_choice
 
 __all__ = ["QuantizeResult", "SUPPORTED", "quantize", "supported_schemes"]

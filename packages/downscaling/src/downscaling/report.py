@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from downscaling.profile import profile
+from downscaling.profiling import profile
 from icml25_shared.validate import check_float
 
 __all__ = ["Report", "bpc_evaluator", "report"]
