@@ -133,7 +133,7 @@ def test_tracker_works_under_inference_mode_and_checks_input():
         GradNoiseTracker(fresh, torch.optim.Adam(fresh.parameters()), mse_half).trace(batches)
     with pytest.raises(ValueError, match="same size"):
         GradNoiseTracker(model, opt, mse_half).trace([batches[0], (batches[1][0][:2], batches[1][1][:2])])
-    with pytest.raises(TypeError, match="dtype torch.float32"):
+    with pytest.raises(TypeError, match="parameters are torch.float32"):
         ResidualMLP(4, 1)(torch.zeros(2, 8, dtype=torch.float64))
 
 

@@ -65,7 +65,7 @@ class AnnealingLaw:
         y = np.concatenate([check_array("loss", c[2], ndim=1, finite=True) for c in curves]).astype(np.float64)
         best = None
         for alpha0 in (0.2, 0.5, 1.0):
-            x0 = np.array([0.5 * y.min(), max(y.max() - 0.5 * y.min(), 1e-6), alpha0, 0.0])
+            x0 = np.array([max(0.5 * y.min(), 0.0), max(y.max() - 0.5 * y.min(), 1e-6), alpha0, 0.0])
             res = least_squares(
                 lambda th: self._law(th, s1, s2) - y, x0, bounds=([0, 0, 0, 0], [np.inf] * 4), method="trf"
             )

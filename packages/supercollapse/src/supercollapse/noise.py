@@ -46,11 +46,10 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
 
 
-def _dist() -> tuple[bool, int]:
+def _group_size() -> int:
     import torch.distributed as dist
 
-    on = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    return on, (dist.get_world_size() if on else 1)
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 @torch.no_grad()
@@ -95,6 +94,9 @@ class GradNoiseTracker:
         loss_fn: ``loss_fn(model(inputs), targets)`` → scalar, the *mean* over the batch.
         preconditioned: measure ``u = P^−½ g`` (True) or the raw gradient ``g``.
         estimator: ``"batches"`` (Welford over evaluation batches, as the official code) or ``"per_example"``.
+        distributed: all-reduce over the default process group (each rank holds a share of every batch). ``None``:
+            when ``model`` is a ``DistributedDataParallel`` (a sweep training separate runs per rank must not
+            all-reduce).
 
     :meth:`trace` leaves the model's ``.grad`` and train/eval mode as it found them.
     """
@@ -106,11 +108,15 @@ class GradNoiseTracker:
         loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
         preconditioned: bool = True,
         estimator: Literal["batches", "per_example"] = "batches",
+        distributed: bool | None = None,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not callable(loss_fn):
             raise TypeError("loss_fn must be callable")
+        if distributed is None:
+            distributed = isinstance(model, nn.parallel.DistributedDataParallel)
+        self.distributed = check_bool("distributed", distributed)
         self.model = _unwrap(model)
         self.optimizer = optimizer
         self.loss_fn = loss_fn
@@ -157,7 +163,8 @@ class GradNoiseTracker:
         return [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
 
     def _trace_batches(self, batches: list[Batch], D: list[torch.Tensor]) -> float:
-        on, world = _dist()
+        world = _group_size() if self.distributed else 1
+        on = world > 1
         mean = [torch.zeros_like(p, dtype=torch.float64) for p in self.params]
         m2 = torch.zeros((), dtype=torch.float64)
         for k, (x, y) in enumerate(batches, start=1):
@@ -177,7 +184,7 @@ class GradNoiseTracker:
         return float(m2 / (len(batches) - 1))
 
     def _trace_per_example(self, batches: list[Batch], D: list[torch.Tensor]) -> float:
-        on, world = _dist()
+        on = self.distributed and _group_size() > 1
         B_local = batches[0][0].shape[0]
         x = torch.cat([b[0] for b in batches])
         y = torch.cat([b[1] for b in batches])
