@@ -97,3 +97,13 @@ def test_quanto_int8_weight():
 def test_quanto_missing_raises_clearly():
     with pytest.raises(ValueError, match="backend='quanto' is not supported"):
         quantize(tiny_llama(), "int8_weight", "quanto")
+
+
+def test_weight_bytes_of_quantized_model_adds_up():
+    from downscaling.profiling import weight_bytes
+
+    m = tiny_llama(hidden=64, mlp=128)
+    q, rec = quantize(m, "int8_dynamic", "torch.ao")
+    rest = 4 * sum(p.numel() for p in m.parameters() if p.ndim == 1) + 65 * 64 * 4  # norms + fp32 embedding
+    buffers = sum(b.numel() * b.element_size() for b in m.buffers())
+    assert weight_bytes(q) == rec["linear_bytes_after"] + rest + buffers

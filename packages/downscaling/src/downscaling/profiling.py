@@ -92,10 +92,11 @@ def weight_bytes(model: nn.Module) -> int:
     total = 0
     for m in model.modules():
         for t in _module_weights(m):
-            key = id(t) if not isinstance(t, torch.Tensor) or t.is_quantized else t.data_ptr() or id(t)
-            if key in seen:
-                continue
-            seen.add(key)
+            if not t.is_quantized:  # unpacked quantized weights are fresh tensors: never shared, never deduplicated
+                key = t.data_ptr() or id(t)
+                if key in seen:
+                    continue
+                seen.add(key)
             total += _tensor_bytes(t)
     return total
 

@@ -1,0 +1,146 @@
+"""Serving cost of downscaled models as ratios to the dense fp32 model, and the wrappers' overhead against the
+host libraries called directly, all from one run.
+
+Models: a Llama with 4 layers, d = 128, 4 heads, MLP 384, tied embeddings (0.86 M parameters, random init; speed
+and bytes do not depend on training) and the KD student shape (2 layers, d = 64, MLP 192). Candidates: torch.ao
+int8 dynamic, torchao int8 weight-only, 50 % Wanda (masks made permanent: dense kernels, so no speed-up is
+expected), 50 % heads (structured: the model shrinks), the student. Forward latency of a ``(batch, 64)`` input is
+timed round-robin (every model once per round, rotating order); tokens/s follows; J/token is **estimated**
+(15 W per CPU thread x time) unless a counter is readable. Wrapper overhead: ``quantize`` vs
+``torch.ao.quantization.quantize_dynamic`` and ``torchao.quantize_`` on a deep copy, ``prune(heads)`` vs the same
+``torch_pruning.prune_linear_*`` slicing on a deep copy (interleaved, ratio of medians). Usage::
+
+    python packages/downscaling/benchmarks/bench_downscaling.py [--batch 8] [--repeats 20] [--threads 1]
+
+writes ``benchmarks/results/bench_downscaling.json`` and the printed table (``.log``). Not run by pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from downscaling import PruneConfig, finalize, prune, quantize
+from downscaling.experiments import ModelSize, new_model
+from downscaling.flops import count_flops
+from downscaling.profiling import WATTS_PER_CPU_THREAD, read_energy_counter, weight_bytes
+from icml25_shared.bench import compare, round_robin, save_results
+from icml25_shared.device import torch_threads
+
+RESULTS = Path(__file__).parent / "results" / "bench_downscaling.json"
+
+
+def _direct_torch_ao(m: torch.nn.Module) -> Any:
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(copy.deepcopy(m).eval(), {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def _direct_torchao(m: torch.nn.Module) -> Any:
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    q = copy.deepcopy(m).eval()
+    quantize_(q, Int8WeightOnlyConfig())
+    return q
+
+
+def _direct_heads(m: torch.nn.Module, removed: dict[int, list[int]]) -> Any:
+    import torch_pruning as tp
+
+    q = copy.deepcopy(m)
+    hd, group = 32, 1
+    for i, layer in enumerate(q.model.layers):
+        att = layer.self_attn
+        rows = [g * group * hd + r for g in removed[i] for r in range(group * hd)]
+        tp.prune_linear_out_channels(att.q_proj, rows)
+        tp.prune_linear_out_channels(att.k_proj, rows)
+        tp.prune_linear_out_channels(att.v_proj, rows)
+        tp.prune_linear_in_channels(att.o_proj, rows)
+    q.config.head_dim, q.config.num_attention_heads, q.config.num_key_value_heads = hd, 2, 2
+    return q
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    a = ap.parse_args()
+    with torch_threads(a.threads):
+        dense = new_model(ModelSize(4, 128, 384), 64, 0).eval()
+        x = torch.randint(0, 65, (a.batch, 64), generator=torch.Generator().manual_seed(0))
+        calib = torch.randint(0, 65, (8, 64), generator=torch.Generator().manual_seed(1))
+        heads = prune(dense, PruneConfig("heads", 0.5))
+        models = {
+            "dense fp32": dense,
+            "int8 dynamic (torch.ao)": quantize(dense, "int8_dynamic", "torch.ao").model,
+            "int8 weight-only (torchao)": quantize(dense, "int8_weight", "torchao").model,
+            "Wanda 50% (dense kernels)": finalize(prune(dense, PruneConfig("wanda", 0.5, calib=calib)).model),
+            "heads 50% (structured)": heads.model,
+            "KD student 2x64": new_model(ModelSize(2, 64, 192), 64, 0).eval(),
+        }
+        with torch.inference_mode():
+            t = round_robin({k: (lambda m=m: m(input_ids=x)) for k, m in models.items()}, repeats=a.repeats, warmup=2)
+        flops = {k: count_flops(m if "int8 dynamic" not in k else dense, x) / x.numel() for k, m in models.items()}
+        watts = WATTS_PER_CPU_THREAD * a.threads
+        base = t["dense fp32"].median
+        rows = {}
+        for k, m in models.items():
+            med = t[k].median
+            rows[k] = {
+                "latency_ms": 1e3 * med,
+                "tokens_per_s": x.numel() / med,
+                "weight_bytes": weight_bytes(m),
+                "flops_per_token": flops[k],
+                "joules_per_token_est": watts * med / x.numel(),
+                "speedup": base / med,
+                "bytes_ratio": weight_bytes(dense) / weight_bytes(m),
+            }
+        ov = {
+            "quantize int8_dynamic vs quantize_dynamic": compare(
+                lambda: _direct_torch_ao(dense),
+                lambda: quantize(dense, "int8_dynamic", "torch.ao"), names=("direct", "downscaling"), repeats=a.repeats,
+            ),
+            "quantize int8_weight vs torchao.quantize_": compare(
+                lambda: _direct_torchao(dense), lambda: quantize(dense, "int8_weight", "torchao"),
+                names=("direct", "downscaling"), repeats=a.repeats,
+            ),
+            "prune heads vs torch_pruning slicing": compare(
+                lambda: _direct_heads(dense, heads.record["removed_kv_groups"]),
+                lambda: prune(dense, PruneConfig("heads", 0.5)), names=("direct", "downscaling"), repeats=a.repeats,
+            ),
+        }  # fmt: skip
+    fv = "installed" if importlib.util.find_spec("fvcore") else "not installed: FLOPs vs fvcore not measured"
+    lines = [
+        f"threads {a.threads}, batch {a.batch} x 64 tokens, repeats {a.repeats}, load {os.getloadavg()[0]:.1f}, "
+        f"energy {'RAPL readable' if read_energy_counter() is not None else 'estimated (no counter readable)'}",
+        f"{'model':30s} {'latency ms':>10s} {'tok/s':>9s} {'speedup':>8s} {'bytes':>10s} {'bytes ÷':>8s} "
+        f"{'FLOPs/tok':>10s} {'J/tok est':>10s}",
+    ]
+    for k, r in rows.items():
+        lines.append(
+            f"{k:30s} {r['latency_ms']:10.2f} {r['tokens_per_s']:9.0f} {r['speedup']:8.2f} {r['weight_bytes']:10d} "
+            f"{r['bytes_ratio']:8.2f} {r['flops_per_token']:10.0f} {r['joules_per_token_est']:10.2e}"
+        )
+    lines.append("wrapper overhead (median downscaling / median direct; aim < 1.05):")
+    for k, c in ov.items():
+        lines.append(f"  {k:45s} {c.ratio:6.3f}  ({1e3 * c.a.median:.1f} ms direct)")
+    lines.append(f"fvcore: {fv}")
+    print("\n".join(lines))
+    results = {"settings": vars(a) | {"out": str(a.out), "load": os.getloadavg()[0]}, "models": rows,
+               "overhead": {k: c.to_dict() for k, c in ov.items()}, "fvcore": fv}  # fmt: skip
+    save_results(a.out, results, lines)
+
+
+if __name__ == "__main__":
+    main()
