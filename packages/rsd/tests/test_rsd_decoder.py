@@ -167,5 +167,7 @@ def test_config_round_trip():
     again = RSDConfig.from_dict(cfg.to_dict())
     assert again.to_dict() == cfg.to_dict() and again.weighting(0.6) == 0.5
     assert RSDConfig().weighting.is_binary and RSDConfig().weighting.delta == 0.7
+    always = RSDConfig(weighting=weighting.binary(1.01, allow_always_target=True))
+    assert RSDConfig.from_dict(always.to_dict()).weighting(1.0) == 0.0
     with pytest.raises(ValueError, match="unknown"):
         RSDConfig.from_dict({"delta": 0.7})

@@ -238,12 +238,13 @@ class OpenAIBackend:
             )
             for choice in sorted(resp.choices, key=lambda c: c.index):
                 i = rows[choice.index]
-                ids = self.tokenizer.encode(choice.text, add_special_tokens=False)
+                ids = list(self.tokenizer.encode(choice.text, add_special_tokens=False))
+                # vLLM reports the matched stop token id in stop_reason, and None when the model's EOS ended it
                 stop_reason = getattr(choice, "stop_reason", None)
-                if choice.finish_reason == "stop" and isinstance(stop_reason, int) and stop_reason in stop_ids:
-                    ids = ids + [stop_reason] if stop_reason != eos or not ids or ids[-1] != eos else ids
-                elif choice.finish_reason == "stop" and stop_reason is None and eos is not None:
-                    ids = ids + [eos]  # the model's own EOS
+                if choice.finish_reason == "stop":
+                    end = stop_reason if isinstance(stop_reason, int) else eos if stop_reason is None else None
+                    if end is not None and (not ids or ids[-1] != end):
+                        ids.append(int(end))
                 results[i] = cut_at_stop(ids, stop_ids, budget, stop_strings, self.tokenizer)
         for i in range(len(contexts)):
             out.append(results[i])

@@ -51,7 +51,12 @@ class Weighting:
     def to_dict(self) -> dict[str, Any]:
         if self.name not in NAMES:
             raise ValueError(f"weighting {self.name!r} is a custom callable and cannot be serialised")
-        return {"name": self.name, "delta": self.delta, **({"tau": self.tau} if self.name == "sigmoid" else {})}
+        out: dict[str, Any] = {"name": self.name, "delta": self.delta}
+        if self.name == "sigmoid":
+            out["tau"] = self.tau
+        if self.name == "binary" and self.delta is not None and self.delta > 1:
+            out["allow_always_target"] = True
+        return out
 
 
 def binary(delta: float = 0.7, *, allow_always_target: bool = False) -> Weighting:

@@ -43,6 +43,7 @@ __all__ = [
     "make_model",
     "make_problems",
     "step_accuracy",
+    "step_correct",
     "train_model",
 ]
 

@@ -1,0 +1,160 @@
+"""Wall-clock and FLOPs of target-only, RSD (batched and per-problem) and HF assisted generation on the
+reproduction's 300 arithmetic problems, as ratios to target-only, in one round-robin run (every method once per
+round, rotating order, so machine drift hits all alike).
+
+Two targets:
+
+- ``fixture``: the trained 2 x 96 target (the draft is the 1 x 48 fixture): tiny, so decoding is bound by the
+  per-call overhead of ``generate()``, not by compute;
+- ``wide``: the same target expanded without changing its greedy output to 6 layers x 288 (every hidden unit,
+  head and embedding column copied 3 times with weights divided accordingly, which multiplies the logits by 3,
+  plus 4 residual blocks whose output projections are zero): compute now matters.
+
+Usage::
+
+    python packages/rsd/benchmarks/bench_rsd.py [--problems 300] [--repeats 3] [--out PATH]
+
+writes ``benchmarks/results/bench_rsd.json`` and the printed table to ``.log`` beside it. Not run by pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from icml25_shared.bench import round_robin, save_results
+from icml25_shared.device import torch_threads
+from rsd import FlopCounter, HFBackend, ModelCost, RewardGuidedDecoder
+from rsd.baselines import assisted_generation, target_only
+from rsd.experiments import QUICK, config
+from rsd.tasks.arithmetic import ArithmeticTokenizer, ExactArithmeticPRM, load_fixture_models, make_problems
+
+RESULTS = Path(__file__).parent / "results" / "bench_rsd.json"
+TOK = ArithmeticTokenizer()
+
+
+@torch.no_grad()
+def widen(model: Any, k: int = 3, extra_layers: int = 4) -> Any:
+    """A GPT-2 k times wider and ``extra_layers`` deeper with the same greedy outputs (logits scaled by k)."""
+    from transformers import GPT2LMHeadModel
+
+    cfg = copy.deepcopy(model.config)
+    d = cfg.n_embd
+    cfg.n_embd, cfg.n_head, cfg.n_layer = k * d, k * cfg.n_head, cfg.n_layer + extra_layers
+    cfg.n_inner = 4 * k * d
+    wide = GPT2LMHeadModel(cfg).eval()
+    sd, new = model.state_dict(), wide.state_dict()
+
+    def rep(t: torch.Tensor, dims: tuple[int, ...], scale: float = 1.0) -> torch.Tensor:
+        for dim in dims:
+            t = torch.cat([t] * k, dim=dim)
+        return t * scale
+
+    def split_qkv(w: torch.Tensor) -> torch.Tensor:  # (.., 3d) -> (.., 3kd), copying q, k, v separately
+        return torch.cat([rep(p, (-1,)) for p in w.split(d, dim=-1)], dim=-1)
+
+    for name, t in new.items():
+        if name.startswith("transformer.h.") and int(name.split(".")[2]) >= model.config.n_layer:
+            layer = int(name.split(".")[2])
+            src = name.replace(f"h.{layer}.", "h.0.")
+            if name.endswith(("c_proj.weight", "c_proj.bias")):
+                t.zero_()  # an identity residual block
+                continue
+            name_src = src
+        else:
+            name_src = name
+        s = sd[name_src]
+        if name.endswith(("wte.weight", "wpe.weight")):
+            t.copy_(rep(s, (1,)))
+        elif name.endswith(("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias", "ln_f.weight", "ln_f.bias")):
+            t.copy_(rep(s, (0,)))
+        elif name.endswith("attn.c_attn.weight"):
+            t.copy_(split_qkv(rep(s, (0,), 1.0 / k)))
+        elif name.endswith("attn.c_attn.bias"):
+            t.copy_(split_qkv(s))
+        elif name.endswith(("attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")):
+            t.copy_(rep(s, (0, 1), 1.0 / k))
+        elif name.endswith(("attn.c_proj.bias", "mlp.c_fc.bias", "mlp.c_proj.bias")):
+            t.copy_(rep(s, (0,)))
+        elif name == "lm_head.weight":
+            continue  # tied to wte
+        else:
+            t.copy_(s)
+    wide.load_state_dict(new)
+    wide.tie_weights()
+    wide.generation_config.pad_token_id = TOK.pad_token_id
+    return wide.eval()
+
+
+def bench(name: str, draft_m: Any, target_m: Any, prompts: list[str], repeats: int) -> dict[str, Any]:
+    cfg = config(QUICK)
+    draft, target = HFBackend(draft_m, TOK), HFBackend(target_m, TOK)
+    dec = RewardGuidedDecoder(draft, target, ExactArithmeticPRM(), cfg)
+    fns = {
+        "target-only": lambda: target_only(target, prompts, cfg),
+        "RSD batched": lambda: dec.generate(prompts),
+        "RSD per-problem": lambda: dec.generate(prompts, batched=False),
+        "HF assisted": lambda: assisted_generation(target_m, draft_m, TOK, prompts, max_total_tokens=64),
+    }
+    outs = {k: f() for k, f in fns.items()}
+    timings = round_robin(fns, repeats=repeats)
+    fc = FlopCounter(draft=ModelCost.from_model(draft_m), target=ModelCost.from_model(target_m))
+    base_t = timings["target-only"].median
+    res: dict[str, Any] = {"target": f"{target_m.config.n_layer} x {target_m.config.n_embd}"}
+    for k, t in timings.items():
+        gen = fc.total(outs[k], "generated") if k != "HF assisted" else None
+        cached = fc.total(outs[k], "cached")
+        res[k] = {
+            "median_s": t.median,
+            "wall_ratio_to_target_only": t.median / base_t,
+            "flops_generated": gen,
+            "flops_cached": cached,
+        }
+    ref_g, ref_c = res["target-only"]["flops_generated"], res["target-only"]["flops_cached"]
+    for k in fns:
+        g = res[k]["flops_generated"]
+        res[k]["flops_ratio_generated"] = ref_g / g if g else None
+        res[k]["flops_ratio_cached"] = ref_c / res[k]["flops_cached"]
+    same = [o.token_ids for o in outs["target-only"]] == [o.token_ids for o in outs["HF assisted"]]
+    res["assisted_equals_target_greedy"] = same
+    res["rsd_batched_equals_per_problem"] = [o.text for o in outs["RSD batched"]] == [
+        o.text for o in outs["RSD per-problem"]
+    ]
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--problems", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    with torch_threads(1):
+        draft, target = load_fixture_models()
+        prompts = [p.prompt for p in make_problems(args.problems, seed=QUICK.seed)]
+        results = {"problems": args.problems, "load": os.getloadavg()}
+        lines = [f"{args.problems} problems, torch threads 1, load {os.getloadavg()[0]:.1f}"]
+        for name, tgt in (("fixture", target), ("wide", widen(target))):
+            r = results[name] = bench(name, draft, tgt, prompts, args.repeats)
+            lines.append(
+                f"[{name}] target {r['target']}; assisted == target greedy: {r['assisted_equals_target_greedy']}"
+            )
+            lines.append(f"{'method':<18}{'median s':>10}{'wall/target':>13}{'FLOPs gen x':>13}{'FLOPs cached x':>16}")
+            for k in ("target-only", "RSD batched", "RSD per-problem", "HF assisted"):
+                m = r[k]
+                g = f"{m['flops_ratio_generated']:.2f}" if m["flops_ratio_generated"] else "-"
+                lines.append(
+                    f"{k:<18}{m['median_s']:>10.2f}{m['wall_ratio_to_target_only']:>13.2f}{g:>13}"
+                    f"{m['flops_ratio_cached']:>16.2f}"
+                )
+        print("\n".join(lines))
+        save_results(args.out, results, lines)
+
+
+if __name__ == "__main__":
+    main()

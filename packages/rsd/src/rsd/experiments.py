@@ -1,0 +1,209 @@
+"""The reproduction's experiments: chain arithmetic mod 10 with tiny GPT-2 draft and target models.
+
+The paper (Sec. 4) decodes math benchmarks with Qwen2.5-Math-1.5B (draft), -7B (target) and a 1.5B PRM; here the
+same algorithm runs on :mod:`rsd.tasks.arithmetic`, where every step is checkable, with the shipped fixture models
+(1 x 48 draft, 2 x 96 target: 7.9x the draft's non-embedding parameters) and an exact or noisy PRM:
+
+>>> from rsd.experiments import QUICK, run_methods, load_models
+>>> draft, target = load_models()  # doctest: +SKIP
+>>> res = run_methods(QUICK, draft, target)  # doctest: +SKIP
+>>> res["rsd"].accuracy, res["target_only"].flops["generated"] / res["rsd"].flops["generated"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from icml25_shared.report import save_figure, subplots
+from rsd.backends import HFBackend
+from rsd.baselines import assisted_generation, best_of_n, draft_only, target_only
+from rsd.config import RSDConfig
+from rsd.decoder import RewardGuidedDecoder, RSDOutput
+from rsd.flops import MODES, FlopCounter, ModelCost
+from rsd.tasks.arithmetic import (
+    FIXTURE_SPECS,
+    ArithmeticTokenizer,
+    ExactArithmeticPRM,
+    NoisyPRM,
+    Problem,
+    load_fixture_models,
+    make_problems,
+    step_accuracy,
+    train_model,
+)
+from rsd.weighting import Weighting, binary, clip, sigmoid
+
+__all__ = [
+    "FULL",
+    "QUICK",
+    "MethodResult",
+    "Setup",
+    "full_runs",
+    "load_models",
+    "plot_accuracy_vs_flops",
+    "run_methods",
+    "summarise",
+]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One reproduction run: test problems, decoding, the acceptance rule and the PRM."""
+
+    n_problems: int = 300
+    min_ops: int = 2
+    max_ops: int = 4
+    seed: int = 2025  # distinct from the training streams (10_001, 10_002) and the probe seed (7)
+    delta: float = 0.7
+    temperature: float = 0.0
+    noisy_seed: int = 0
+
+
+QUICK = Setup()
+FULL = Setup()
+
+
+@dataclass
+class MethodResult:
+    """Accuracy, FLOPs in the three accountings, target-call rate and token counts of one method."""
+
+    name: str
+    accuracy: float
+    flops: dict[str, float]
+    target_call_rate: float
+    counts: dict[str, int]
+    outputs: list[Any] = field(default_factory=list, repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("outputs")
+        return d
+
+
+def load_models(retrain: bool = False) -> tuple[Any, Any]:
+    """The fixture models (sha256 checked), or freshly trained ones with ``retrain=True`` (minutes)."""
+    if retrain:
+        return train_model(FIXTURE_SPECS["draft"]), train_model(FIXTURE_SPECS["target"])
+    return load_fixture_models()
+
+
+def config(setup: Setup, w: Weighting | None = None, **kw: Any) -> RSDConfig:
+    return RSDConfig(
+        weighting=w if w is not None else binary(setup.delta, allow_always_target=True),
+        step_delimiter="\n",
+        max_steps=16,
+        max_step_tokens=8,
+        max_total_tokens=64,  # the models' n_positions
+        temperature=setup.temperature,
+        **kw,
+    )
+
+
+def correct(problem: Problem, out: Any) -> bool:
+    """The final answer is exact: the answer ends with ``A:<result>`` and EOS."""
+    return out.finish_reason in ("eos", None) and out.text.endswith(f"A:{problem.answer}")
+
+
+def summarise(name: str, problems: list[Problem], outs: list[RSDOutput], counter: FlopCounter) -> MethodResult:
+    counts: dict[str, int] = {}
+    for o in outs:
+        for k, v in o.counts.items():
+            counts[k] = counts.get(k, 0) + v
+    steps = counts.get("accepted_steps", 0) + counts.get("target_steps", 0)
+    drafted = counts.get("draft_steps", 0)
+    rate = counts.get("target_steps", 0) / drafted if drafted else float(steps > 0)
+    flops = {m: counter.total(outs, m) / len(outs) for m in MODES}
+    acc = sum(correct(p, o) for p, o in zip(problems, outs)) / len(problems)
+    return MethodResult(name, acc, flops, rate, counts, outs)
+
+
+def run_methods(
+    setup: Setup, draft_model: Any, target_model: Any, *, noisy: bool = True, batched: bool = True
+) -> dict[str, MethodResult]:
+    """Target-only, draft-only, RSD with the exact PRM and (``noisy``) RSD with the noisy PRM, greedy."""
+    tok = ArithmeticTokenizer()
+    problems = make_problems(setup.n_problems, min_ops=setup.min_ops, max_ops=setup.max_ops, seed=setup.seed)
+    prompts = [p.prompt for p in problems]
+    draft, target = HFBackend(draft_model, tok), HFBackend(target_model, tok)
+    counter = FlopCounter(draft=ModelCost.from_model(draft_model), target=ModelCost.from_model(target_model))
+    cfg = config(setup)
+    res = {
+        "target_only": summarise("target-only", problems, target_only(target, prompts, cfg), counter),
+        "draft_only": summarise("draft-only", problems, draft_only(draft, prompts, cfg), counter),
+    }
+    rsd = RewardGuidedDecoder(draft, target, ExactArithmeticPRM(), cfg).generate(prompts, batched=batched)
+    res["rsd"] = summarise(f"RSD exact PRM, delta={setup.delta}", problems, rsd, counter)
+    if noisy:
+        prm = NoisyPRM(setup.noisy_seed)
+        outs = RewardGuidedDecoder(draft, target, prm, cfg).generate(prompts, batched=batched)
+        res["rsd_noisy"] = summarise(f"RSD noisy PRM, delta={setup.delta}", problems, outs, counter)
+    return res
+
+
+def _calibrated(make, rate: float, setup: Setup, decode) -> tuple[float, MethodResult]:
+    """The soft weighting's δ (on a grid) whose target-call rate is closest to ``rate``."""
+    best = None
+    for d in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0):
+        r = decode(make(d))
+        if best is None or abs(r.target_call_rate - rate) < abs(best[1].target_call_rate - rate):
+            best = (d, r)
+    return best
+
+
+def full_runs(setup: Setup, draft_model: Any, target_model: Any) -> dict[str, Any]:
+    """``--full``: noisy-PRM δ sweep, binary vs clip vs sigmoid at a matched target-call rate, Best-of-N with the
+    draft at N = 2..16, HF assisted generation, and RSD at T = 0.7."""
+    tok = ArithmeticTokenizer()
+    problems = make_problems(setup.n_problems, min_ops=setup.min_ops, max_ops=setup.max_ops, seed=setup.seed)
+    prompts = [p.prompt for p in problems]
+    draft, target = HFBackend(draft_model, tok), HFBackend(target_model, tok)
+    counter = FlopCounter(draft=ModelCost.from_model(draft_model), target=ModelCost.from_model(target_model))
+    noisy = NoisyPRM(setup.noisy_seed)
+
+    def rsd(w: Weighting, name: str, cfg_setup: Setup = setup) -> MethodResult:
+        outs = RewardGuidedDecoder(draft, target, noisy, config(cfg_setup, w)).generate(prompts)
+        return summarise(name, problems, outs, counter)
+
+    out: dict[str, Any] = {"sweep": {}}
+    for d in (0.0, 0.3, 0.5, 0.7, 0.9, 1.01):
+        out["sweep"][d] = rsd(binary(d, allow_always_target=True), f"RSD noisy, delta={d}")
+    rate = out["sweep"][0.7].target_call_rate
+    out["weightings"] = {"binary": (0.7, out["sweep"][0.7])}
+    out["weightings"]["clip"] = _calibrated(clip, rate, setup, lambda w: rsd(w, f"clip delta={w.delta}"))
+    out["weightings"]["sigmoid"] = _calibrated(
+        lambda d: sigmoid(d, 0.1), rate, setup, lambda w: rsd(w, f"sigmoid delta={w.delta}")
+    )
+    out["best_of_n"] = {}
+    sampled = config(replace(setup, temperature=0.7))
+    for n in (2, 4, 8, 16):
+        outs = best_of_n(draft, noisy, prompts, n, sampled, aggregate="min")
+        out["best_of_n"][n] = summarise(f"Best-of-{n} (draft, T=0.7)", problems, outs, counter)
+    assisted = assisted_generation(target_model, draft_model, tok, prompts, max_total_tokens=64)
+    greedy = target_only(target, prompts, config(setup))
+    out["assisted"] = {
+        "exact": [a.token_ids for a in assisted] == [g.token_ids for g in greedy],
+        "flops_cached": counter.total(assisted, "cached") / len(prompts),
+        "accuracy": sum(
+            p.answer == int(a.text[-1]) and a.text.endswith(f"A:{p.answer}") for p, a in zip(problems, assisted)
+        )
+        / len(problems),
+    }
+    out["t07"] = rsd(binary(setup.delta), "RSD noisy, T=0.7", replace(setup, temperature=0.7))
+    out["fixture_accuracy"] = {"draft": step_accuracy(draft_model), "target": step_accuracy(target_model)}
+    return out
+
+
+def plot_accuracy_vs_flops(points: dict[str, tuple[float, float]], out_dir: Path, name: str, title: str) -> Path:
+    """Accuracy against generated-token FLOPs per problem, one labelled point per method."""
+    fig, ax = subplots(figsize=(6.4, 4.4))
+    for label, (flops, acc) in points.items():
+        ax.scatter([flops], [acc])
+        ax.annotate(label, (flops, acc), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("FLOPs per problem (generated tokens)")
+    ax.set_ylabel("accuracy (final answer)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    return save_figure(fig, out_dir, name)

@@ -1,0 +1,106 @@
+"""The arithmetic task: tokenizer, exact and noisy PRMs, shipped fixtures, and RSD end to end on them."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from rsd import FlopCounter, HFBackend, ModelCost, RewardGuidedDecoder
+from rsd.baselines import assisted_generation, target_only
+from rsd.experiments import QUICK, config
+from rsd.tasks.arithmetic import (
+    FIXTURE_DIR,
+    FIXTURE_SHA256,
+    FIXTURE_SPECS,
+    ArithmeticTokenizer,
+    ExactArithmeticPRM,
+    NoisyPRM,
+    load_fixture_models,
+    make_problems,
+    step_accuracy,
+    train_model,
+)
+
+TOK = ArithmeticTokenizer()
+
+
+def test_tokenizer_and_problems():
+    p = make_problems(1, seed=0)[0]
+    ids = TOK.encode(p.prompt + p.gold_text)
+    assert ids[0] == TOK.bos_token_id and TOK.decode(ids) == p.prompt + p.gold_text and TOK.vocab_size == 20
+    with pytest.raises(ValueError, match="vocabulary"):
+        TOK.encode("Q:1*2")
+    assert make_problems(5, seed=3) == make_problems(5, seed=3) != make_problems(5, seed=4)
+    assert {len(q.ops) for q in make_problems(200, min_ops=2, max_ops=4, seed=1)} == {2, 3, 4}
+
+
+def test_exact_prm():
+    prm = ExactArithmeticPRM()
+    prompt = "Q:7-4+8+7\n"
+    assert prm.score(prompt, ["7-4=3", "3+8=1", "1+7=8", "A:8"]) == [1.0] * 4
+    # malformed, wrong result, early answer, extra step, wrong operand, delimiter left in
+    assert prm.score(prompt, ["7-4="]) == [0.0]
+    assert prm.score(prompt, ["7-4=4"]) == [0.0]
+    assert prm.score(prompt, ["A:3"]) == [0.0]
+    assert prm.score(prompt, ["", "7-4=3"]) == [0.0, 0.0]
+    assert prm.score(prompt, ["7-5=2"]) == [0.0]
+    assert prm.score(prompt, ["7-4=3", "3+8=1", "1+7=8", "A:8", "8+1=9"])[-1] == 0.0
+    # a step is judged against what was written before it: an error propagates consistently
+    assert prm.score(prompt, ["7-4=4", "4+8=2", "2+7=9", "A:9"]) == [0.0, 1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="arithmetic prompt"):
+        prm.score("what is 2+2?", ["4"])
+
+
+def test_noisy_prm_is_deterministic_and_informative():
+    prm = NoisyPRM(seed=1)
+    prompt = "Q:7-4+8+7\n"
+    good = prm.score(prompt, ["7-4=3", "3+8=1"])
+    assert good == prm.score(prompt, ["7-4=3", "3+8=1"]) and good[0] == prm.score(prompt, ["7-4=3"])[0]
+    assert good != NoisyPRM(seed=2).score(prompt, ["7-4=3", "3+8=1"])
+    ps = make_problems(200, seed=5)
+    right = [r for p in ps for r in prm.score(p.prompt, p.gold_steps)]
+    wrong = [prm.score(p.prompt, ["A:0"])[0] for p in ps]
+    assert 0.75 < sum(right) / len(right) < 0.85 and 0.15 < sum(wrong) / len(wrong) < 0.25  # Beta means 0.8 / 0.2
+
+
+def test_fixture_hashes():
+    for name in ("draft", "target"):
+        data = (FIXTURE_DIR / name / "model.safetensors").read_bytes()
+        assert hashlib.sha256(data).hexdigest() == FIXTURE_SHA256[name]
+
+
+@pytest.fixture(scope="module")
+def fixtures():
+    return load_fixture_models()
+
+
+def test_fixture_step_accuracies_meet_the_bar(fixtures):
+    draft, target = fixtures
+    acc_d, acc_t = step_accuracy(draft, probes=100), step_accuracy(target, probes=100)
+    assert acc_t >= 0.95 and 0.60 <= acc_d <= 0.95, (acc_d, acc_t)
+
+
+def test_rsd_on_fixtures_batched_equals_per_problem_and_assisted_equals_target(fixtures):
+    draft_m, target_m = fixtures
+    problems = make_problems(24, min_ops=2, max_ops=4, seed=11)  # mixed prompt lengths
+    prompts = [p.prompt for p in problems]
+    draft, target = HFBackend(draft_m, TOK), HFBackend(target_m, TOK)
+    dec = RewardGuidedDecoder(draft, target, NoisyPRM(0), config(QUICK))
+    a, b = dec.generate(prompts), dec.generate(prompts, batched=False)
+    assert [(o.text, [s.source for s in o.steps], o.counts) for o in a] == [
+        (o.text, [s.source for s in o.steps], o.counts) for o in b
+    ]
+    assert {s.source for o in a for s in o.steps} == {"draft", "target"}
+    fc = FlopCounter(draft=ModelCost.from_model(draft_m), target=ModelCost.from_model(target_m))
+    assert fc.total(a, "generated") <= fc.total(a, "cached") <= fc.total(a, "uncached")
+    greedy = target_only(target, prompts[:6], config(QUICK))
+    assisted = assisted_generation(target_m, draft_m, TOK, prompts[:6], max_total_tokens=64)
+    assert [x.token_ids for x in assisted] == [g.token_ids for g in greedy]
+
+
+@pytest.mark.slow
+def test_retraining_reproduces_the_fixture_accuracies(fixtures):
+    for model, name in zip(fixtures, ("draft", "target")):
+        fresh = train_model(FIXTURE_SPECS[name])
+        assert abs(step_accuracy(fresh) - step_accuracy(model)) <= 0.03
