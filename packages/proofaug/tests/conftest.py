@@ -1,4 +1,5 @@
-"""Shared fixtures: one Coq backend per test module (coqtop is started once and rewound with ``BackTo``); tests
+"""Shared fixtures: one Coq backend per test module (coqtop is started once and rewound with ``BackTo``, final
+checks in its warm checker process); tests
 that need Coq skip with the reason when ``coqtop`` is not installed (``.ci/run`` installs Debian's ``coq``)."""
 
 from __future__ import annotations
@@ -19,6 +20,6 @@ needs_coq = pytest.mark.skipif(not coq_available(), reason="coqtop not installed
 def coq():
     if not coq_available():
         pytest.skip("coqtop not installed (apt-get install coq)")
-    backend = CoqBackend()
+    backend = CoqBackend(fresh_check=False)  # warm checker; the fresh-coqc path has its own tests
     yield backend
     backend.close()

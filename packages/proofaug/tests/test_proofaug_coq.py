@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from proofaug import Problem, ProofAug, ProofAugConfig
+from proofaug import CoqBackend, Problem, ProofAug, ProofAugConfig
 from proofaug.augment import Cut
 from proofaug.backends.base import StatementError
 from proofaug.structure import parse_proof
@@ -203,3 +203,22 @@ def test_bad_input(coq):
 def test_proposal_past_qed_is_cut(coq):
     res = ProofAug(coq, LADDER).augment(P, CORRECT + "\n\nTheorem extra : False.\nProof. auto. Qed.")
     assert res.success and res.proof == CORRECT
+
+
+def test_fresh_check_print_assumptions():
+    header = H + "\nAxiom cheat : forall n : nat, n = n + 0."
+    prob = Problem("ax", header, "Theorem ax : forall n : nat, n = n + 0.")
+    with CoqBackend() as fresh:  # fresh coqc per check, Print Assumptions
+        ok = fresh.check(prob, "Proof. exact cheat. Qed.")
+        assert ok.ok and ok.assumptions == ("cheat",)  # the header's own axiom is allowed and reported
+        assert fresh.check(prob, "Proof. intros. lia. Qed.").assumptions == ()
+        bad = fresh.check(prob, "Proof.\n  Axiom extra : False.\n  destruct extra.\nQed.")
+        assert not bad.ok
+        assert not fresh.check(prob, "Proof. intros. admit. Qed.").ok
+        calls = fresh.calls
+        fresh.check(prob, "Proof. exact cheat. Qed.")
+        assert fresh.calls == calls  # memoised
+    from proofaug.backends.coq import _assumptions
+
+    out = "Axioms:\nClassicalDedekindReals.sig_forall_dec\n  : forall P : nat -> Prop, x\ncheat : False\n"
+    assert _assumptions(out) == ["ClassicalDedekindReals.sig_forall_dec", "cheat"]

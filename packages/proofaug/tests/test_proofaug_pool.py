@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from functools import partial
 
 import pytest
 
@@ -19,19 +20,31 @@ pytestmark = pytest.mark.skipif(not coq_available(), reason="coqtop not installe
 CFG = ProofAugConfig(hammers=("lia", "nia", "ring", "auto", "easy"), hammer_timeout=1.0, step_timeout=5.0)
 
 
-def _jobs():
-    items = [it for it in load_suite(quick=True) if it.kind in ("K0", "K2", "K4")][:4]
+WARM = partial(CoqBackend, fresh_check=False)
+
+
+def _jobs(n):
+    items = [it for it in load_suite(quick=True) if it.kind in ("K0", "K2", "K3")][:n]
     return [Job(it.problem, it.proposal, m, key=it.id) for it in items for m in ("plain", "proofaug")]
 
 
-def test_two_workers_equal_one():
-    jobs = _jobs()
-    with ProverPool(CoqBackend, 1, config=CFG) as one:
+def _same(jobs):
+    with ProverPool(WARM, 1, config=CFG) as one:
         a = one.map(jobs)
-    with ProverPool(CoqBackend, 2, config=CFG) as two:
-        b = two.map(jobs)
+    with ProverPool(WARM, 2, config=CFG) as two:
+        b = two.map(jobs, group=lambda j: j.key)
     assert [(r.success, r.stage, r.proof) for r in a] == [(r.success, r.stage, r.proof) for r in b]
     assert any(r.success for r in a) and not all(r.success for r in a)
+
+
+def test_two_workers_equal_one():
+    _same(_jobs(3))
+
+
+@pytest.mark.slow
+def test_two_workers_equal_one_quick_subset():
+    items = load_suite(quick=True)
+    _same([Job(it.problem, it.proposal, m, key=it.id) for it in items for m in ("plain", "first_error", "proofaug")])
 
 
 def test_prove_budget_and_resume(tmp_path, coq):
@@ -79,7 +92,7 @@ def test_cli_run_and_cumulative(tmp_path, capsys):
 
 def test_coqtop_crash_is_backend_error_then_restart():
     prob = load_problems()["alg_linear"]
-    with CoqBackend() as backend:
+    with CoqBackend(fresh_check=False) as backend:
         pa = ProofAug(backend, CFG)
         assert pa.augment(prob, "Proof. intros x h. lia. Qed.").success
 

@@ -97,7 +97,9 @@ def clean_output(text: str) -> str:
     """The goal display of a coqtop answer: messages and warnings removed, the list of given-up goals folded
     into ``No more goals.`` (so that ``admit`` and a real proof of the last goal display the same)."""
     text = _GAVE_UP.sub("No more goals.", text)
-    return _INFO.sub("", text).strip()
+    # keep the proof-state notes ("This subproof is complete, but there are some unfocused goals."), drop the rest
+    keep = _INFO.sub(lambda m: m.group(0)[9:-10] if m.group(1) == "infomsg" and "goals" in m.group(0) else "", text)
+    return keep.strip()
 
 
 def final_prefilter(proof: str) -> str | None:
@@ -411,7 +413,7 @@ def _assumptions(stdout: str) -> list[str]:
         if re.match(r"^(Axioms|Section Variables|Opaque constants|Transparent constants):", line):
             on = True
             continue
-        m = re.match(r"^([^\s:][^\s]*) :", line)
+        m = re.match(r"^([^\s:][^\s]*)(?: :|$)", line)
         if on and m:
             names.append(m.group(1))
     return names
