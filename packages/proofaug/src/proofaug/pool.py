@@ -50,8 +50,13 @@ def _backend(factory: Callable[[], ProverBackend]) -> ProverBackend:
     return _WORKER["backend"]
 
 
-def _work_many(factory: Callable[[], ProverBackend], config: ProofAugConfig, jobs: list[Job]) -> list[ProofAugResult]:
-    return [_work(factory, config, j) for j in jobs]
+def _work_many(
+    factory: Callable[[], ProverBackend], config: ProofAugConfig, jobs: list[Job]
+) -> tuple[list[ProofAugResult], tuple[int, int]]:
+    h0, n0 = _memo_stats()
+    out = [_work(factory, config, j) for j in jobs]
+    h1, n1 = _memo_stats()
+    return out, (h1 - h0, n1 - n0)
 
 
 def _work(factory: Callable[[], ProverBackend], config: ProofAugConfig, job: Job) -> ProofAugResult:
@@ -102,6 +107,8 @@ class ProverPool:
         self.backend_factory = backend_factory
         self.workers = check_int("workers", workers, min=1)
         self.config = config or ProofAugConfig()
+        self.memo_hits = 0
+        self.memo_lookups = 0
         self._own = executor is None and self.workers > 1
         self.executor = executor
         if self._own:
@@ -112,7 +119,10 @@ class ProverPool:
         they share its memo and check cache)."""
         jobs = list(jobs)
         if self.executor is None:
-            return [_work(self.backend_factory, self.config, j) for j in jobs]
+            out, (hits, lookups) = _work_many(self.backend_factory, self.config, jobs)
+            self.memo_hits += hits
+            self.memo_lookups += lookups
+            return out
         groups: dict[Any, list[int]] = {}
         for i, j in enumerate(jobs):
             groups.setdefault(group(j) if group else i, []).append(i)
@@ -122,17 +132,16 @@ class ProverPool:
         }
         out: list[Any] = [None] * len(jobs)
         for k, idx in groups.items():
-            for i, r in zip(idx, futures[k].result(), strict=True):
+            results, (hits, lookups) = futures[k].result()
+            self.memo_hits += hits
+            self.memo_lookups += lookups
+            for i, r in zip(idx, results, strict=True):
                 out[i] = r
         return out
 
     def memo_stats(self) -> tuple[int, int]:
-        """(hits, lookups) of the (goal, tactic) memo, summed over workers (in-process pools only)."""
-        if self.executor is None:
-            return _memo_stats()
-        per = [self.executor.submit(_memo_stats) for _ in range(self.workers * 4)]
-        hits = {f.result() for f in per}
-        return sum(h for h, _ in hits), sum(n for _, n in hits)
+        """(hits, lookups) of the per-worker (goal, tactic) memo over every ``map`` of this pool."""
+        return self.memo_hits, self.memo_lookups
 
     def close(self) -> None:
         """Shut the pool down (worker backends close their provers when the workers exit)."""

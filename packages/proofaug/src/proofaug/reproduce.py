@@ -58,7 +58,6 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
             f"{gain:+.1f} pts",
             None,
             rule="shown: our suite is developer-written Coq, not miniF2F",
-            unit="pts",
             short="gain over plain",
         ),
         Claim(

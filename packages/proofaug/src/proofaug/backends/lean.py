@@ -1,0 +1,159 @@
+"""Lean 4 through the Lean REPL's JSON protocol (``lake exe repl`` in a project with Mathlib).
+
+Commands are JSON objects separated by a blank line: ``{"cmd": text, "env": n}`` elaborates commands and returns
+``env``, ``messages`` and ``sorries`` (each with a ``proofState``); ``{"tactic": t, "proofState": n}`` runs one
+tactic and returns the new ``proofState`` and its ``goals``. The paper's Lean code drives a fork of this REPL; the
+protocol below is the upstream one. ``ProofAug.augment`` drives Coq in this version: this backend executes
+statements and tactics and re-checks whole proofs in command mode (the paper's guard against tactic-mode bugs),
+for use with :func:`proofaug.structure.parse_lean`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from proofaug.backends.base import BackendError, CheckResult, StepResult
+from proofaug.config import Problem
+
+__all__ = ["LeanReplBackend", "LEAN_LADDER"]
+
+#: The paper's Lean 4 hammers (Sec. 2.4 of the official code): aesop, "my_hint", omega.
+LEAN_LADDER: tuple[str, ...] = (
+    "aesop",
+    "(try norm_num [*]); (try field_simp [*] at *); (try ring_nf at *); nlinarith",
+    "omega",
+)
+
+
+class LeanReplBackend:
+    """A persistent Lean REPL. ``repl_cmd`` is the command line (e.g. ``["lake", "exe", "repl"]``) run in
+    ``project_dir``; ``transport`` replaces the process by any callable ``dict -> dict`` (recorded transcripts)."""
+
+    def __init__(
+        self,
+        repl_cmd: list[str] | None = None,
+        project_dir: str | Path = ".",
+        *,
+        transport: Any = None,
+        watchdog: float = 120.0,
+    ) -> None:
+        self.repl_cmd = list(repl_cmd or ["lake", "exe", "repl"])
+        self.project_dir = Path(project_dir)
+        self.watchdog = watchdog
+        self.calls = 0
+        self.log: list[tuple[str, str, float]] = []
+        self._transport = transport
+        self._proc: subprocess.Popen | None = None
+        self._envs: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ transport
+    def _ask(self, req: dict, timeout: float) -> dict:
+        if self._transport is not None:
+            return self._transport(req)
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen(
+                self.repl_cmd,
+                cwd=self.project_dir,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            self._envs.clear()
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        self._proc.stdin.write((json.dumps(req) + "\n\n").encode())
+        self._proc.stdin.flush()
+        buf, deadline, fd = b"", time.monotonic() + timeout + self.watchdog, self._proc.stdout.fileno()
+        while not buf.strip() or not buf.endswith(b"\n\n"):
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                self.close()
+                raise BackendError("Lean REPL did not answer before the watchdog; it was stopped")
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self.close()
+                raise BackendError("Lean REPL exited")
+            buf += chunk
+        return json.loads(buf)
+
+    @staticmethod
+    def _errors(resp: dict) -> list[str]:
+        errs = [m.get("data", "") for m in resp.get("messages", []) if m.get("severity") == "error"]
+        if "message" in resp:
+            errs.append(resp["message"])
+        return errs
+
+    # ------------------------------------------------------------------ protocol
+    def _env(self, header: str) -> int:
+        if header not in self._envs:
+            resp = self._ask({"cmd": header}, 600.0)
+            if self._errors(resp):
+                raise BackendError(f"header fails: {self._errors(resp)[0]}")
+            self._envs[header] = resp["env"]
+        return self._envs[header]
+
+    def start(self, problem: Problem) -> StepResult:
+        """Elaborate ``statement := by sorry`` in the header's environment; the sorry's proof state."""
+        self.calls += 1
+        stmt = problem.statement.rstrip()
+        stmt = stmt[: -len(":= by")] if stmt.endswith(":= by") else stmt.removesuffix(":=")
+        resp = self._ask({"cmd": f"{stmt.rstrip()} := by sorry", "env": self._env(problem.header)}, 60.0)
+        errs = self._errors(resp)
+        sorries = resp.get("sorries", [])
+        if errs or not sorries:
+            return StepResult(False, None, "", errs[0] if errs else "no proof state")
+        return StepResult(True, sorries[0]["proofState"], sorries[0].get("goal", ""))
+
+    def run(self, state: Any, sentence: str, timeout: float) -> StepResult:
+        """One tactic from a proof state."""
+        self.calls += 1
+        t0 = time.perf_counter()
+        resp = self._ask({"tactic": sentence, "proofState": state}, timeout)
+        self.log.append(("run", sentence, time.perf_counter() - t0))
+        errs = self._errors(resp)
+        if errs:
+            return StepResult(False, state, "", errs[0], timed_out="timeout" in errs[0].lower())
+        return StepResult(True, resp["proofState"], "\n\n".join(resp.get("goals", [])) or "no goals")
+
+    def run_hammer(self, state: Any, tactic: str, timeout: float) -> StepResult:
+        """A hammer must close the first goal: it runs as ``focus`` + tactic + ``done``."""
+        return self.run(state, f"focus\n  {tactic}\n  done", timeout)
+
+    def check(self, problem: Problem, proof: str, timeout: float = 300.0) -> CheckResult:
+        """Command-mode re-check of statement + proof in the header's environment (no ``sorry`` allowed)."""
+        self.calls += 1
+        sep = "" if proof[:1].isspace() else " "
+        text = f"{problem.statement.rstrip()}{sep}{proof}"
+        resp = self._ask({"cmd": text, "env": self._env(problem.header)}, timeout)
+        errs = self._errors(resp)
+        if errs:
+            return CheckResult(False, errs[0])
+        if resp.get("sorries") or any("sorry" in m.get("data", "") for m in resp.get("messages", [])):
+            return CheckResult(False, "the proof uses sorry")
+        return CheckResult(True)
+
+    def close(self) -> None:
+        """Stop our REPL process (only it and its process group)."""
+        if self._proc is not None and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait(timeout=5)
+        if self._proc is not None:
+            for pipe in (self._proc.stdin, self._proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+        self._proc = None
+
+    def __enter__(self) -> LeanReplBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
