@@ -70,7 +70,8 @@ def _work(factory: Callable[[], ProverBackend], config: ProofAugConfig, job: Job
         pa = ProofAug(backend, config.__class__(**{**asdict(config), "erp": True}), proposer=scripted)
     else:
         pa = ProofAug(backend, config.__class__(**{**asdict(config), "erp": False}))
-    pa.memo = _WORKER["memo"]
+    # one memo per worker and method, so that methods never profit from each other's ladder calls
+    pa.memo = _WORKER["memo"].setdefault((job.method, job.erp is not None), {})
     result = pa.run_method(job.problem, job.proposal, job.method)  # type: ignore[arg-type]
     stats = _WORKER["stats"]
     stats[0] += pa.memo_hits

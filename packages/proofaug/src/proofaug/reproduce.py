@@ -119,7 +119,12 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
             Claim(
                 "per-kind successes (which method recovers which kind of flaw)",
                 None,
-                "; ".join(f"{k} {v['plain']}/{v['first_error']}/{v['proofaug']}" for k, v in table.items())
+                "; ".join(
+                    f"{k} "
+                    + "/".join(v[m].split("/")[0] for m in ("plain", "first_error", "proofaug"))
+                    + f" of {v['plain'].split('/')[1]}"
+                    for k, v in table.items()
+                )
                 + " (plain/first_error/proofaug)",
                 None,
                 rule="shown",
