@@ -9,10 +9,10 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
@@ -140,15 +140,13 @@ def run_inprocess(
     graphs = [prepare_client(c) for c in clients]
     grid = LocalGrid(make_client_app(graphs, config, fixed_mask=fixed_mask), len(graphs), seed=seed)
     f, k = graph_dims(graphs)
-    server = run_server(
-        grid, config, f, k, len(graphs), num_rounds, fixed_mask=fixed_mask, stop_band=stop_band, strategy=strategy
-    )
+    flwr_log = logging.getLogger("flwr")
+    level = flwr_log.level
+    flwr_log.setLevel(max(level, logging.WARNING))  # Flower logs every round at INFO
+    try:
+        server = run_server(
+            grid, config, f, k, len(graphs), num_rounds, fixed_mask=fixed_mask, stop_band=stop_band, strategy=strategy
+        )
+    finally:
+        flwr_log.setLevel(level)
     return FederatedRun(server, len(server.history))
-
-
-def to_device_free(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    return {k: v.detach().to("cpu") for k, v in state.items()}
-
-
-__all__ += ["to_device_free"]
-_ = torch
