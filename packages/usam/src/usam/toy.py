@@ -37,7 +37,7 @@ __all__ = ["LEVELS", "PRIORS", "ToyOutput", "ToyScenes", "ToySegmenter", "make_s
 LEVELS = ("part", "object", "whole")
 PRIORS = {"source": (1 / 3, 1 / 3, 1 / 3), "target": (0.1, 0.6, 0.3)}
 """Task priors p(level) of the two domains, in the order of :data:`LEVELS`."""
-TOKEN_DIM = 16
+TOKEN_DIM = 24
 
 
 @dataclass
@@ -202,7 +202,7 @@ def _map_entropy(logits: np.ndarray) -> np.ndarray:
 
 @dataclass
 class ToyOutput:
-    """SamModel's output fields plus stand-in decoder tokens (B, P, 3, 2·16)."""
+    """SamModel's output fields plus stand-in decoder tokens (B, P, 3, 2·24)."""
 
     pred_masks: torch.Tensor
     iou_scores: torch.Tensor
@@ -277,6 +277,9 @@ class ToySegmenter:
             others = [o for j, o in enumerate(comps) if j != k]
             ov = [(comp & o).sum() / max((comp | o).sum(), 1) for o in others]
             mask_toks[k, :3] = np.eye(3)[k]
+            iou_tok[12 + k] = np.log1p(area) / 8  # the IoU token attends to every mask token in SAM's decoder
+            iou_tok[15 + k] = contrast * 5
+            iou_tok[18 + k] = ent[k]
             mask_toks[k, 3:14] = [
                 area / (h * w) * 10,
                 np.log1p(area) / 8,
