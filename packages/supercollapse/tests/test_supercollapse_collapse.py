@@ -150,6 +150,8 @@ def test_bad_inputs_name_the_problem():
     one = Runs.from_frame(_curves(n_sizes=1, n_seeds=2))
     with pytest.raises(ValueError, match=">= 2 sizes"):
         collapse_report(normalize(one, 0.3))
-    two = Runs.from_frame(pd.concat([_curves(2, 2), _curves(2, 2).assign(schedule="const", run_id=lambda d: "c" + d["run_id"])]))
+    two = Runs.from_frame(
+        pd.concat([_curves(2, 2), _curves(2, 2).assign(schedule="const", run_id=lambda d: "c" + d["run_id"])])
+    )
     with pytest.raises(ValueError, match="one schedule"):
         normalize(two, 0.3)

@@ -153,9 +153,10 @@ def _expected_sgd(schedule: Schedule, label: str) -> pd.DataFrame:
         loss[k] = 0.5 * s @ H + 0.5 * SIGMA2
         tr[k] = ETA * (np.sum(H**2 * s) + (s @ H) * H.sum() + SIGMA2 * H.sum())
     steps = np.arange(20, T + 1, 20)
+    tau = ETA * np.cumsum(schedule(np.arange(T)))[steps - 1]
     return pd.DataFrame(
         {"run_id": label, "size": 1.0, "seed": 0, "schedule": label, "step": steps, "compute": steps * 1.0,
-         "loss": loss[steps - 1], "lr": ETA * schedule(steps), "tau": ETA * np.cumsum(schedule(np.arange(T)))[steps - 1],
+         "loss": loss[steps - 1], "lr": ETA * schedule(steps), "tau": tau,
          "noise_trace": tr[steps - 1]}
     )  # fmt: skip
 

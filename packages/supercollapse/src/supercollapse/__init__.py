@@ -1,4 +1,5 @@
-"""Scaling Collapse (ICML 2025): compute-optimal loss-curve collapse, noise-floor analysis and schedule-aware loss prediction.
+"""Scaling Collapse (ICML 2025): compute-optimal loss-curve collapse, noise-floor analysis and schedule-aware
+loss prediction.
 
 Qiu, Xiao, Wilson, Pennington, Agarwala, "Scaling Collapse Reveals Universal Dynamics in Compute-Optimally
 Trained Neural Networks" (ICML 2025, arXiv 2507.02119). Bring your own loss curves as a tidy frame::

@@ -31,7 +31,15 @@ from supercollapse.frontier import Horizon
 from supercollapse.laws import ScalingLaw
 from supercollapse.runs import Runs
 
-__all__ = ["Normalized", "CollapseReport", "normalize", "collapse_report", "l0_sweep", "DEFAULT_X_GRID"]
+__all__ = [
+    "Normalized",
+    "CollapseReport",
+    "normalize",
+    "collapse_report",
+    "collapse_deviation",
+    "l0_sweep",
+    "DEFAULT_X_GRID",
+]
 
 DEFAULT_X_GRID = np.linspace(0.05, 1.0, 96)
 _END_RTOL = 1e-9
@@ -256,6 +264,19 @@ def collapse_report(
         lo, hi = np.nanquantile(np.where(have, ell, 0.0), [0.05, 0.95], axis=1)
         lo, hi = np.where(n > 0, lo, np.nan), np.where(n > 0, hi, np.nan)
     return CollapseReport(norm.x.copy(), delta, sigma, ratio, excess, all_sizes, n_seed, m, lo, hi, pool)
+
+
+def collapse_deviation(norm: Normalized, sizes: Sequence[float] | None = None) -> np.ndarray:
+    """Δ(x) = Std_p [mean_ω ℓ] alone (ddof = 1): needs ≥ 2 sizes but any number of seeds (one seed: no σ)."""
+    if not isinstance(norm, Normalized):
+        raise TypeError(f"norm must be a Normalized (from normalize), got {type(norm).__name__}")
+    ell = norm.ell
+    if sizes is not None:
+        ell = ell[[int(np.flatnonzero(norm.sizes == float(s))[0]) for s in sizes]]
+    if ell.shape[0] < 2:
+        raise ValueError(f"Δ needs >= 2 sizes, got {ell.shape[0]}")
+    _, m, _ = _nan_stats(ell, axis=1)
+    return np.sqrt(_nan_stats(m, axis=0)[2])
 
 
 def l0_sweep(runs: Runs, L0s: Sequence[float], **kwargs: Any) -> pd.DataFrame:

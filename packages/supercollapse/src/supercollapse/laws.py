@@ -142,7 +142,7 @@ def fit_scaling_law(
     lmin = float(L.min())
     if L0 is not None:
         L0 = check_float("L0", L0, min=0.0)
-        if L0 >= lmin:
+        if lmin <= L0:
             raise ValueError(f"L0 must be below every final loss (min {lmin}), got {L0}")
     c_ref = float(C.min())
     lc, logL = np.log(C / c_ref), np.log(L)

@@ -53,6 +53,7 @@ class RunSpec:
     seed: int
     schedule: Schedule
     depth: int = 2
+    mlp_ratio: int = 4
     batch: int = 128
     base_lr: float = 1e-3
     base_width: int = 128
@@ -71,6 +72,7 @@ class RunSpec:
         if not isinstance(self.schedule, Schedule):
             raise TypeError(f"schedule must be a Schedule, got {type(self.schedule).__name__}")
         check_int("depth", self.depth, min=1)
+        check_int("mlp_ratio", self.mlp_ratio, min=1)
         check_int("batch", self.batch, min=2)
         check_float("base_lr", self.base_lr, min=0, min_open=True)
         check_int("n_evals", self.n_evals, min=1, max=self.schedule.total_steps)
@@ -102,9 +104,12 @@ def train_run(
 def _train(spec: RunSpec, task: FourierRegression, test_size: int, progress: bool | None) -> pd.DataFrame:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        model = ResidualMLP(spec.width, spec.depth, in_dim=task.dim)
-    groups = adam_param_groups(model, spec.base_lr, spec.base_width, freeze_at=spec.freeze_at)
-    opt = torch.optim.Adam(groups, betas=spec.betas, eps=spec.eps)
+        model = ResidualMLP(spec.width, spec.depth, in_dim=task.dim, mlp_ratio=spec.mlp_ratio)
+    by_lr: dict[float, list[torch.nn.Parameter]] = {}
+    for g in adam_param_groups(model, spec.base_lr, spec.base_width, freeze_at=spec.freeze_at):
+        by_lr.setdefault(g["lr"], []).extend(g["params"])  # one group per distinct μP rate: fewer kernel launches
+    groups = [{"params": ps, "lr": lr} for lr, ps in by_lr.items()]
+    opt = torch.optim.Adam(groups, betas=spec.betas, eps=spec.eps, foreach=True)
     sched = spec.schedule.as_lambda_lr(opt)
     T = spec.schedule.total_steps
     data_gen = torch.Generator().manual_seed(spec.seed)

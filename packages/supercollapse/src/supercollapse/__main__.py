@@ -1,0 +1,7 @@
+"""``python -m supercollapse report|predict-schedule ...``."""
+
+import sys
+
+from supercollapse.cli import main
+
+sys.exit(main())
