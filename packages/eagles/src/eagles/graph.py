@@ -273,6 +273,8 @@ class MixtureGraphSparsifier(nn.Module):
         if x.size(1) != self.in_channels:
             raise ValueError(f"x must have {self.in_channels} columns (in_channels), got {x.size(1)}")
         tau = check_float("tau", tau, min=0.0, min_open=True)
+        if x.dtype != self.router.w_gate.dtype:
+            raise ValueError(f"x must have the model's dtype {self.router.w_gate.dtype}, got {x.dtype}")
         gates, aux = self.router(x)
         m = edge_index.size(1)
         if m == 0:

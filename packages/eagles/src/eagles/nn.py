@@ -278,6 +278,9 @@ class EaglesGCN(nn.Module):
         self, x: Tensor, edge_index: Tensor, edge_mask: Tensor | None = None, execute_sparsity: bool | None = None
     ) -> Tensor:
         check_graph(x, edge_index)
+        dtype = self.convs[0].lin_l.weight.dtype
+        if x.dtype != dtype:
+            raise ValueError(f"x must have the model's dtype {dtype}, got {x.dtype} (cast x or the model)")
         if edge_mask is not None:
             check_tensor("edge_mask", edge_mask, ndim=1, shape=(edge_index.size(1),))
         execute = (not self.training) if execute_sparsity is None else execute_sparsity
