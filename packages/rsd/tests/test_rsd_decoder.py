@@ -106,9 +106,14 @@ def test_patience_reproduces_the_batch_cut_off():
     a, b = RewardGuidedDecoder(draft, draft, prm, _cfg(patience=5, max_steps=50, max_total_tokens=400)).generate(
         ["Q:1\n", "Q:2\n"]
     )
-    # round 1 finishes "Q:1"; rounds 2-5 finish nothing; after patience - 1 = 4 such rounds the rest is cut
+    # as the official script: round 0 finishes "Q:1"; rounds 1-4 finish nothing; round 5 starts after
+    # patience - 1 = 4 such rounds, so it is the last: "Q:2" ends with 6 steps
     assert a.finish_reason == "eos" and len(a.steps) == 1
-    assert b.finish_reason == "patience" and len(b.steps) == 5
+    assert b.finish_reason == "patience" and len(b.steps) == 6
+    (d,) = RewardGuidedDecoder(draft, draft, prm, _cfg(patience=5, max_steps=50, max_total_tokens=400)).generate(
+        ["Q:2\n"]
+    )
+    assert len(d.steps) == 5  # nothing ever finishes: rounds 0-3 count, round 4 is the last
     (c,) = RewardGuidedDecoder(draft, draft, prm, _cfg(max_steps=50, max_total_tokens=400)).generate(["Q:2\n"])
     assert c.finish_reason == "max_steps" and len(c.steps) == 50
 

@@ -35,9 +35,9 @@ class RSDConfig:
     top_p: float = 1.0
     """Nucleus sampling mass, in (0, 1]; used only when ``temperature > 0``."""
     patience: int | None = None
-    """``None``: per-problem limits only. An int reproduces the official script's batch-level cut-off: once the
-    number of consecutive rounds in which no problem finished reaches ``patience - 1``, every unfinished problem
-    is stopped (the script uses 5)."""
+    """``None``: per-problem limits only. An int reproduces the official script's batch-level cut-off: a round that
+    starts after ``patience - 1`` consecutive rounds in which no problem finished is the last one for every problem
+    still running (the script uses 5)."""
     score_target_steps: bool = False
     """Also score the target's steps with the PRM (for analysis; the algorithm does not need it)."""
     seed: int = 0

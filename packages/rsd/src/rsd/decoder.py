@@ -311,14 +311,16 @@ class StepDecoder:
             active = [st for st in states if not st.done]
             if not active:
                 return
+            # the official script's batch-level cut-off: in a round that starts after patience - 1 rounds in a row
+            # without a newly finished problem, every problem still running ends after this round's step
+            cut = patience is not None and stall >= patience - 1
             self._round(active, gen)
             newly = sum(st.done for st in active)
-            stall = 0 if newly else stall + 1
-            # the official script's batch-level cut-off: patience - 1 rounds in a row without a finished problem
-            if patience is not None and stall >= patience - 1:
-                for st in states:
+            if cut:
+                for st in active:
                     if not st.done:
                         st.finish("patience")
+            stall = 0 if newly else stall + 1
 
     def generate(self, prompts: Sequence[str], *, batched: bool = True) -> list[RSDOutput]:
         """Decode every prompt; ``batched=True`` advances all unfinished problems together (one model call per
