@@ -66,6 +66,14 @@ def h_y(logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     return mixture_entropy(p, w, dim=-3)
 
 
+def _inside(name: str, points: torch.Tensor, pixel_values: torch.Tensor) -> None:
+    """Points (n, 2) as (x, y) must lie inside the image (in the model's input frame)."""
+    h, w = pixel_values.shape[-2:]
+    bad = (points[:, 0] < 0) | (points[:, 0] >= w) | (points[:, 1] < 0) | (points[:, 1] >= h)
+    if bad.any():
+        raise ValueError(f"{name} must lie inside the {h}x{w} image, got {points[bad][:3].tolist()}")
+
+
 def _call(model: Any, points: torch.Tensor, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
     labels = torch.ones(points.shape[:-1], dtype=torch.long, device=points.device)
     out = model(input_points=points, input_labels=labels, multimask_output=True, **kw)
@@ -81,6 +89,7 @@ def prompt_maps(model: Any, pixel_values: torch.Tensor, points: torch.Tensor) ->
     """
     check_tensor("pixel_values", pixel_values, ndim=4, shape=(1, None, None, None))
     check_tensor("points", points, ndim=2, shape=(None, 2), finite=True)
+    _inside("points", points, pixel_values)
     pts = points[None, :, None, :].to(pixel_values.device, torch.float32)
     sam = getattr(model, "model", model)
     if hasattr(sam, "get_image_embeddings") and hasattr(sam, "mask_decoder"):
@@ -96,6 +105,7 @@ def augmentation_maps(model: Any, augmented: torch.Tensor, point: torch.Tensor) 
     """|T| augmented copies of one image (T, 3, S, S) (already preprocessed), one point (2,) → (T, 3, h, w), (T, 3)."""
     check_tensor("augmented", augmented, ndim=4)
     check_tensor("point", point, shape=(2,), finite=True)
+    _inside("point", point[None], augmented)
     pts = point.to(augmented.device, torch.float32).expand(augmented.shape[0], 1, 1, 2)
     masks, scores = _call(model, pts, pixel_values=augmented)
     return masks[:, 0], scores[:, 0]

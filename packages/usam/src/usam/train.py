@@ -98,7 +98,7 @@ def _train(x: torch.Tensor, y: torch.Tensor, config: USAMConfig, seed: int) -> t
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            total += float(loss) * len(idx)
+            total += float(loss.detach()) * len(idx)
         losses.append(total / len(x))
     return head.eval(), losses
 
