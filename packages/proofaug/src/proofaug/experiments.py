@@ -112,7 +112,7 @@ def run_suite(
         for m in setup.methods:
             erp = item.erp if m == "proofaug+erp" else None
             method = "proofaug" if m == "proofaug+erp" else m
-            jobs.append(Job(item.problem, item.proposal, method, erp, f"{item.id}:{m}"))
+            jobs.append(Job(item.problem, item.proposal, method, erp, f"{item.id}:{m}", memo=m))
     with ProverPool(backend_factory, setup.workers, config=config) as pool:
         flat = pool.map(jobs, group=lambda j: j.key.rsplit(":", 1)[0])
         memo = pool.memo_stats()

@@ -25,13 +25,15 @@ __all__ = ["Job", "ProverPool", "ProveResult", "prove", "pass_at_k"]
 
 @dataclass(frozen=True)
 class Job:
-    """One proposal to check: ``method`` is ``proofaug`` or a baseline; ``erp`` a scripted ERP completion."""
+    """One proposal to check: ``method`` is ``proofaug`` or a baseline; ``erp`` a scripted ERP completion;
+    ``memo`` names the worker's (goal, tactic) memo the job uses (default: one per method)."""
 
     problem: Problem
     proposal: str
     method: str = "proofaug"
     erp: str | None = None
     key: str = ""
+    memo: str = ""
 
 
 _WORKER: dict[str, Any] = {}
@@ -71,7 +73,7 @@ def _work(factory: Callable[[], ProverBackend], config: ProofAugConfig, job: Job
     else:
         pa = ProofAug(backend, config.__class__(**{**asdict(config), "erp": False}))
     # one memo per worker and method, so that methods never profit from each other's ladder calls
-    pa.memo = _WORKER["memo"].setdefault((job.method, job.erp is not None), {})
+    pa.memo = _WORKER["memo"].setdefault(job.memo or job.method, {})
     result = pa.run_method(job.problem, job.proposal, job.method)  # type: ignore[arg-type]
     stats = _WORKER["stats"]
     stats[0] += pa.memo_hits
