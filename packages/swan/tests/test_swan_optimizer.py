@@ -116,9 +116,25 @@ def test_foreach_path_equals_loop():
         _set_grad(p, 100 + i)
         q.grad = p.grad.clone()
     SWAN(a, lr=0.01, foreach=False).step()
-    SWAN(b, lr=0.01, foreach=True).step()
+    SWAN(b, lr=0.01, foreach=True, max_bucket_bytes=1 << 30).step()
     for p, q in zip(a, b):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_default_buckets_batch_small_matrices_within_the_largest_ones_memory():
+    """``max_bucket_bytes=None``: a bucket may cost what the largest matrix alone costs (its copy + four whitening
+    buffers): the three 16×16 matrices share one stack, the 64×256 one goes alone; a smaller explicit cap splits."""
+    mats = [torch.zeros(64, 256), torch.zeros(16, 16), torch.zeros(16, 16), torch.zeros(16, 16)]
+    opt = SWAN([nn.Parameter(m.clone()) for m in mats])
+    assert opt._chunks(opt.param_groups[0], mats) == [[0], [1, 2, 3]]
+    capped = SWAN([nn.Parameter(m.clone()) for m in mats], max_bucket_bytes=2 * (256 + 4 * 256) * 4)
+    assert capped._chunks(capped.param_groups[0], mats) == [[0], [1, 2], [3]]
+    assert SWAN([nn.Parameter(mats[0])], foreach=False)._chunks(opt.param_groups[0] | {"foreach": False}, mats) == [
+        [0],
+        [1],
+        [2],
+        [3],
+    ]
 
 
 def test_per_group_overrides():

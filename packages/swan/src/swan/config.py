@@ -110,13 +110,11 @@ class SWANConfig:
     nonfinite: NonfinitePolicy = "raise"
     """On a NaN/Inf gradient: ``"raise"`` a ``FloatingPointError``, or ``"skip"`` that matrix with a warning."""
     foreach: bool | None = None
-    """``True`` stacks same-shaped matrices (tall ones transposed) and whitens them with one batched matmul chain,
-    in buckets of at most ``max_bucket_bytes``; ``False`` whitens one matrix at a time; ``None``: on for CUDA
-    tensors, off on CPU (measured no faster there: benchmarks/). A step's transient memory is one bucket (one
-    matrix) plus the whitening buffers."""
-    max_bucket_bytes: int | None = 1 << 26
-    """Cap of one ``foreach`` bucket's transient memory in bytes (64 MiB): its matrices in the compute dtype plus
-    their whitening buffers (four ``min(m, n)²`` matrices each); ``None``: no cap."""
+    """``True``/``None``: stack same-shaped matrices (tall ones transposed) and whiten them with one batched matmul
+    chain, in buckets within ``max_bucket_bytes``; ``False``: one matrix at a time."""
+    max_bucket_bytes: int | None = None
+    """Cap of one bucket's transient memory in bytes (matrices in the compute dtype plus four ``min(m, n)²``
+    whitening buffers each); ``None``: the largest single matrix's, so batching never raises a step's peak."""
     distributed_whitening: bool = False
     """With ``torch.distributed`` initialised, each rank whitens a round-robin share of the matrices and
     broadcasts the result (same weights, less compute per rank)."""

@@ -59,14 +59,14 @@ class SWAN(torch.optim.Optimizer):
         whiten_dtype: lowest dtype the whitening runs in (bf16 parameters are whitened in fp32).
         nonfinite: ``"raise"`` (``FloatingPointError``) or ``"skip"`` (warn, leave that matrix unchanged) for a
             NaN/Inf gradient of a SWAN matrix. AdamW groups behave like ``torch.optim.AdamW``.
-        foreach: whiten same-shaped matrices (tall ones transposed) as one stacked ``bmm`` chain, in buckets of
-            at most ``max_bucket_bytes``; ``False`` one matrix at a time. ``None``: on for CUDA tensors, off on CPU
-            (measured no faster there, benchmarks/). Either way each matrix's direction is built in one buffer in
-            place and applied before the next bucket is touched: one step's transient memory is one bucket (one
-            matrix) plus the whitening buffers, the gradients are left unchanged.
-        max_bucket_bytes: cap of one ``foreach`` bucket's transient memory: its matrices in the compute dtype
-            plus their whitening buffers (four ``min(m, n)²`` matrices each); a larger single matrix is its own
-            bucket; ``None`` = no cap.
+        foreach: whiten same-shaped matrices (tall ones transposed) as one stacked ``bmm`` chain, in buckets whose
+            transient memory stays within ``max_bucket_bytes``; ``False``: one matrix at a time. ``None`` = on.
+            Either way each direction is built in one buffer in place and applied before the next bucket is
+            touched, and the gradients are left unchanged.
+        max_bucket_bytes: cap of one bucket's transient memory: its matrices in the compute dtype plus their
+            whitening buffers (four ``min(m, n)²`` matrices each). ``None``: the largest single matrix's, so a
+            step's transient is one matrix plus its whitening buffers whether or not it batches (small matrices
+            are batched, large ones go one by one).
         distributed_whitening: split the whitening round-robin over ``torch.distributed`` ranks and broadcast.
         norm_center: centre in GradNorm (paper) or not (RMS-only deviation).
         adamw_lr: ``lr`` of AdamW groups that set none (``None``: ``lr``).
@@ -93,7 +93,7 @@ class SWAN(torch.optim.Optimizer):
         foreach: bool | None = None,
         distributed_whitening: bool = False,
         *,
-        max_bucket_bytes: int | None = 1 << 26,
+        max_bucket_bytes: int | None = None,
         norm_center: bool = True,
         adamw_lr: float | None = None,
         adamw_betas: tuple[float, float] = (0.9, 0.999),
@@ -238,23 +238,25 @@ class SWAN(torch.optim.Optimizer):
         p.add_(d.reshape(p.shape).to(p.dtype), alpha=-lr)
 
     def _chunks(self, group: dict[str, Any], mats: list[Tensor]) -> list[list[int]]:
-        """Which matrices are whitened together: one at a time (``foreach=False``, the CPU default), or buckets of
-        the same shape up to a transpose, each capped at ``max_bucket_bytes`` of transient memory."""
-        foreach = group["foreach"]
-        if foreach is None:  # batching pays on GPUs; on CPU the loop is as fast (benchmarks/) and bounds memory
-            foreach = any(m.is_cuda for m in mats)
-        if not foreach:
+        """Which matrices are whitened together: one at a time (``foreach=False``), or buckets of the same shape up
+        to a transpose whose transient memory (copies + whitening buffers) stays within ``max_bucket_bytes`` --
+        by default the largest single matrix's, so batching never raises the step's peak."""
+        if group["foreach"] is False:
             return [[i] for i in range(len(mats))]
+
+        def cost(m: Tensor) -> int:  # the matrix's copy and its four whitening buffers, in the compute dtype
+            item = torch.empty((), dtype=compute_dtype(m.dtype, group["whiten_dtype"])).element_size()
+            return (m.numel() + 4 * min(m.shape) ** 2) * item
+
         buckets: dict[tuple[Any, ...], list[int]] = {}
         for i, m in enumerate(mats):
             buckets.setdefault((tuple(sorted(m.shape)), m.dtype, m.device), []).append(i)
         cap = group["max_bucket_bytes"]
+        if cap is None:
+            cap = max((cost(m) for m in mats), default=0)
         chunks: list[list[int]] = []
         for idx in buckets.values():
-            m = mats[idx[0]]
-            item = torch.empty((), dtype=compute_dtype(m.dtype, group["whiten_dtype"])).element_size()
-            per = (m.numel() + 4 * min(m.shape) ** 2) * item  # the matrix's copy and its whitening buffers
-            size = len(idx) if cap is None else max(1, cap // max(per, 1))
+            size = max(1, cap // max(cost(mats[idx[0]]), 1))
             chunks += [idx[k : k + size] for k in range(0, len(idx), size)]
         return chunks
 
