@@ -53,3 +53,17 @@ def test_missing_coq_names_the_debian_packages():
 
     with pytest.raises(FileNotFoundError, match="apt-get install coq"):
         CoqBackend(coqtop="no-such-coqtop-binary")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not coq_available(), reason="coqtop not installed (apt-get install coq)")
+def test_reproduce_quick(tmp_path):
+    from proofaug.reproduce import reproduce
+
+    res = reproduce(False, tmp_path)
+    main = res.claims[0]
+    rates = main.details["rates"]
+    assert set(rates) == {"plain", "theorem_ladder", "dsp_holes", "first_error", "proofaug"}
+    assert main.holds == (rates["proofaug"] > max(v for k, v in rates.items() if k != "proofaug"))
+    assert main.details["false_positives"] == 0 and all(len(c.short) <= 32 for c in res.claims)
+    assert (tmp_path / "pass_rates.png").is_file()
