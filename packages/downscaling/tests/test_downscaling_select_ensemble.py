@@ -157,3 +157,28 @@ def test_report_uneven_degradation():
     q = {id(base): {"a": 1.0, "b": 1.0, "c": 1.0}, id(cand): {"a": 1.1, "b": 1.1, "c": 1.4}}
     df = report(base, {"c": cand}, lambda m: q[id(m)], n_runs=1).frame
     assert df.loc[1, "uneven_degradation"] == pytest.approx(0.4 / 0.2)
+
+
+def test_cli_profile_and_plan(tmp_path, capsys):
+    import json
+
+    from downscaling.cli import main
+
+    tiny_llama(kv=2).save_pretrained(tmp_path / "m")
+    assert main(["profile", str(tmp_path / "m"), "--batch", "2", "--seq-len", "8", "--energy", "estimate"]) == 0
+    prof = json.loads(capsys.readouterr().out)
+    assert prof["measured"] is False and prof["flops_per_token_fwd"] > 0
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        f"model: {tmp_path / 'm'}\ncalib: {{windows: 4, seq_len: 8}}\nsteps:\n"
+        "  - prune: {method: heads, sparsity: 0.5}\n  - prune: {method: wanda, sparsity: 0.5}\n"
+        f"out: {tmp_path / 'out'}\n"
+    )
+    assert main(["run", str(plan)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["steps"][0]["record"]["heads_after"] == 2
+    assert res["steps"][1]["record"]["achieved_sparsity"] == 0.5
+    assert res["steps"][1]["profile"]["params"] < res["before"]["params"]
+    from transformers import LlamaForCausalLM
+
+    assert LlamaForCausalLM.from_pretrained(tmp_path / "out").config.num_attention_heads == 2

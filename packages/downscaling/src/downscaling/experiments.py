@@ -15,6 +15,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -31,8 +32,18 @@ __all__ = [
     "Setup",
     "Task",
     "TrainedLM",
+    "Domains",
     "bpc",
+    "build_domains",
     "build_task",
+    "compute_sweep",
+    "domain_texts",
+    "kd_vs_scratch",
+    "new_model",
+    "pareto_plot",
+    "perceptron_crossover",
+    "pipeline",
+    "selection_lm",
     "equal_compute",
     "llama_config",
     "prune_compare",
@@ -79,13 +90,19 @@ class Setup:
     """--full: training FLOPs budgets of the sweep (FlopCounterMode's count)."""
     sweep_batch: int = 16
     """--full: windows per step in the sweep."""
+    pipeline_steps: int = 400
+    """--full: monolith steps of the pipeline (the specialists get the same FLOPs in total)."""
+    selection_steps: int = 300
+    """--full: steps of each small model trained on a selected half of the window pool."""
+    perceptron_seeds: int = 3
+    """--full: seeds of the teacher-student perceptron check."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 QUICK = Setup()
-FULL = replace(QUICK, large_steps=400, val_batches=16)
+FULL = replace(QUICK, large_steps=300, val_batches=16)
 
 
 def llama_config(size: ModelSize, seq_len: int, vocab: int = 65) -> Any:
@@ -331,3 +348,277 @@ def kd_vs_scratch(task: Task, teacher: nn.Module) -> dict[str, Any]:
     return {"steps": steps, "kd_steps_equal_flops": kd_steps_eq_flops, "bpc_kd_equal_steps": bpc(kd.model, task.val),
             "bpc_kd_equal_flops": bpc(kd_eq.model, task.val), "bpc_scratch": scratch.val_bpc,
             "teacher_bpc": bpc(teacher, task.val)}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ --full: more claims
+
+STDLIB_MODULES = (
+    "collections", "functools", "itertools", "json", "re", "string", "textwrap", "pathlib", "argparse", "logging",
+    "typing", "dataclasses", "statistics", "fractions", "decimal", "heapq", "bisect", "csv", "datetime", "calendar",
+    "shutil", "tempfile", "glob", "fnmatch", "random", "operator", "copy", "pprint", "enum", "contextlib", "io",
+    "subprocess", "threading", "queue", "html", "zipfile", "tarfile", "gzip", "hashlib", "uuid", "base64", "struct",
+    "difflib", "unittest",
+)  # fmt: skip
+
+
+def stdlib_docstrings() -> str:
+    """``inspect.getdoc`` of the public functions and classes of :data:`STDLIB_MODULES` (offline, licence-free)."""
+    import importlib
+    import inspect
+
+    parts = []
+    for name in STDLIB_MODULES:
+        mod = importlib.import_module(name)
+        for attr, obj in sorted(vars(mod).items()):
+            if attr.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                continue
+            if getattr(obj, "__module__", "") == mod.__name__ and (doc := inspect.getdoc(obj)):
+                parts.append(doc)
+    return "\n\n".join(parts)
+
+
+def domain_texts(shakespeare: str) -> dict[str, str]:
+    """The pipeline's three domains: drama (Tiny Shakespeare), stdlib docstrings, the language reference
+    (``pydoc_data.topics``); characters outside printable ASCII and newline become ``?``."""
+    import string
+    from pydoc_data.topics import topics
+
+    ok = set(string.printable) - set("\t\r\x0b\x0c")
+
+    def clean(s: str) -> str:
+        return "".join(c if c in ok else "?" for c in s)
+
+    return {
+        "drama": clean(shakespeare),
+        "docstrings": clean(stdlib_docstrings()),
+        "reference": clean("\n\n".join(topics[k] for k in sorted(topics))),
+    }
+
+
+@dataclass
+class Domains:
+    """Token streams of each domain on one joint character vocabulary (90/10 split each)."""
+
+    chars: list[str]
+    train: dict[str, torch.Tensor]
+    val: dict[str, list[tuple[torch.Tensor, torch.Tensor]]]
+
+
+def build_domains(task: Task, val_batches: int = 4) -> Domains:
+    texts = domain_texts(task.corpus.text)
+    chars = sorted(set("".join(texts.values())))
+    stoi = {c: i for i, c in enumerate(chars)}
+    train, val = {}, {}
+    for name, t in texts.items():
+        ids = torch.tensor([stoi[c] for c in t], dtype=torch.long)
+        n = int(0.9 * len(ids))
+        train[name] = ids[:n]
+        v = ids[n:]
+        starts = np.linspace(0, len(v) - task.setup.seq_len - 2, val_batches * 16).astype(np.int64)
+        w = torch.stack([v[s : s + task.setup.seq_len + 1] for s in starts.tolist()])
+        val[name] = [(w[i * 16 : (i + 1) * 16, :-1], w[i * 16 : (i + 1) * 16, 1:]) for i in range(val_batches)]
+    return Domains(chars, train, val)
+
+
+def _train_on(model: nn.Module, streams: list[torch.Tensor], steps: int, st: Setup, seed: int) -> nn.Module:
+    """AdamW on windows drawn evenly from ``streams`` (a mix when several)."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=st.lr, weight_decay=0.1, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(max(1, steps), warmup=0.1, final=0.1))
+    model.train()
+    for _ in range(steps):
+        which = torch.randint(len(streams), (st.large_batch,), generator=gen).tolist()
+        rows = []
+        for k in which:
+            s = streams[k]
+            i = int(torch.randint(len(s) - st.seq_len - 1, (1,), generator=gen))
+            rows.append(s[i : i + st.seq_len + 1])
+        w = torch.stack(rows)
+        logits = model(input_ids=w[:, :-1]).logits
+        loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), w[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+    return model.eval()
+
+
+def pipeline(task: Task, dom: Domains, steps: int) -> dict[str, Any]:
+    """The paper's pipeline at equal total training FLOPs C: a monolith trained on the mix for C vs three specialists,
+    each pruned 50 % (MLP channels) from a monolith checkpoint trained for C/2, then continued on its own domain
+    for C/6, routed by label. Per-domain bpc and forward FLOPs/token; 50 % Wanda on the monolith gives the per-domain
+    degradation (uneven degradation: worst / mean increase)."""
+    from downscaling.config import EnsembleConfig, PruneConfig
+    from downscaling.ensemble import specialize_and_ensemble
+    from downscaling.prune import prune
+
+    st = task.setup
+    streams = list(dom.train.values())
+    base = new_model(st.large, st.seq_len, st.seed, vocab=len(dom.chars))
+    probe = torch.zeros(st.large_batch, st.seq_len, dtype=torch.long)
+    per_step = count_train_flops(base, probe)
+    mono = _train_on(copy.deepcopy(base), streams, steps, st, st.seed)
+    half = _train_on(copy.deepcopy(base), streams, steps // 2, st, st.seed)
+    pruned_probe = prune(half, PruneConfig("channels", 0.5)).model
+    spec_steps = max(1, round(per_step * steps / 6 / count_train_flops(pruned_probe, probe)))
+    cfg = EnsembleConfig(PruneConfig("channels", 0.5), spec_steps, "label", st.lr, st.large_batch, st.seq_len, st.seed)
+    ens = specialize_and_ensemble(half, dom.train, cfg)
+    x = dom.val["drama"][0][0]
+    spec_flops = count_train_flops(pruned_probe, probe)
+    out: dict[str, Any] = {"monolith_steps": steps, "specialist_steps": spec_steps,
+                           "train_flops_monolith": per_step * steps,
+                           "train_flops_ensemble": per_step * (steps // 2) + 3 * spec_steps * spec_flops,
+                           "fwd_flops_monolith": count_flops(mono, x) / x.numel(),
+                           "fwd_flops_ensemble": ens.forward_flops(x, "drama") / x.numel()}  # fmt: skip
+    gen = torch.Generator().manual_seed(st.seed + 3)
+    starts = [(s, torch.randint(len(s) - st.seq_len, (8,), generator=gen).tolist()) for s in streams]
+    calib = torch.stack([s[i : i + st.seq_len] for s, idx in starts for i in idx])
+    wanda = prune(mono, PruneConfig("wanda", 0.5, calib=calib)).model
+    for d, batches in dom.val.items():
+        out[f"bpc_monolith[{d}]"] = bpc(mono, batches)
+        out[f"bpc_ensemble[{d}]"] = _ens_bpc(ens, d, batches)
+        out[f"bpc_monolith_wanda50[{d}]"] = bpc(wanda, batches)
+    doms = list(dom.val)
+    out["bpc_monolith_mean"] = sum(out[f"bpc_monolith[{d}]"] for d in doms) / 3
+    out["bpc_ensemble_mean"] = sum(out[f"bpc_ensemble[{d}]"] for d in doms) / 3
+    deltas = [out[f"bpc_monolith_wanda50[{d}]"] - out[f"bpc_monolith[{d}]"] for d in doms]
+    out["wanda_delta"] = dict(zip(doms, deltas))
+    out["uneven_worst_over_mean"] = max(deltas) / (sum(deltas) / 3) if sum(deltas) > 0 else math.nan
+    return out
+
+
+@torch.no_grad()
+def _ens_bpc(ens: Any, domain: str, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+    tot, n = 0.0, 0
+    for x, y in batches:
+        logits = ens(x, domain)
+        tot += float(nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"))
+        n += y.numel()
+    return tot / n / LN2
+
+
+def selection_lm(task: Task, proxy: nn.Module, steps: int, pool: int = 1024) -> dict[str, float]:
+    """Keep 50 % of a pool of training windows by the proxy's loss (hard / easy) or at random and train the small
+    model on each subset for the same steps (Sorscher et al. 2022 at character level)."""
+    from downscaling.selection import ProxyLoss, Random, select_data
+
+    st = task.setup
+    gen = torch.Generator().manual_seed(st.seed + 11)
+    x, y = task.corpus.get_batch("train", pool, st.seq_len, gen)
+    windows = torch.cat([x, y[:, -1:]], 1)
+    out = {}
+    for name, scorer, mode in (("hard", ProxyLoss(proxy), "hard"), ("easy", ProxyLoss(proxy), "easy"),
+                               ("random", Random(), "hard")):  # fmt: skip
+        kept = select_data(windows, scorer, 0.5, mode, st.seed).data
+        m = new_model(st.small, st.seq_len, st.seed)
+        m = _train_on(m, [kept.reshape(-1)], steps, replace(st, large_batch=st.large_batch), st.seed)
+        out[name] = bpc(m, task.val)
+    return out
+
+
+def perceptron_crossover(n_dim: int = 200, alphas: tuple[float, ...] = (2.0, 20.0), keep: float = 0.5,
+                         probe_cos: float = 0.95, seeds: int = 5) -> dict[str, dict[str, float]]:  # fmt: skip
+    """Sorscher et al. (2022, Sec. 2): teacher w*, x ~ N(0, I_N), y = sign(w*·x), P = α N examples; a probe at
+    cosine ``probe_cos`` to w* scores each example by its margin |w_probe·x| (small = hard); a near max-margin
+    student (logistic regression, tiny L2, BFGS) is trained on the kept fraction; test error = angle(w, w*) / π.
+    Expected: keeping easy examples wins at small α, keeping hard ones at large α."""
+    from scipy.optimize import minimize
+
+    res: dict[str, dict[str, float]] = {}
+    for alpha in alphas:
+        errs: dict[str, list[float]] = {"hard": [], "easy": [], "random": []}
+        for s in range(seeds):
+            rng = np.random.default_rng(s)
+            w_star = rng.standard_normal(n_dim)
+            w_star /= np.linalg.norm(w_star)
+            noise = rng.standard_normal(n_dim)
+            noise -= noise @ w_star * w_star
+            noise /= np.linalg.norm(noise)
+            probe = probe_cos * w_star + math.sqrt(1 - probe_cos**2) * noise
+            p = int(alpha * n_dim)
+            x = rng.standard_normal((p, n_dim))
+            y = np.sign(x @ w_star)
+            margin = np.abs(x @ probe)
+            order = np.argsort(margin, kind="stable")
+            k = int(round(keep * p))
+            picks = {"hard": order[:k], "easy": order[p - k :], "random": rng.permutation(p)[:k]}
+            for name, idx in picks.items():
+                xs, ys = x[idx], y[idx]
+
+                def f(w: np.ndarray, xs: np.ndarray = xs, ys: np.ndarray = ys) -> tuple[float, np.ndarray]:
+                    z = ys * (xs @ w)
+                    loss = np.logaddexp(0, -z).sum() + 1e-4 * w @ w
+                    g = -(xs * (ys / (1 + np.exp(z)))[:, None]).sum(0) + 2e-4 * w
+                    return float(loss), g
+
+                w = minimize(f, np.zeros(n_dim), jac=True, method="BFGS", options={"maxiter": 500}).x
+                cos = w @ w_star / (np.linalg.norm(w) + 1e-300)
+                errs[name].append(float(np.arccos(np.clip(cos, -1, 1)) / math.pi))
+        res[f"alpha={alpha:g}"] = {k: float(np.mean(v)) for k, v in errs.items()}
+    return res
+
+
+def full_extras(task: Task, proxy: nn.Module) -> dict[str, Any]:
+    """--full: the pipeline (with uneven degradation), data selection with ``proxy``, the perceptron crossover."""
+    st = task.setup
+    dom = build_domains(task)
+    return {
+        "pipeline": pipeline(task, dom, st.pipeline_steps),
+        "selection": selection_lm(task, proxy, st.selection_steps),
+        "perceptron": perceptron_crossover(seeds=st.perceptron_seeds),
+    }
+
+
+def extra_claims(ex: dict[str, Any]) -> list[Any]:
+    """Claims of :func:`full_extras` (kept here so that reproduce.py stays short)."""
+    from icml25_shared.report import Claim
+
+    p, s, c = ex["pipeline"], ex["selection"], ex["perceptron"]
+    doms = ("drama", "docstrings", "reference")
+    per = ", ".join(f"{d} {p[f'bpc_ensemble[{d}]']:.3f}/{p[f'bpc_monolith[{d}]']:.3f}" for d in doms)
+    lo, hi = c["alpha=2"], c["alpha=20"]
+    return [
+        Claim(
+            "pipeline: 3 pruned specialists (continued per domain, routed by label) match the monolith at equal "
+            "training FLOPs with fewer FLOPs per token",
+            "ensemble matches or beats the original at comparable compute (qualitative)",
+            f"mean bpc ensemble {p['bpc_ensemble_mean']:.3f} vs monolith {p['bpc_monolith_mean']:.3f}; "
+            f"per domain (ens/mono) {per}; FLOPs/token {p['fwd_flops_ensemble']:.0f} vs {p['fwd_flops_monolith']:.0f}",
+            p["bpc_ensemble_mean"] <= p["bpc_monolith_mean"] + 0.02
+            and p["fwd_flops_ensemble"] < p["fwd_flops_monolith"],
+            rule="mean bpc(ensemble) <= mean bpc(monolith) + 0.02 and FLOPs/token lower; training FLOPs within 5%",
+            unit="bits/char",
+            short="specialist ensemble vs monolith",
+            details=p,
+        ),
+        Claim(
+            "uneven degradation: 50% Wanda on the monolith costs some domains more than others",
+            "some abilities degrade far more than others (qualitative)",
+            "delta bpc "
+            + ", ".join(f"{d} {p['wanda_delta'][d]:+.3f}" for d in doms)
+            + f"; worst/mean {p['uneven_worst_over_mean']:.2f}",
+            None,
+            rule="shown (worst/mean >= 1 by construction)",
+            short="uneven degradation",
+        ),
+        Claim(
+            "data selection at character level: train the small model on half of a window pool",
+            "keep hard with abundant data, easy with scarce (Sorscher et al. 2022)",
+            f"bpc hard {s['hard']:.3f}, easy {s['easy']:.3f}, random {s['random']:.3f}",
+            None,
+            rule="shown",
+            unit="bits/char",
+            short="hard/easy/random selection",
+            details=s,
+        ),
+        Claim(
+            "teacher-student perceptron: keeping easy examples wins at small alpha, hard ones at large alpha",
+            "crossover (Sorscher et al. 2022, Fig. 1)",
+            f"test error alpha=2: easy {lo['easy']:.3f} hard {lo['hard']:.3f}; alpha=20: easy {hi['easy']:.3f} "
+            f"hard {hi['hard']:.3f}",
+            lo["easy"] < lo["hard"] and hi["hard"] < hi["easy"],
+            rule="err_easy < err_hard at alpha = 2 and err_hard < err_easy at alpha = 20 (keep 50%)",
+            short="perceptron crossover",
+            details=c,
+        ),
+    ]

@@ -26,6 +26,8 @@ from downscaling.experiments import (
     build_task,
     compute_sweep,
     equal_compute,
+    extra_claims,
+    full_extras,
     kd_vs_scratch,
     pareto_plot,
     prune_compare,
@@ -132,5 +134,8 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
                 details=kd,
             )
         )
+        extra = full_extras(task, small.model)
+        claims += extra_claims(extra)
+        settings["pipeline"] = extra["pipeline"]
     plot = pareto_plot(points, out_dir)
     return ReproResult("downscaling", claims, settings=settings, artifacts=[str(plot)])
