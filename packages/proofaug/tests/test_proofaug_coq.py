@@ -7,6 +7,7 @@ import pytest
 from proofaug import CoqBackend, Problem, ProofAug, ProofAugConfig
 from proofaug.augment import Cut
 from proofaug.backends.base import StatementError
+from proofaug.backends.coq import hammer_available
 from proofaug.structure import parse_proof
 
 H = (
@@ -222,3 +223,16 @@ def test_fresh_check_print_assumptions():
 
     out = "Axioms:\nClassicalDedekindReals.sig_forall_dec\n  : forall P : nat -> Prop, x\ncheat : False\n"
     assert _assumptions(out) == ["ClassicalDedekindReals.sig_forall_dec", "cheat"]
+
+
+@pytest.mark.skipif(
+    not hammer_available(), reason="CoqHammer/eprover not installed (apt-get install libcoq-hammer eprover)"
+)
+def test_sauto_ladder_and_its_final_check(coq):
+    prob = Problem("ex", H, "Theorem ex : forall n : nat, exists k, n + n = 2 * k.")
+    text = "Proof.\n  intros n.\n  apply no_such_lemma.\nQed."
+    assert not ProofAug(coq, ProofAugConfig(hammers=("lia",))).augment(prob, text).success
+    for fresh in (False, True):  # both final checks load CoqHammer's tactics when the backend does
+        with CoqBackend(hammer=True, fresh_check=fresh) as coq:
+            res = ProofAug(coq, ProofAugConfig(hammers=("lia", "sauto"), hammer_timeout=2.0)).augment(prob, text)
+            assert res.success and "sauto." in res.proof

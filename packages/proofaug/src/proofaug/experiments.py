@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from proofaug.augment import ProofAugResult
-from proofaug.backends.coq import CoqBackend, final_prefilter
+from proofaug.backends.coq import HAMMER_PRELUDE, CoqBackend, final_prefilter
 from proofaug.backends.coq import _assumptions as _assumption_names
 from proofaug.config import COQ_LADDER, COQ_QUICK_LADDER, ProofAugConfig
 from proofaug.pool import Job, ProverPool, pass_at_k
@@ -120,13 +120,16 @@ def run_suite(
     return SuiteRun(items, results, memo)
 
 
-def independent_check(run: SuiteRun, coqc: str = "coqc", timeout: float = 600.0) -> tuple[int, int]:
+def independent_check(
+    run: SuiteRun, coqc: str = "coqc", timeout: float = 600.0, *, hammer: bool = False
+) -> tuple[int, int]:
     """Re-check every distinct successful proof with a fresh ``coqc`` and ``Print Assumptions``; returns (false
     positives, proofs checked).
 
     One file per header holds every proof (theorems renamed ``pa_check_i``) and ``Print Assumptions`` of their
     tuple: the union of their assumptions, one traversal of the shared library closure instead of one per proof.
-    Any failure or local axiom falls back to one fresh ``coqc`` per proof to count the culprits.
+    Any failure or local axiom falls back to one fresh ``coqc`` per proof to count the culprits. ``hammer``: the
+    proofs may use CoqHammer's tactics (its import follows the header).
     """
     todo: dict[tuple[str, str, str], Any] = {}
     for res in run.results.values():
@@ -141,7 +144,7 @@ def independent_check(run: SuiteRun, coqc: str = "coqc", timeout: float = 600.0)
         else:
             by_header[header].append((problem, proof))
     for header, group in by_header.items():
-        parts = [header]
+        parts = [header + (f"\n{HAMMER_PRELUDE}" if hammer else "")]
         for i, (problem, proof) in enumerate(group):
             stmt = re.sub(rf"\b{re.escape(problem.name)}\b", f"pa_check_{i}", problem.statement, count=1)
             parts.append(f"\n{stmt}\n{proof}")
@@ -155,7 +158,7 @@ def independent_check(run: SuiteRun, coqc: str = "coqc", timeout: float = 600.0)
         local = [a for a in _assumption_names(proc.stdout) if "." not in a and a not in allowed]
         if proc.returncode == 0 and not local:
             continue
-        with CoqBackend(coqc=coqc) as fresh:
+        with CoqBackend(coqc=coqc, hammer=hammer) as fresh:
             bad += sum(not fresh.check(problem, proof).ok for problem, proof in group)
     return bad, len(todo)
 

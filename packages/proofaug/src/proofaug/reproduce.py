@@ -34,7 +34,7 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
     st = replace(st, sauto=sauto, workers=min(st.workers, worker_count()))
     items = load_suite(quick=st.quick)
     run = run_suite(items, st)
-    bad, checked = independent_check(run)
+    bad, checked = independent_check(run, hammer=sauto or st.atp)
     rates = {m: run.rate(m) for m in run.results}
     best_other = max(rates[m] for m in BASELINES if m in rates)
     gain = 100 * (rates["proofaug"] - rates["plain"])

@@ -29,7 +29,7 @@ from proofaug.backends.base import BackendError, CheckResult, StatementError, St
 from proofaug.config import Problem
 from proofaug.structure import classify, parse_proof, split_sentences, strip_comments
 
-__all__ = ["CoqBackend", "coq_available", "hammer_available", "final_prefilter"]
+__all__ = ["CoqBackend", "coq_available", "hammer_available", "final_prefilter", "HAMMER_PRELUDE"]
 
 _PROMPT = re.compile(rb"<prompt>(\S*) < (\d+) \|[^|]*\| \d+ < </prompt>")
 _INFO = re.compile(r"<(infomsg|warning)>.*?</\1>", re.S)
@@ -46,6 +46,7 @@ _DECL = re.compile(
 )
 _DECLARED = re.compile(r"^\s*(?:Axiom|Parameter|Conjecture|Hypothesis|Variable)s?\s+([A-Za-z_][\w']*)", re.M)
 
+HAMMER_PRELUDE = "From Hammer Require Import Hammer Tactics."
 _APT = "install Debian's packages: apt-get install coq (and libcoq-hammer eprover for the hammer)"
 
 
@@ -125,8 +126,9 @@ class CoqBackend:
         coqtop: the ``coqtop`` executable.
         coqc: the ``coqc`` executable (final check).
         memory_limit_gb: address-space cap of every Coq process (``RLIMIT_AS``).
-        hammer: load CoqHammer (``From Hammer Require Import Hammer Tactics``) after each header, for ``sauto``
-            and ``hammer`` in the ladder.
+        hammer: load CoqHammer (``From Hammer Require Import Hammer Tactics``, :data:`HAMMER_PRELUDE`) after each
+            header, for ``sauto`` and ``hammer`` in the ladder; final checks then load it too (a proof that uses
+            ``sauto`` needs that line in its file).
         watchdog: seconds past a command's own timeout after which the process is killed and restarted.
         atp_limit: ``Set Hammer ATPLimit`` (seconds) before ``hammer``.
         fresh_check: final checks by a fresh ``coqc`` process each (default). ``False`` checks in a second,
@@ -265,7 +267,7 @@ class CoqBackend:
             self._goto(self._initial)
             prelude = split_sentences(problem.header)
             if self.hammer:
-                prelude += split_sentences("\nFrom Hammer Require Import Hammer Tactics.")
+                prelude += split_sentences("\n" + HAMMER_PRELUDE)
             for s in prelude:
                 if s.kind == "blank":
                     continue
@@ -329,7 +331,8 @@ class CoqBackend:
             return CheckResult(False, why)
         if not self.fresh_check:
             return self._check_warm(problem, proof, timeout)
-        src = f"{problem.header}\n\n{problem.statement}\n{proof}\n\nPrint Assumptions {problem.name}.\n"
+        prelude = f"\n{HAMMER_PRELUDE}" if self.hammer else ""
+        src = f"{problem.header}{prelude}\n\n{problem.statement}\n{proof}\n\nPrint Assumptions {problem.name}.\n"
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="proofaug_") as tmp:
             path = Path(tmp, "ProofAugCheck.v")
@@ -357,7 +360,9 @@ class CoqBackend:
         """The check in the separate checker process: statement, every sentence, ``Qed.`` (the pre-filter has
         rejected ``admit`` and declarations; ``Print Assumptions`` is left to the fresh re-check)."""
         if self._checker is None:
-            self._checker = CoqBackend(self.coqtop, self.coqc, self.memory_limit_gb, watchdog=self.watchdog)
+            self._checker = CoqBackend(
+                self.coqtop, self.coqc, self.memory_limit_gb, watchdog=self.watchdog, hammer=self.hammer
+            )
         chk = self._checker
         t0 = time.perf_counter()
         try:
