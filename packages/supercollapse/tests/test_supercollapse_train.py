@@ -99,9 +99,9 @@ def test_fourier_task_variance_matches_its_spectrum():
         # cos(θ + φ): φ = 0 adds c·cos θ; φ = π/2 adds −c·sin θ, and sin(−θ) = −sin θ flips with the sign
         coef[key] = [a + c, b] if ph == 0 else [a, b - sign * c]
     var = sum((a * a + b * b) / 2 for a, b in coef.values())
-    x, y = task.sample(40000, torch.Generator().manual_seed(0), dtype=torch.float64)
+    x, y = task.sample(20000, torch.Generator().manual_seed(0), dtype=torch.float64)
     assert x.min() >= -0.5 and x.max() <= 0.5
-    assert float(y.var()) == pytest.approx(var, rel=0.04)
+    assert float(y.var()) == pytest.approx(var, rel=0.05)
 
 
 def test_plrf_sgd_decreases_population_loss():

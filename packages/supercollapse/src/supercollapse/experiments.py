@@ -51,7 +51,7 @@ class Setup:
     base_lr: float = 3e-3
     # noise model (Sec. 4)
     nm_width: int = 64
-    nm_steps: int = 3000
+    nm_steps: int = 2000
     n_evals: int = 30
     eval_batches: int = 8
     wsd_frac: float = 0.2
@@ -59,7 +59,7 @@ class Setup:
     var_widths: tuple[int, ...] = (32, 64)
     var_seeds: int = 4
     var_batch: int = 64
-    tokens_per_param: float = 1.5
+    tokens_per_param: float = 1.0
     """Horizon proxy T(p) = κ′·p samples, κ′ = ``tokens_per_param`` (tokens ∝ p, γ = 1)."""
     # full mode
     full_widths: tuple[int, ...] = (32, 45, 64, 90, 128)
@@ -69,7 +69,7 @@ class Setup:
 
 
 QUICK = Setup()
-FULL = Setup(nm_steps=4000, var_seeds=4)
+FULL = Setup(nm_steps=3000, tokens_per_param=1.5)
 
 
 def _spec(st: Setup, width: int, seed: int, schedule: Schedule, label: str, **kw: Any) -> RunSpec:
