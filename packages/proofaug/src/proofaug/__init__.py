@@ -8,7 +8,11 @@ from importlib.metadata import version as _version
 from proofaug.augment import ProofAug, ProofAugResult, SemiProof
 from proofaug.backends.base import BackendError, CheckResult, ProverBackend, StatementError, StepResult
 from proofaug.backends.coq import CoqBackend
+from proofaug.backends.lean import LeanReplBackend
 from proofaug.config import COQ_LADDER, COQ_QUICK_LADDER, Problem, ProofAugConfig
+from proofaug.pool import Job, ProverPool, ProveResult, prove
+from proofaug.proposers import FileProposals, OpenAIProposer, TransformersProposer
+from proofaug.suite import load_minif2f_rocq, load_suite
 
 __version__ = _version("icml25-proofaug")
 
@@ -18,12 +22,22 @@ __all__ = [
     "BackendError",
     "CheckResult",
     "CoqBackend",
+    "FileProposals",
+    "Job",
+    "LeanReplBackend",
+    "OpenAIProposer",
     "Problem",
     "ProofAug",
     "ProofAugConfig",
     "ProofAugResult",
+    "ProveResult",
     "ProverBackend",
+    "ProverPool",
     "SemiProof",
     "StatementError",
     "StepResult",
+    "TransformersProposer",
+    "load_minif2f_rocq",
+    "load_suite",
+    "prove",
 ]
