@@ -10,7 +10,7 @@ from proofaug.backends.base import BackendError, CheckResult, ProverBackend, Sta
 from proofaug.backends.coq import CoqBackend
 from proofaug.backends.lean import LeanReplBackend
 from proofaug.config import COQ_LADDER, COQ_QUICK_LADDER, Problem, ProofAugConfig
-from proofaug.pool import Job, ProverPool, ProveResult, prove
+from proofaug.pool import Job, ProveResult, ProverPool, prove
 from proofaug.proposers import FileProposals, OpenAIProposer, TransformersProposer
 from proofaug.suite import load_minif2f_rocq, load_suite
 
