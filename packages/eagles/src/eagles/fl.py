@@ -74,15 +74,23 @@ def mask_density(mask: MaskDict) -> float:
 
 def mask_distance(masks: Sequence[MaskDict]) -> Tensor:
     r""":math:`D^{mask}_{ij} = \sum_l \mathrm{mean}(M^l_i \ne M^l_j)` (normalised Hamming distance summed over
-    layers), ``(C, C)`` float64, computed as :math:`(n - s_i \cdot s_j)/(2n)` with :math:`s = 2M - 1`."""
+    layers), ``(C, C)`` float64, from one matrix product per layer: :math:`|M_i| + |M_j| - 2 M_i \cdot M_j`
+    (exact: integer counts below 2^24 per block of columns are exact in float32)."""
     keys = _check_masks(masks)
     c = len(masks)
     d = torch.zeros(c, c, dtype=torch.float64)
+    block = 1 << 23
     for k in keys:
-        s = torch.stack([m[k].reshape(-1).to(torch.float64) * 2 - 1 for m in masks])  # (C, numel), ±1
-        n = s.size(1)
-        if n:
-            d += (n - s @ s.t()) / (2 * n)
+        flat = torch.stack([m[k].reshape(-1) for m in masks]).bool()  # (C, numel)
+        n = flat.size(1)
+        if n == 0:
+            continue
+        inter = torch.zeros(c, c, dtype=torch.float64)
+        for lo in range(0, n, block):
+            f = flat[:, lo : lo + block].to(torch.float32)
+            inter += (f @ f.t()).to(torch.float64)
+        cnt = flat.sum(1).to(torch.float64)
+        d += (cnt[:, None] + cnt[None, :] - 2 * inter) / n
     d.fill_diagonal_(0.0)
     return d
 
@@ -141,8 +149,9 @@ def _float_keys(states: Sequence[Mapping[str, Tensor]]) -> list[str]:
 
 
 def personalized_aggregate(states: Sequence[Mapping[str, Tensor]], weights: Tensor) -> list[dict[str, Tensor]]:
-    r""":math:`\theta_i = \sum_j A_{ij}\theta_j` for every floating tensor (accumulated in float64, cast back);
-    integer and bool tensors keep the client's own value. Returns one state dict per client."""
+    r""":math:`\theta_i = \sum_j A_{ij}\theta_j` for every floating tensor (one matrix product per tensor, in the
+    tensor's dtype, float32 at least); integer and bool tensors keep the client's own value. Returns one state
+    dict per client."""
     keys = _float_keys(states)
     c = len(states)
     check_tensor("weights", weights, shape=(c, c), dtype="floating", finite=True)
@@ -154,8 +163,9 @@ def personalized_aggregate(states: Sequence[Mapping[str, Tensor]], weights: Tens
             for i in range(c):
                 out[i][k] = states[i][k].clone()
             continue
-        stacked = torch.stack([st[k].reshape(-1).to(torch.float64) for st in states])  # (C, P)
-        mixed = (a @ stacked).to(t0.dtype)
+        dt = torch.promote_types(t0.dtype, torch.float32)
+        stacked = torch.stack([st[k].reshape(-1).to(dt) for st in states])  # (C, P)
+        mixed = (a.to(dt) @ stacked).to(t0.dtype)
         for i in range(c):
             out[i][k] = mixed[i].reshape(t0.shape)
     return out
