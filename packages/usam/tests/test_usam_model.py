@@ -201,5 +201,11 @@ def test_bad_input(sam):
 
     with pytest.raises(ValueError, match=f"expected {2 * D}, got {D}"):
         UncertainSAM(sam, USAMConfig(hidden=16), USAMHeads(USAMConfig().heads, D, 16))
+    x = inputs()
+    with pytest.raises(TypeError, match="pixel_values must have the model's dtype torch.float32, got torch.float64"):
+        usam(**{**x, "pixel_values": x["pixel_values"].double()})
+    with torch.no_grad():  # int32 labels are accepted as SamModel accepts them
+        out = usam(**{**x, "input_labels": x["input_labels"].int()})
+    assert out.uncertainty["iou"].shape == (2, 3, 3)
     with pytest.raises(ValueError, match="tokens must be finite"):
         usam.scores(torch.full((1, 1, 3, 2 * D), float("nan")))

@@ -217,6 +217,11 @@ class UncertainSAM(nn.Module):
     def forward(self, *args: Any, return_tokens: bool = False, **sam_inputs: Any) -> USAMOutput:
         """Run the SAM model on its own arguments (``SamProcessor`` / ``Sam2Processor`` outputs) and the heads."""
         check_bool("return_tokens", return_tokens)
+        dtype = next(self.model.parameters()).dtype
+        for key in ("pixel_values", "image_embeddings"):
+            v = sam_inputs.get(key)
+            if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dtype != dtype:
+                raise TypeError(f"{key} must have the model's dtype {dtype}, got {v.dtype} (cast it with .to({dtype}))")
         multimask = sam_inputs.get("multimask_output", True)
         self._active, self._tokens, self._upscaled = True, None, None
         try:
