@@ -73,13 +73,11 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 
 def _module_weights(m: nn.Module) -> list[torch.Tensor]:
     out = list(m.parameters(recurse=False)) + [b for b in m.buffers(recurse=False) if b is not None]
-    w = getattr(m, "weight", None)
-    if callable(w) and not isinstance(w, torch.Tensor):  # torch.ao dynamic quantized Linear: packed params
-        try:
-            out.append(w())
-            b = m.bias()
-            if b is not None:
-                out.append(b)
+    unpack = getattr(m, "_weight_bias", None)
+    if callable(unpack) and callable(getattr(m, "weight", None)) and not isinstance(m.weight, torch.Tensor):
+        try:  # torch.ao quantized Linear: unpack weight and bias from the packed params once
+            w, b = unpack()
+            out.extend(t for t in (w, b) if t is not None)
         except (RuntimeError, TypeError):
             pass
     return out

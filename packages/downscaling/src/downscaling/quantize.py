@@ -19,6 +19,7 @@ Weight memory ≈ bits / 8 per weight plus scales (Dettmers et al. 2022, Sec. 2)
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 from typing import Any, Literal, NamedTuple
 
@@ -56,6 +57,13 @@ def _device(model: nn.Module) -> torch.device:
         return torch.device("cpu")
 
 
+@functools.cache
+def _has_quanto() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("optimum") is not None and importlib.util.find_spec("optimum.quanto") is not None
+
+
 def supported_schemes(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> list[tuple[str, str]]:
     """The (scheme, backend) pairs that run here for a model on ``device`` in ``dtype``."""
     dev = torch.device(device)
@@ -65,11 +73,8 @@ def supported_schemes(device: str | torch.device = "cpu", dtype: torch.dtype = t
             continue
         if scheme == "int4_weight" and backend == "torchao" and (dev.type != "cuda" or dtype != torch.bfloat16):
             continue
-        if backend == "quanto":
-            import importlib.util
-
-            if importlib.util.find_spec("optimum.quanto") is None if importlib.util.find_spec("optimum") else True:
-                continue
+        if backend == "quanto" and not _has_quanto():
+            continue
         out.append((scheme, backend))
     return out
 
