@@ -77,7 +77,7 @@ def test_tiny_model_is_coarser():
 def test_reproduce_small(tmp_path):
     from usam.reproduce import reproduce
 
-    setup = replace(QUICK, source_prompts=120, train_prompts=120, test_prompts=80, tiny=True, dense_prompt=True)
+    setup = replace(QUICK, source_prompts=80, train_prompts=120, test_prompts=40, tiny=True, dense_prompt=True, mc=True)
     res = reproduce(False, tmp_path, setup=setup)
     assert [c.short for c in res.claims][:2] == ["C1 task gap vs SamScore", "C2 Pearson USAM vs SamScore"]
     assert res.claims[-1].short == "C3 model gap vs SamScore"

@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 SCORE_CONFIG = USAMConfig(
-    heads=("iou",), hidden=64, optimizer="adamw", lr=3e-3, epochs=40, batch_size=64, val_fraction=0.0
+    heads=("iou",), hidden=64, optimizer="adamw", lr=3e-3, epochs=20, batch_size=128, val_fraction=0.0
 )
 """Training of the toy's SamScore head (AdamW: the stand-in for SAM's well-trained IoU head)."""
 
@@ -199,7 +199,11 @@ def _run_seed(setup: Setup, seed: int) -> SeedResult:
             col["iou"],
             {
                 "delta_A (USAM)": pred["task_gap"],
-                "delta_A (difference)": pred["iou"] - pred["unsupervised_iou"],
+                **(
+                    {"delta_A (difference)": pred["iou"] - pred["unsupervised_iou"]}
+                    if "unsupervised_iou" in pred
+                    else {}
+                ),
                 "-SamScore": -samscore,
                 "H_Std": col["h_std"],
                 "H_A": col["h_a"],
