@@ -108,3 +108,14 @@ def test_coqtop_crash_is_backend_error_then_restart():
         assert not res.success and res.stage == "backend_error" and "restarted" in res.message
         backend.run = real_run
         assert pa.augment(prob, "Proof. intros x h. lia. Qed.").success and backend.restarts == 1
+
+
+def test_any_executor_plugs_in():
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = _jobs(2)
+    with ProverPool(WARM, 1, config=CFG) as one:
+        a = one.map(jobs)
+    with ThreadPoolExecutor(2) as ex, ProverPool(WARM, 2, executor=ex, config=CFG) as pool:
+        b = pool.map(jobs, group=lambda j: j.key)  # one backend per thread
+    assert [(r.success, r.proof) for r in a] == [(r.success, r.proof) for r in b]

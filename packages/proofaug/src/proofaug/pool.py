@@ -8,6 +8,8 @@ import json
 import multiprocessing
 import multiprocessing.util
 import pickle
+import threading
+import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -36,20 +38,33 @@ class Job:
     memo: str = ""
 
 
-_WORKER: dict[str, Any] = {}
+class _Local(threading.local):
+    def __init__(self) -> None:
+        self.d: dict[str, Any] = {}
+
+
+_LOCAL = _Local()  # one backend per worker process, and per thread under a thread-pool executor
+
+
+def _close_weak(ref: weakref.ref) -> None:
+    backend = ref()
+    if backend is not None:
+        backend.close()
 
 
 def _backend(factory: Callable[[], ProverBackend]) -> ProverBackend:
     """The process's persistent backend for ``factory`` (created on first use, closed when the process exits)."""
+    worker = _LOCAL.d
     tag = pickle.dumps(factory)
-    if _WORKER.get("tag") != tag:
-        old = _WORKER.get("backend")
+    if worker.get("tag") != tag:
+        old = worker.get("backend")
         if old is not None:
             old.close()
         backend = factory()
-        _WORKER.update(tag=tag, backend=backend, memo={}, stats=[0, 0])
-        multiprocessing.util.Finalize(backend, backend.close, exitpriority=10)
-    return _WORKER["backend"]
+        worker.update(tag=tag, backend=backend, memo={}, stats=[0, 0])
+        # closed when its thread's locals go, or when the worker process exits (no strong reference kept)
+        multiprocessing.util.Finalize(backend, _close_weak, args=(weakref.ref(backend),), exitpriority=10)
+    return worker["backend"]
 
 
 def _work_many(
@@ -63,6 +78,7 @@ def _work_many(
 
 def _work(factory: Callable[[], ProverBackend], config: ProofAugConfig, job: Job) -> ProofAugResult:
     backend = _backend(factory)
+    worker = _LOCAL.d
     if job.erp is not None:
         completion = job.erp
 
@@ -73,16 +89,16 @@ def _work(factory: Callable[[], ProverBackend], config: ProofAugConfig, job: Job
     else:
         pa = ProofAug(backend, config.__class__(**{**asdict(config), "erp": False}))
     # one memo per worker and method, so that methods never profit from each other's ladder calls
-    pa.memo = _WORKER["memo"].setdefault(job.memo or job.method, {})
+    pa.memo = worker["memo"].setdefault(job.memo or job.method, {})
     result = pa.run_method(job.problem, job.proposal, job.method)  # type: ignore[arg-type]
-    stats = _WORKER["stats"]
+    stats = worker["stats"]
     stats[0] += pa.memo_hits
     stats[1] += pa.memo_lookups
     return result
 
 
 def _memo_stats() -> tuple[int, int]:
-    stats = _WORKER.get("stats", [0, 0])
+    stats = _LOCAL.d.get("stats", [0, 0])
     return stats[0], stats[1]
 
 
@@ -150,9 +166,9 @@ class ProverPool:
         """Shut the pool down (worker backends close their provers when the workers exit)."""
         if self._own and self.executor is not None:
             self.executor.shutdown(wait=True)
-        elif self.executor is None and "backend" in _WORKER:
-            _WORKER.pop("backend").close()
-            _WORKER.pop("tag", None)
+        elif self.executor is None and "backend" in _LOCAL.d:
+            _LOCAL.d.pop("backend").close()
+            _LOCAL.d.pop("tag", None)
 
     def __enter__(self) -> ProverPool:
         return self
