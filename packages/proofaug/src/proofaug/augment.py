@@ -93,15 +93,26 @@ class ProofAugResult:
     """Outcome of :meth:`ProofAug.augment` on one proposal."""
 
     success: bool
+    """Decided by the backend's independent final check only."""
     proof: str
+    """The repaired proof (``Proof. … Qed.``), or the last semi-proof / the proposal on failure."""
     stage: Stage
+    """``init_proof`` (correct as written), ``init_atp`` (repaired without coarsening), ``coarse_atp`` (at least
+    one coarser cut), ``erp``, ``failed`` or ``backend_error`` (the prover crashed; never a success)."""
     semi_proofs: list[str] = field(default_factory=list)
+    """Candidate semi-proofs tried, in order (each candidate text once)."""
     hammer_index: list[int] = field(default_factory=list)
+    """Index into ``config.ladder`` of the tactic spliced into each filled hole."""
     checker_calls: int = 0
+    """Prover calls made for this proposal (equals the backend's call log)."""
     proposer_calls: int = 0
+    """Extra model queries (ERP)."""
     has_timeout: bool = False
+    """A proposal step hit ``step_timeout`` and became a hole."""
     seconds: float = 0.0
+    """Wall-clock seconds spent on this proposal."""
     message: str = ""
+    """Why the final check failed, the budget ran out or the backend crashed."""
 
 
 class _Budget(Exception):
