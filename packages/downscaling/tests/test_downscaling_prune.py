@@ -314,3 +314,11 @@ def test_sparsity_grid_exact():
         r = prune(m, PruneConfig(method=method, sparsity=s))
         for lin in prunable_linears(r.model).values():
             assert int((lin.weight == 0).sum()) == round(s * lin.weight.numel())
+
+
+def test_weight_bytes_of_masked_model_is_the_finalized_size():
+    from downscaling.profiling import weight_bytes
+
+    m = tiny_llama()
+    r = prune(m, PruneConfig(method="magnitude", sparsity=0.5))
+    assert weight_bytes(r.model) == weight_bytes(m) == weight_bytes(finalize(r.model))

@@ -73,6 +73,10 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 
 def _module_weights(m: nn.Module) -> list[torch.Tensor]:
     out = list(m.parameters(recurse=False)) + [b for b in m.buffers(recurse=False) if b is not None]
+    if isinstance(getattr(m, "weight_mask", None), torch.Tensor) and hasattr(m, "weight_orig"):
+        # torch.nn.utils.prune masks: count the deployable (finalized) weight, not weight_orig + weight_mask
+        skip = {id(m.weight_orig), id(m.weight_mask)}
+        out = [t for t in out if id(t) not in skip] + [m.weight]
     unpack = getattr(m, "_weight_bias", None)
     if callable(unpack) and callable(getattr(m, "weight", None)) and not isinstance(m.weight, torch.Tensor):
         try:  # torch.ao quantized Linear: unpack weight and bias from the packed params once
@@ -180,10 +184,9 @@ def profile(
     was_training = model.training
     model.eval()
     try:
-        flops_fwd = count_flops(_float_twin(model), batch) / tokens
-        flops_train = (
-            count_train_flops(_float_twin(model), batch) / tokens if train_flops and _trainable(model) else None
-        )
+        twin = _float_twin(model)
+        flops_fwd = count_flops(twin, batch) / tokens
+        flops_train = count_train_flops(twin, batch) / tokens if train_flops and _trainable(model) else None
         with torch.no_grad():
             for _ in range(warmup):
                 _forward(model, batch)
@@ -215,7 +218,7 @@ def profile(
                 joules, source = watts * sum(times), f"estimate ({watts:g} W x time)"
     finally:
         model.train(was_training)
-    pc = param_counts(model)
+    pc = param_counts(twin)
     j_tok = joules / (tokens * len(times))
     kwh = joules_to_kwh(j_tok)
     return Profile(
