@@ -24,7 +24,7 @@ def test_half_is_one_bit():
 def test_saturated_pixels_give_h_eps():
     p = torch.tensor([[0.0, 1.0], [1.0, 1.0]])
     assert binary_entropy(p)[0, 0].item() == pytest.approx(_h(EPS), rel=2e-3)  # float32 clipping
-    assert mask_entropy(p).item() == pytest.approx(_h(EPS), rel=1e-3)
+    assert mask_entropy(p).item() == pytest.approx(_h(EPS), rel=2e-2)  # 1 - 1e-6 rounds in float32
 
 
 def test_background_only_map_is_finite():
