@@ -125,7 +125,8 @@ def _full_claims(res: dict, out_dir: Path, artifacts: list[str]) -> list[Claim]:
         Claim(
             "compute-optimal horizon and final-loss law from the constant-LR frontier",
             "tokens ∝ p^1.03–1.05 (e = 2.03–2.05)",
-            f"e = {h.exponent:.3f} (γ̂ = {h.gamma:.3f}); L = {law.a:.3g}·c^−{law.b:.3f} + {law.L0:.4f}, R² {law.r2:.3f}",
+            f"e = {h.exponent:.3f} (γ̂ = {h.gamma:.3f}); L = {law.a:.3g}·c^−{law.b:.3f} + {law.L0:.4f}, R² {law.r2:.3f}"
+            f" (L0 used {res['L0_used']:.4f})",
             None,
             rule="shown",
             short="horizon and L0 fit",
