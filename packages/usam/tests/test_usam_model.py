@@ -209,3 +209,14 @@ def test_bad_input(sam):
     assert out.uncertainty["iou"].shape == (2, 3, 3)
     with pytest.raises(ValueError, match="tokens must be finite"):
         usam.scores(torch.full((1, 1, 3, 2 * D), float("nan")))
+
+
+def test_extract_rows_on_a_raw_sam_model_leaves_no_hooks():
+    from usam.targets import extract_rows
+
+    m = tiny_sam()
+    gt = torch.zeros(1, 64, 64, dtype=torch.bool)
+    gt[0, 20:40, 10:30] = True
+    rows = extract_rows({"large": m}, inputs(b=1)["pixel_values"], [gt])
+    assert rows["tokens"].shape == (1, 3, 2 * D) and torch.equal(rows["iou"], rows["ious"].max(-1).values)
+    assert not m.mask_decoder.transformer._forward_hooks and not m.mask_decoder.activation._forward_hooks

@@ -194,7 +194,6 @@ def extract_rows(
         raise ValueError(f"token_model must be one of {list(models)}, got {token_model!r}")
     wrapped = {k: _as_wrapped(m) for k, m in models.items()}
     n_img = images.shape[0]
-    size = tuple(images.shape[-2:])
     lo, hi = 0, n_img
     if distributed is None:
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
@@ -204,12 +203,45 @@ def extract_rows(
         lo, hi = shard_bounds(n_img, torch.distributed.get_rank(), torch.distributed.get_world_size())
 
     cols: dict[str, list[torch.Tensor]] = {}
-    skipped = 0
 
     def add(name: str, value: torch.Tensor) -> None:
         cols.setdefault(name, []).append(value.detach().float().cpu() if value.is_floating_point() else value.cpu())
 
-    for i in range(lo, hi):
+    try:
+        skipped = _extract(
+            wrapped, images, gt_masks, range(lo, hi), token_model, dense_prompt, n_points, seed, entropies, add
+        )
+    finally:  # the hooks of wrappers made here for raw SAM models
+        for k, m in wrapped.items():
+            if m is not models[k]:
+                m.remove_hooks()
+    if skipped:
+        log.warning("extract_rows: skipped %d GT instances with an empty mask", skipped)
+    rows = {k: torch.cat(v) for k, v in cols.items()}
+    if distributed:
+        rows = _gather_rows(rows)
+    if not rows or rows["iou"].numel() == 0:
+        raise ValueError("gt_masks: every GT mask is empty, no rows to extract")
+    _add_gaps(rows)
+    return rows
+
+
+def _extract(
+    wrapped: Mapping[str, Any],
+    images: torch.Tensor,
+    gt_masks: Sequence[Any],
+    indices: range,
+    token_model: str,
+    dense_prompt: bool,
+    n_points: int,
+    seed: int,
+    entropies: bool,
+    add: Any,
+) -> int:
+    """The loop of :func:`extract_rows` over images ``indices``; returns the number of skipped empty GT masks."""
+    size = tuple(images.shape[-2:])
+    skipped = 0
+    for i in indices:
         masks_i = [check_gt_mask(f"gt_masks[{i}][{k}]", m, size) for k, m in enumerate(gt_masks[i])]
         keep = [k for k, m in enumerate(masks_i) if m.any()]
         skipped += len(masks_i) - len(keep)
@@ -254,15 +286,7 @@ def extract_rows(
         add("image", torch.full((len(keep),), i, dtype=torch.long))
         add("instance", torch.as_tensor(keep, dtype=torch.long))
         add("points", torch.as_tensor(pts))
-    if skipped:
-        log.warning("extract_rows: skipped %d GT instances with an empty mask", skipped)
-    rows = {k: torch.cat(v) for k, v in cols.items()}
-    if distributed:
-        rows = _gather_rows(rows)
-    if not rows or rows["iou"].numel() == 0:
-        raise ValueError("gt_masks: every GT mask is empty, no rows to extract")
-    _add_gaps(rows)
-    return rows
+    return skipped
 
 
 def _add_gaps(rows: dict[str, torch.Tensor]) -> None:
