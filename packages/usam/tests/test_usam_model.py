@@ -220,3 +220,17 @@ def test_extract_rows_on_a_raw_sam_model_leaves_no_hooks():
     rows = extract_rows({"large": m}, inputs(b=1)["pixel_values"], [gt])
     assert rows["tokens"].shape == (1, 3, 2 * D) and torch.equal(rows["iou"], rows["ious"].max(-1).values)
     assert not m.mask_decoder.transformer._forward_hooks and not m.mask_decoder.activation._forward_hooks
+
+
+def test_sam_processor_outputs_pass_through(sam):
+    import numpy as np
+    from transformers import SamImageProcessor, SamProcessor
+
+    proc = SamProcessor(SamImageProcessor(size={"longest_edge": 64}, pad_size={"height": 64, "width": 64}))
+    img = (np.random.default_rng(0).random((48, 40, 3)) * 255).astype(np.uint8)
+    points = [[[[10, 20]], [[30, 5]]], [[[1, 2]], [[3, 4]]]]
+    x = proc(images=[img, img], input_points=points, return_tensors="pt")  # extra keys, float64 points
+    with torch.no_grad():
+        ref = sam(**x)
+        out = UncertainSAM(sam, USAMConfig(hidden=8))(**x)
+    assert torch.equal(out.pred_masks, ref.pred_masks) and out.uncertainty["iou"].shape == (2, 2, 3)
