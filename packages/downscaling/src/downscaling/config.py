@@ -118,7 +118,7 @@ class DistillConfig:
 
 @dataclass
 class EnsembleConfig:
-    """The paper's pipeline (Sec. 4): prune a base model into one specialist per domain, continue pre-training each
+    """The paper's proposed pipeline: prune a base model into one specialist per domain, continue pre-training each
     on its domain, and route tokens among them."""
 
     prune: PruneConfig | None = None

@@ -1,4 +1,4 @@
-"""The paper's pipeline (Sec. 4, "downscaling" via specialised small models): cut one specialist per domain from a
+"""The paper's proposed pipeline (downscaling via specialised small language models): cut one specialist per domain from a
 base model by pruning, continue its pre-training on that domain, and ensemble the specialists.
 
 Routing: ``label`` (the known domain picks one expert), ``classifier`` (a bag-of-tokens logistic-regression

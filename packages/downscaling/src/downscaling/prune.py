@@ -1,4 +1,4 @@
-"""Model downscaling by pruning (the paper's Sec. 4 pipeline starts from a pruned model).
+"""Model downscaling by pruning (the first step of the paper's proposed pipeline).
 
 Unstructured (masks through ``torch.nn.utils.prune``, so they stay applied under any optimizer):
 

@@ -1,8 +1,8 @@
 """Cost-accounted comparison of a baseline and its downscaled candidates: quality (e.g. bits per character, per
 domain), FLOPs per token, weight bytes, J/token and CO2e per token (:func:`downscaling.profile`), the Pareto
 front of quality against FLOPs/token, each candidate's uneven degradation (worst-domain / mean-domain quality
-loss, the paper's Sec. 3 "uneven degradation"), and lifetime compute at ``served_tokens`` with the break-even
-served tokens against the baseline (Sec. 3 of the paper: inference dominates a deployed model's cost)."""
+loss: the paper's "uneven degradation"), and lifetime compute at ``served_tokens`` with the break-even
+served tokens against the baseline (inference dominates a deployed model's cost)."""
 
 from __future__ import annotations
 
