@@ -1,4 +1,4 @@
-"""Knowledge distillation (Hinton et al. 2015, Sec. 2), the paper's third downscaling operator:
+"""Knowledge distillation (Hinton et al. 2015, Sec. 2):
 
 .. math::
 

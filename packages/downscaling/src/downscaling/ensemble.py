@@ -1,5 +1,5 @@
-"""The paper's proposed pipeline (downscaling via specialised small language models): cut one specialist per domain from a
-base model by pruning, continue its pre-training on that domain, and ensemble the specialists.
+"""The paper's proposed pipeline (downscaling via specialised small language models): cut one specialist per
+domain from a base model by pruning, continue its pre-training on that domain, and ensemble the specialists.
 
 Routing: ``label`` (the known domain picks one expert), ``classifier`` (a bag-of-tokens logistic-regression
 domain classifier picks one per sequence) or ``average`` (the logits of all k experts are averaged). Inference

@@ -1,4 +1,4 @@
-"""Quantization, the paper's fourth downscaling operator, through the host libraries (no kernels of our own):
+"""Quantization through the host libraries (no kernels of our own):
 
 ========================  ================================================================================
 scheme, backend           what runs
