@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from rsd.experiments import Setup
 from rsd.reproduce import reproduce
 
 
+@pytest.mark.slow
 def test_reproduce_small(tmp_path):
     res = reproduce(False, tmp_path, setup=Setup(n_problems=12))
     assert res.package == "rsd" and len(res.claims) == 3

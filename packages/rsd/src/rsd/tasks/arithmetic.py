@@ -266,7 +266,7 @@ FIXTURE_SPECS = {
 #: sha256 of each fixture's ``model.safetensors`` (written by ``scripts/train_fixtures.py``).
 FIXTURE_SHA256 = {
     "draft": "245030128170aa8fa5f6e612d30d16e4e31b26ad14ab21bc7b230a5301b9ebd5",
-    "target": "",
+    "target": "78cc77ceb6d7a79b3f0bf136a86624a7f33618d038d3ea49d0599d8c38e6f612",
 }
 
 
