@@ -20,8 +20,9 @@ of ``L_s − L_const(τ_s)`` on ``(s − 1)·Tr Cov`` over the points after the 
   ``Tr Cov_batch = Tr Cov_example / B``. Models with parameters outside 2-D-input ``nn.Linear`` layers use
   ``torch.func.vmap(grad)`` instead.
 
-Under ``torch.distributed`` each rank passes its share of every evaluation batch; the sums and mean gradients are
-all-reduced, so the result equals the single-process trace on the concatenated batches.
+For a ``DistributedDataParallel`` model (or ``distributed=True``) each rank passes its share of every evaluation
+batch; the sums and mean gradients are all-reduced, so the result equals the single-process trace on the
+concatenated batches. Otherwise nothing is all-reduced (a sweep trains different runs on different ranks).
 """
 
 from __future__ import annotations
