@@ -138,3 +138,20 @@ def test_carbon_conversions():
 def test_carbon_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_profile_and_prune_under_inference_mode():
+    from downscaling import PruneConfig, prune
+
+    m = tiny_llama()
+    with torch.inference_mode():
+        x = tokens(2, 8)
+        p = profile(m, x, n_runs=1)
+        r = prune(m, PruneConfig(method="wanda", sparsity=0.5, calib=x))
+    assert p.flops_per_token_train > p.flops_per_token_fwd
+    model = r.model.train()  # masks made under inference_mode still train afterwards
+    logits = model(input_ids=tokens(2, 8)).logits
+    logits.sum().backward()
+    from downscaling.prune import prunable_linears
+
+    assert all(lin.weight_orig.grad is not None for lin in prunable_linears(model).values())

@@ -140,7 +140,8 @@ def count_train_flops(model: nn.Module, input_ids: torch.Tensor) -> int:
     params = [p for p in model.parameters() if p.requires_grad and p.is_floating_point()]
     if not params:
         raise ValueError("count_train_flops needs a model with trainable floating-point parameters, found none")
-    with FlopCounterMode(display=False) as fc, torch.enable_grad():
+    with torch.inference_mode(False), FlopCounterMode(display=False) as fc, torch.enable_grad():
+        input_ids = input_ids.clone()  # an inference tensor cannot be saved for backward
         logits = _forward(model, input_ids)
         loss = nn.functional.cross_entropy(
             logits[:, :-1].reshape(-1, logits.shape[-1]).float(), input_ids[:, 1:].reshape(-1)
