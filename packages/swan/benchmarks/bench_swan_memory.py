@@ -4,8 +4,8 @@ Each optimizer runs in a fresh process (``swan.memory_profile``: the kernel's pe
 CPU, the allocator's peak on CUDA), on ``transformers.LlamaForCausalLM`` with the LLaMA-60M shapes (8 layers,
 hidden 512, MLP 1376, 8 heads, vocabulary 32,000; 58M parameters, fp32) and a batch of ``--batch`` sequences of
 ``--seq`` tokens. SWAN: hidden matrices stateless, AdamW on embeddings/head/norms (``param_groups``), default
-settings. Reported: parameters, gradients, optimizer state, the step's peak above them, the end-to-end peak, and
-the ratio SWAN / AdamW (paper: about 0.5 end to end). Usage::
+settings (and with uncapped stacking). Reported: parameters, gradients, optimizer state, the step's peak above
+them, the end-to-end peak, and the ratio SWAN / AdamW (paper: about 0.5 end to end). Usage::
 
     python packages/swan/benchmarks/bench_swan_memory.py [--batch 4] [--seq 256] [--muon] [--out PATH]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results" / "bench_swan_memory.json"
-OPTIMIZERS = ("AdamW", "SWAN", "SWAN foreach", "Muon")
+OPTIMIZERS = ("AdamW", "SWAN", "SWAN stacked", "Muon")
 
 
 def _child(name: str, batch: int, seq: int) -> dict[str, Any]:
@@ -47,8 +47,8 @@ def _child(name: str, batch: int, seq: int) -> dict[str, Any]:
         opt: Any = torch.optim.AdamW(model.parameters(), lr=lr)
     elif name == "SWAN":
         opt = SWAN(param_groups(model, lr=lr))
-    elif name == "SWAN foreach":
-        opt = SWAN(param_groups(model, lr=lr), foreach=True)
+    elif name == "SWAN stacked":  # every same-shaped matrix in one stack (no bucket cap): the old default
+        opt = SWAN(param_groups(model, lr=lr), foreach=True, max_bucket_bytes=1 << 40)
     else:  # Muon on the hidden matrices, AdamW on the rest (the usual hybrid), one torch.optim object each
         groups = param_groups(model, lr=lr)
         opt = _Hybrid(torch.optim.Muon(groups[0]["params"], lr=lr), torch.optim.AdamW(groups[1]["params"], lr=lr))
