@@ -125,6 +125,14 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
     settings = {k: v for k, v in res["setup"].items() if k != "extra"}
     settings["fedavg_acc"] = res.get("fedavg_acc")
     settings["band"] = [r.get("band") for r in runs]
+    settings["curves"] = [
+        {
+            k: {"best_round": v["best_round"], "test_acc": [round(a, 2) for a in v["curve"]]}
+            for k, v in r.items()
+            if isinstance(v, dict) and "curve" in v
+        }
+        for r in runs
+    ]
     return ReproResult(
         "eagles",
         claims,
