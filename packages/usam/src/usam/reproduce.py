@@ -84,7 +84,7 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
             None,
             rule="shown, not judged",
             short="task relAUC, all priorities",
-            details={"rel_auc": rel},
+            details={"rel_auc": rel, "curves_seed0": results[0].curves},
         ),
         Claim(
             "token ablation of the task-gap head (no verdict)",
