@@ -166,6 +166,9 @@ class CoqBackend:
         self.restarts = 0
         self.log: list[tuple[str, str, float]] = []
         self._proc: subprocess.Popen | None = None
+        # coqtop's working folder: lia/nia write their caches (.lia.cache) there, never in the user's cwd
+        self._workdir = tempfile.mkdtemp(prefix="proofaug-coq-")
+        weakref.finalize(self, shutil.rmtree, self._workdir, ignore_errors=True)
         self._buf = b""
         self._initial = 0
         self._current = 0
@@ -184,6 +187,7 @@ class CoqBackend:
             stderr=subprocess.STDOUT,
             preexec_fn=_limit(self.memory_limit_gb),
             start_new_session=True,
+            cwd=self._workdir,
         )
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _kill, self._proc)
