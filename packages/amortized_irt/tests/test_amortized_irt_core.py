@@ -235,3 +235,5 @@ def test_bad_input():
     assert Rasch(n_quad=np.int64(21)).config.n_quad == 21  # numpy scalars accepted
     with pytest.raises(ValueError, match="int32|responses"):
         ResponseMatrix.from_dense(np.array([[3, 0], [1, 0]], dtype=np.int32))
+    with pytest.raises(ValueError, match=r"init\['c'\] must lie in \[0, 1\), got 1"):
+        ThreePL().fit(Y, init={"c": np.full(8, 1.0)})

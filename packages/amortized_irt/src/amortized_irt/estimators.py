@@ -162,7 +162,10 @@ class _IRTModel:
         if init is not None and init.get("a") is not None:
             log_a = torch.log(torch.as_tensor(np.asarray(init["a"], dtype=np.float64)))
         if init is not None and init.get("c") is not None:
-            cc = torch.as_tensor(np.asarray(init["c"], dtype=np.float64))
+            c0 = check_array("init['c']", init["c"], shape=(m,), dtype="numeric", finite=True).astype(np.float64)
+            if ((c0 < 0) | (c0 >= 1)).any():
+                raise ValueError(f"init['c'] must lie in [0, 1), got {c0[(c0 < 0) | (c0 >= 1)][0]:g}")
+            cc = torch.as_tensor(c0)
             logit_c = torch.log(cc / (1 - cc))
         return self._pack(b, log_a, logit_c)
 
