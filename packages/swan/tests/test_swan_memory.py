@@ -116,3 +116,29 @@ def test_memory_profile_accounts_parameters_state_and_peak():
     assert s["transient"] <= 5 * 256 * 256 * 4 + (1 << 19)
     assert s["peak"] < a["peak"] - n_params
     assert s["method"] == "rss-hwm"
+
+
+@pytest.mark.gpu
+def test_one_step_transient_on_cuda_is_one_matrix_plus_the_whitening_buffers():
+    """The CUDA allocator's peak over one step (after a warm-up step) above what is allocated before it."""
+    import torch
+    from torch import nn
+
+    from swan import SWAN
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    dev = torch.device("cuda")
+    shapes = [(512, 1024), (1024, 512), (512, 512), (512, 512), (256, 1024), (1, 300)]
+    params = [nn.Parameter(torch.randn(*s, device=dev)) for s in shapes]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = SWAN(params, lr=1e-3)
+    opt.step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    opt.step()
+    torch.cuda.synchronize()
+    transient = torch.cuda.max_memory_allocated() - base
+    assert 0 < transient <= _bound(), (transient, _bound())
