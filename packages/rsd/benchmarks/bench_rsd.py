@@ -12,7 +12,7 @@ Two targets:
 
 Usage::
 
-    python packages/rsd/benchmarks/bench_rsd.py [--problems 300] [--repeats 3] [--out PATH]
+    python packages/rsd/benchmarks/bench_rsd.py [--problems 300] [--repeats 3] [--targets fixture wide] [--out PATH]
 
 writes ``benchmarks/results/bench_rsd.json`` and the printed table to ``.log`` beside it. Not run by pytest.
 """
@@ -133,13 +133,15 @@ def main() -> None:
     ap.add_argument("--problems", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--targets", nargs="+", choices=["fixture", "wide"], default=["fixture", "wide"])
     args = ap.parse_args()
     with torch_threads(1):
         draft, target = load_fixture_models()
         prompts = [p.prompt for p in make_problems(args.problems, seed=QUICK.seed)]
         results = {"problems": args.problems, "load": os.getloadavg()}
         lines = [f"{args.problems} problems, torch threads 1, load {os.getloadavg()[0]:.1f}"]
-        for name, tgt in (("fixture", target), ("wide", widen(target))):
+        for name in args.targets:
+            tgt = target if name == "fixture" else widen(target)
             r = results[name] = bench(name, draft, tgt, prompts, args.repeats)
             lines.append(
                 f"[{name}] target {r['target']}; assisted == target greedy: {r['assisted_equals_target_greedy']}"
