@@ -64,6 +64,7 @@ def test_validate_generator_tracks_targets():
         validate_generator(_NoTruth(), [0.0], [0.0])
 
 
+@pytest.mark.slow  # a whole (tiny) reproduction: over 10 s on a loaded 2-core machine
 def test_reproduce_tiny(tmp_path):
     tiny = Setup(n_items=880, n_scenarios=4, n_template_items=300, cat_scenarios=1, cat_takers=40, n_splits=1, cap=60)
     res = reproduce(False, tmp_path, setup=tiny)
