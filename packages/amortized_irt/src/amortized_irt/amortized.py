@@ -1,4 +1,4 @@
-"""Amortized calibration (the paper's core, Sec. 3.2–3.3): a predictor f_φ maps item content (an embedding e_j of
+"""Amortized calibration (the paper's core): a predictor f_φ maps item content (an embedding e_j of
 the question text) to its difficulty, b_j = f_φ(e_j), so a new item is calibrated by one forward pass instead of
 ~N LM responses.
 
@@ -122,7 +122,7 @@ def _gp_classes():
 
 
 class AmortizedDifficulty:
-    """Predict item difficulty from content (Sec. 3.2–3.3 of the paper).
+    """Predict item difficulty from content (the paper's amortized calibration).
 
     Args:
         regressor: ``"linear"`` (default), ``"mlp"`` or ``"gp"``.

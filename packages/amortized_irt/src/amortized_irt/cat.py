@@ -1,4 +1,4 @@
-"""Computerized adaptive testing (Sec. 4 of the paper): pick the unasked item of maximum Fisher information at the
+"""Computerized adaptive testing, as in the paper: pick the unasked item of maximum Fisher information at the
 current ability estimate, query, score, re-estimate.
 
 :class:`AdaptiveTest` is a plain ask/tell object for one live taker (``next_item`` / ``update``), and
@@ -84,7 +84,7 @@ class BatchRun:
 
 
 class AdaptiveTest:
-    """An adaptive test on a calibrated item bank (Sec. 4).
+    """An adaptive test on a calibrated item bank (the paper's adaptive testing).
 
     Args:
         bank: a fitted :class:`~amortized_irt.Rasch`/2PL/3PL, an :class:`ItemBank`, a dict or an array of b.

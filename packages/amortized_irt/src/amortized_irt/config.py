@@ -1,5 +1,5 @@
-"""Configuration dataclasses: :class:`IRTConfig` (calibration, Sec. 3 of the paper) and :class:`Stop` (the
-stopping rule of the adaptive test, Sec. 4)."""
+"""Configuration dataclasses: :class:`IRTConfig` (the paper's calibration) and :class:`Stop` (the
+stopping rule of the paper's adaptive test)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A sparse taker × item response matrix (Sec. 3 of the paper: LM × question matrices are block-sparse, each
+"""A sparse taker × item response matrix (the paper's LM × question matrices are block-sparse, each
 benchmark answered by a subset of the LMs), stored as CSR entries, never dense."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rasch, 2PL and 3PL calibration of a sparse response matrix (Sec. 3 of the paper) with a scikit-learn-like
+"""Rasch, 2PL and 3PL calibration of a sparse response matrix (the paper's model) with a scikit-learn-like
 interface: ``fit(Y)``, fitted attributes ending in ``_``, ``ability``, ``predict_proba``, ``score``, ``get_params``,
 ``save``/``load``.
 
@@ -215,7 +215,7 @@ class _IRTModel:
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(Y) first")
 
     def _em(self, Y: ResponseMatrix, P: torch.Tensor, distributed: bool) -> torch.Tensor:
-        """Bock–Aitkin EM (Sec. 3): E-step posterior on the nodes, item statistics n, r, item-parallel M-step."""
+        """Bock–Aitkin EM: E-step posterior on the nodes, item statistics n, r, item-parallel M-step."""
         cfg = self.config
         design = irtF.SparseDesign.build(Y, self._shard(Y, distributed))
         if cfg.estimate_prior_sd:  # fixed rectangular grid; the prior's weights move with σ_θ (mirt's scheme)
@@ -514,7 +514,7 @@ def _rows_objective(n: torch.Tensor, r: torch.Tensor, x: torch.Tensor, priors):
 
 
 class Rasch(_IRTModel):
-    """Rasch / 1PL model P(y_ij = 1) = σ(θ_i − b_j) (the paper's model, Sec. 3), θ ~ N(0, σ_θ²)."""
+    """Rasch / 1PL model P(y_ij = 1) = σ(θ_i − b_j) (the paper's model), θ ~ N(0, σ_θ²)."""
 
     _model = "rasch"
 

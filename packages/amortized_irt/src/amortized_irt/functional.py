@@ -1,7 +1,7 @@
 """The paper's math as pure functions (float64 torch): response models, Gauss–Hermite quadrature, the Bock–Aitkin
 E-step over a sparse response matrix, item-parallel M-steps, item information and ability estimation.
 
-Conventions (Sec. 3 of the paper): Rasch P(y = 1 | θ) = σ(θ − b); 2PL σ(a(θ − b)); 3PL c + (1 − c) σ(a(θ − b)).
+Conventions (the paper's): Rasch P(y = 1 | θ) = σ(θ − b); 2PL σ(a(θ − b)); 3PL c + (1 − c) σ(a(θ − b)).
 The official code writes the Rasch model as σ(θ + z) (mirt's easiness z = −b); see
 :func:`amortized_irt.estimators.to_mirt`.
 
@@ -55,7 +55,7 @@ def gauss_hermite(n_quad: int, prior_sd: float = 1.0) -> tuple[torch.Tensor, tor
 def log_probs(
     x: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log P(y = 1), log P(y = 0)) of every item [M] at every ability x [Q], shape [M, Q] each (Sec. 3)."""
+    """(log P(y = 1), log P(y = 0)) of every item [M] at every ability x [Q], shape [M, Q] each."""
     z = a[:, None] * (x[None, :] - b[:, None])
     if c is None:
         return logsigmoid(z), logsigmoid(-z)
@@ -67,7 +67,7 @@ def item_information(
     theta: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Fisher information I_j(θ) (broadcast): Rasch p(1 − p); 2PL a²p(1 − p); 3PL a²(1 − p)/p · ((p − c)/(1 − c))²
-    (Sec. 4 of the paper: the adaptive test picks argmax_j I_j(θ̂))."""
+    (the paper's adaptive test picks argmax_j I_j(θ̂))."""
     z = a * (theta - b)
     ps = torch.sigmoid(z)
     if c is None:
@@ -170,7 +170,7 @@ def rasch_m_step(
     steps: int = 3,
     prior: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """Item-parallel Newton steps on b (Sec. 3, M-step): g_j = Σ_q (r − n p), h_j = Σ_q n p(1 − p),
+    """Item-parallel Newton steps on b (the M-step): g_j = Σ_q (r − n p), h_j = Σ_q n p(1 − p),
     b_j ← b_j − g_j / h_j (∂Q/∂b_j = −g_j), each with step halving. ``prior=(μ, s²)`` adds a Gaussian prior
     N(μ_j, s_j²) on each b_j (MAP-EM; used by the amortized GP/MLP predictors)."""
 

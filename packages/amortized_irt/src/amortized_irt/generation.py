@@ -1,4 +1,4 @@
-"""Difficulty-conditioned question generation (Sec. 3.4 of the paper): a generator writes new items at a target
+"""Difficulty-conditioned question generation (the paper's generation step): a generator writes new items at a target
 difficulty, rewarded by −|b̂(item) − b_target| with b̂ from the amortized predictor; validation lets takers answer
 the new items, recalibrates, and compares realised with target difficulty.
 
