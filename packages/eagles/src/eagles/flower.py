@@ -9,13 +9,11 @@
   ``ArrayRecord`` (the parameters, and the layer masks as ``mask/<name>`` uint8 entries, router weights included
   in the parameters) and one ``MetricRecord``: never features, labels or edges.
 - :func:`make_server_app` / :func:`run_server`: the ServerApp's main, also what :func:`eagles.sim.run_inprocess`
-  calls on a :class:`LocalGrid`.
+  calls on a :class:`LocalGrid` (the in-process grid of :mod:`icml25_shared.flower`, re-exported here).
 """
 
 from __future__ import annotations
 
-import random
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +38,7 @@ from eagles.client import (
 )
 from eagles.config import EaglesConfig
 from eagles.server import ClientReply, EaglesServer
+from icml25_shared.flower import LocalGrid
 from icml25_shared.validate import check_choice, check_int
 
 __all__ = [
@@ -318,68 +317,3 @@ def make_server_app(
             on_finish(server)
 
     return app
-
-
-class LocalGrid(Grid):
-    """``num_nodes`` virtual SuperNodes in this process (no Ray, no SuperLink), running ``client_app``.
-
-    Nodes get random 63-bit ids and ``node_config = {"partition-id": i, "num-partitions": num_nodes}``; each keeps
-    its own ``context.state``; replies come back in a seeded shuffled order, as from a real fleet.
-    """
-
-    def __init__(self, client_app: ClientApp, num_nodes: int, seed: int = 0) -> None:
-        from flwr.supercore.task_identity import TaskIdentity  # internal of flwr 1.42 (pinned)
-
-        num_nodes = check_int("num_nodes", num_nodes, min=1)
-        self._app = client_app
-        self._rng = random.Random(seed)
-        self.contexts: dict[int, Context] = {}
-        for i in range(num_nodes):
-            node = self._rng.getrandbits(63) + 1
-            self.contexts[node] = Context(
-                run_id=1,
-                node_id=node,
-                node_config={"partition-id": i, "num-partitions": num_nodes},
-                state=RecordDict(),
-                run_config={},
-            )
-        self._run: Any = None
-        self._inbox: dict[str, Message] = {}
-        # Message() reads the process's task identity, which a ServerApp process sets; set one only if unset
-        for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
-            if getattr(TaskIdentity, attr, None) is None:
-                setattr(TaskIdentity, attr, value)
-
-    def set_run(self, run: Any) -> None:
-        self._run = run
-
-    @property
-    def run(self) -> Any:
-        return self._run
-
-    def create_message(
-        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
-    ) -> Message:
-        return Message(content=content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id, ttl=ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return list(self.contexts)
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        ids = []
-        for msg in messages:
-            node = msg.metadata.dst_node_id
-            if node not in self.contexts:
-                raise ValueError(f"unknown destination node {node}")
-            mid = uuid.uuid4().hex
-            self._inbox[mid] = self._app(msg, self.contexts[node])
-            ids.append(mid)
-        return ids
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return [self._inbox.pop(m) for m in message_ids if m in self._inbox]
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        replies = list(self.pull_messages(self.push_messages(messages)))
-        self._rng.shuffle(replies)
-        return replies
