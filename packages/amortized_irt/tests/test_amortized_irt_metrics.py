@@ -58,3 +58,16 @@ def test_response_matrix_from_long_and_splits():
     assert len(b) == 5 and len(np.intersect1d(a, b)) == 0
     with pytest.raises(ValueError, match="column 'nope'"):
         ResponseMatrix.from_long(df, "nope", "q", "ok")
+
+
+def test_swedish_sat_loader():
+    pytest.importorskip("irtorch", reason="the Swedish SAT sample ships in the optional irtorch wheel ([real])")
+    from amortized_irt.datasets import swedish_sat
+
+    Y, key = swedish_sat()
+    assert Y.shape == (5000, 160) and len(key) == 160
+    assert 0 < Y.shape[0] * Y.shape[1] - Y.nnz < 0.01 * Y.shape[0] * Y.shape[1]  # omitted answers stay missing
+    Yw, _ = swedish_sat(omitted="wrong")
+    assert Yw.nnz == 5000 * 160 and Yw.values.sum() == Y.values.sum()
+    with pytest.raises(ValueError, match="omitted must be one of"):
+        swedish_sat(omitted="skip")
