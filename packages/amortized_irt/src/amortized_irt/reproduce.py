@@ -58,8 +58,8 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: ex.Se
             "Spearman >= 0.98, RMSE <= 0.15 (issue targets)",
             f"Spearman {rec['spearman_b']:.4f} (known-theta bound {rec['oracle_spearman_b']:.4f}), "
             f"RMSE(theta) {rec['rmse_theta']:.3f}",
-            rec["spearman_b"] >= min(0.98, rec["oracle_spearman_b"] - 0.005) and rec["rmse_theta"] <= 0.15,
-            rule="Spearman >= min(0.98, known-theta bound - 0.005) and RMSE(theta_EAP) <= 0.15",
+            rec["spearman_b"] >= 0.98 and rec["rmse_theta"] <= 0.15,
+            rule="Spearman(b_hat, b) >= 0.98 and RMSE(theta_EAP) <= 0.15 (the known-theta bound is shown, not used)",
             short="C1 recovery",
             details=rec,
         ),
