@@ -165,6 +165,14 @@ def launch(
     failed = {r: msg for r, (ok, msg) in collected.items() if not ok}
     if failed:
         rank, msg = min(failed.items())
+        # a rank that exited by itself (positive code, no result) is the likelier root cause: the others then fail
+        # in their collectives ("connection reset by peer")
+        dead = [r for r, p in enumerate(procs) if r not in collected and (p.exitcode or 0) > 0]
+        if dead:
+            raise RuntimeError(
+                f"launch: rank {dead[0]} of {world_size} died with exit code {procs[dead[0]].exitcode} before "
+                f"returning a result; then rank {rank} raised:\n{msg}"
+            )
         raise RuntimeError(f"launch: rank {rank} of {world_size} raised:\n{msg}")
     return [torch.load(io.BytesIO(collected[r][1]), weights_only=False) for r in range(world_size)]
 

@@ -64,6 +64,16 @@ def _status(key: str) -> int:
     raise OSError(f"{key} not in /proc/self/status")
 
 
+def _trim() -> None:
+    """Give free heap memory back to the OS (glibc ``malloc_trim``), so the resident set is live memory only."""
+    name = ctypes.util.find_library("c")
+    if name is not None:
+        try:
+            ctypes.CDLL(name).malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+
+
 def _mmap_big_blocks() -> bool:
     """Ask glibc to serve blocks over 64 KiB by mmap (returned to the OS when freed). False when not glibc."""
     name = ctypes.util.find_library("c")
@@ -93,6 +103,7 @@ class _Peak:
             return int(torch.cuda.max_memory_allocated(self.device))
         if self.method == "rss-sampled":
             return peak_memory(fn)
+        _trim()
         _CLEAR_REFS.write_text("5")
         base = _status("VmRSS")
         fn()
