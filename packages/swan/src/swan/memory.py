@@ -13,6 +13,7 @@ memory figure). :func:`memory_profile` measures it the way a user would see it, 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 from collections.abc import Callable, Iterable
@@ -68,10 +69,8 @@ def _trim() -> None:
     """Give free heap memory back to the OS (glibc ``malloc_trim``), so the resident set is live memory only."""
     name = ctypes.util.find_library("c")
     if name is not None:
-        try:
+        with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(name).malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
 
 
 def _mmap_big_blocks() -> bool:
