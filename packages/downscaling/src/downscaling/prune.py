@@ -207,6 +207,19 @@ def _calib_batches(calib: Any, device: torch.device) -> list[torch.Tensor]:
     return out
 
 
+def _calibrate(model: nn.Module, calib: Iterable[Any], handles: list[Any]) -> None:
+    """Run the calibration batches through ``model`` in eval mode (restoring its mode), then remove ``handles``."""
+    was = model.training
+    model.eval()
+    try:
+        for x in calib:
+            _model_forward(model, x)
+    finally:
+        model.train(was)
+        for h in handles:
+            h.remove()
+
+
 def _model_forward(model: nn.Module, x: torch.Tensor) -> Any:
     from downscaling.flops import _forward
 
@@ -231,15 +244,7 @@ def _input_stats(
 
     for n, m in modules.items():
         handles.append(m.register_forward_pre_hook(hook(n)))
-    was = model.training
-    model.eval()
-    try:
-        for x in calib:
-            _model_forward(model, x)
-    finally:
-        model.train(was)
-        for h in handles:
-            h.remove()
+    _calibrate(model, calib, handles)
     return stats
 
 
@@ -337,15 +342,7 @@ def _block_influence(model: nn.Module, layers: nn.ModuleList, calib: list[torch.
 
     for i, layer in enumerate(layers):
         handles.append(layer.register_forward_hook(hook(i), with_kwargs=True))
-    was = model.training
-    model.eval()
-    try:
-        for x in calib:
-            _model_forward(model, x)
-    finally:
-        model.train(was)
-        for h in handles:
-            h.remove()
+    _calibrate(model, calib, handles)
     return [1.0 - sum(v) / len(v) for v in sims.values()]
 
 
