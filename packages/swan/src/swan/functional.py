@@ -304,7 +304,6 @@ def swan_direction(
     _check_matrix("G", G)
     if G.dim() == 2 and norm_dim in (-1, -2) and G.numel() and not (torch.is_grad_enabled() and G.requires_grad):
         # the optimizer's in-place pipeline (same values as the stages below, one copy of G)
-        check_choice("whitening", whitening, WHITENING_METHODS)
         return swan_directions_into(
             [G], normalize=normalize, whiten=whiten, rescale=rescale, ns_steps=ns_steps, ns_beta=ns_beta,
             whitening=whitening, norm_dim=norm_dim, norm_center=norm_center, eps=eps, whiten_dtype=whiten_dtype,

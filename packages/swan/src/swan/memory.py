@@ -13,9 +13,9 @@ memory figure). :func:`memory_profile` measures it the way a user would see it, 
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import ctypes.util
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -65,24 +65,28 @@ def _status(key: str) -> int:
     raise OSError(f"{key} not in /proc/self/status")
 
 
+@functools.cache
+def _glibc() -> Any:
+    """The C library's ``malloc_trim``/``mallopt``, or None when it is not glibc (or not found)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+    except OSError:
+        return None
+
+
 def _trim() -> None:
     """Give free heap memory back to the OS (glibc ``malloc_trim``), so the resident set is live memory only."""
-    name = ctypes.util.find_library("c")
-    if name is not None:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(name).malloc_trim(0)
+    if _glibc() is not None:
+        _glibc().malloc_trim(0)
 
 
 def _mmap_big_blocks() -> bool:
     """Ask glibc to serve blocks over 64 KiB by mmap (returned to the OS when freed). False when not glibc."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(-3, 65536))  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        return False
+    return _glibc() is not None and bool(_glibc().mallopt(-3, 65536))  # M_MMAP_THRESHOLD
 
 
 class _Peak:

@@ -245,8 +245,7 @@ class SWAN(torch.optim.Optimizer):
             return [[i] for i in range(len(mats))]
 
         def cost(m: Tensor) -> int:  # the matrix's copy and its four whitening buffers, in the compute dtype
-            item = torch.empty((), dtype=compute_dtype(m.dtype, group["whiten_dtype"])).element_size()
-            return (m.numel() + 4 * min(m.shape) ** 2) * item
+            return (m.numel() + 4 * min(m.shape) ** 2) * compute_dtype(m.dtype, group["whiten_dtype"]).itemsize
 
         buckets: dict[tuple[Any, ...], list[int]] = {}
         for i, m in enumerate(mats):
