@@ -256,9 +256,7 @@ def unifews_propagate(
     coef = 1.0 - alpha if kind == "appnp" else 1.0
     stats = PropStats(mode, push, full_macs=(G.m + n) * f * hops)
     if mode == "row":
-        if spmm_impl != "auto" or x.is_cuda:
-            return _row_masked(x, G, hops, delta_a, coef, kind, alpha, threshold, appnp_tail, stats, spmm_impl)
-        return _row(x, G, hops, delta_a, coef, kind, alpha, threshold, appnp_tail, stats)
+        return _row(x, G, hops, delta_a, coef, kind, alpha, threshold, appnp_tail, stats, spmm_impl)
     seed = _seed_from(generator) if push == "random" and delta_a > 0 else 0
     step = chunk_size or max(1, min(f, (1 << 22) // max(G.m, 1)))
     outs = []
@@ -388,44 +386,23 @@ def _hop_prefix(out, cp, G: PropGraph, theta, c_prev, nz, u):
     return c_det, c_full, c
 
 
-def _row(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, tail, stats: PropStats):
+def _row(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, tail, stats: PropStats, spmm_impl="auto"):
+    """Row mode (Algorithm 1). The CPU default compacts the edge list as edges are removed and runs a CSR SpMM; CUDA
+    (or ``spmm_impl`` forced) keeps one CSR of ``T``'s non-loop part and a cumulative keep mask for the shared masked
+    SpMM kernel: the same edges removed at the same hops, nothing compacted or re-sorted."""
     n, f = x.shape
-    p = x
-    acc = alpha * x if kind == "appnp" else None
-    ei, w = G.edge_index, G.w
-    for hop in range(hops):
-        if delta_a > 0:
-            norm = torch.linalg.vector_norm(p, dim=1)
-            score = coef * w * norm[ei[0]]
-            if threshold == "relative":
-                loop_score = coef * G.w_loop * norm
-                thr = delta_a * torch.cat([score, loop_score]).mean()
-            else:
-                thr = delta_a
-            keep = score >= thr
-            ei, w = ei[:, keep], w[keep]  # removed for good (Algorithm 1)
-        p = coef * (spmm(ei, w, p, n) + G.w_loop.unsqueeze(1) * p)
-        stats.kept.append(int(ei.size(1)) + n)
-        stats.deterministic_pushes.append((int(ei.size(1)) + n) * f)
-        stats.random_pushes.append(0)
-        stats.macs.append((int(ei.size(1)) + n) * f)
-        if acc is not None and (hop < hops - 1 or tail):
-            acc = acc + (p if hop == hops - 1 else alpha * p)
-    return (acc if kind == "appnp" else p), stats
+    masked = spmm_impl != "auto" or x.is_cuda
+    if masked:
+        from icml25_shared.kernels import CSR, masked_spmm
 
-
-def _row_masked(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, tail, stats: PropStats, spmm_impl):
-    """``_row`` over one CSR of ``T``'s non-loop part with a cumulative keep mask (the shared masked SpMM kernel):
-    the same edges are removed at the same hops, nothing is compacted or re-sorted."""
-    from icml25_shared.kernels import CSR, masked_spmm
-
-    n, f = x.shape
-    csr = G._kernel_csr
-    if csr is None:  # messages src -> nbr: out[nbr] += w · p[src]; kept on the graph for later calls
-        csr = CSR.from_coo(G.nbr, G.src, (n, n))
-        G._kernel_csr = csr
-    src, w = G.src[csr.order], G.w[csr.order]
-    keep = torch.ones(G.m, dtype=torch.bool, device=x.device)
+        if G._kernel_csr is None:  # messages src -> nbr: out[nbr] += w · p[src]; kept on the graph for later calls
+            G._kernel_csr = CSR.from_coo(G.nbr, G.src, (n, n))
+        csr = G._kernel_csr
+        src, w = G.src[csr.order], G.w[csr.order]
+        keep = torch.ones(G.m, dtype=torch.bool, device=x.device)
+    else:
+        ei, w = G.edge_index, G.w
+        src = ei[0]
     p = x
     acc = alpha * x if kind == "appnp" else None
     for hop in range(hops):
@@ -433,13 +410,19 @@ def _row_masked(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, ta
             norm = torch.linalg.vector_norm(p, dim=1)
             score = coef * w * norm[src]
             if threshold == "relative":
-                loop_score = coef * G.w_loop * norm
-                thr = delta_a * torch.cat([score[keep], loop_score]).mean()
+                live = score[keep] if masked else score
+                thr = delta_a * torch.cat([live, coef * G.w_loop * norm]).mean()
             else:
                 thr = delta_a
-            keep = keep & (score >= thr)  # removed for good (Algorithm 1)
-        p = coef * (masked_spmm(csr, w, p, keep=keep, impl=spmm_impl) + G.w_loop.unsqueeze(1) * p)
-        kept = int(keep.sum()) + n
+            if masked:
+                keep = keep & (score >= thr)  # removed for good (Algorithm 1)
+            else:
+                kept_now = score >= thr
+                ei, w = ei[:, kept_now], w[kept_now]  # removed for good (Algorithm 1)
+                src = ei[0]
+        prop = masked_spmm(csr, w, p, keep=keep, impl=spmm_impl) if masked else spmm(ei, w, p, n)
+        p = coef * (prop + G.w_loop.unsqueeze(1) * p)
+        kept = (int(keep.sum()) if masked else int(ei.size(1))) + n
         stats.kept.append(kept)
         stats.deterministic_pushes.append(kept * f)
         stats.random_pushes.append(0)
