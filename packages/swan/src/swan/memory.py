@@ -127,7 +127,7 @@ def _nbytes(tensors: Iterable[Tensor]) -> int:
 def memory_profile(
     model: nn.Module,
     batch: Any,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | Any,
     *,
     loss_fn: Callable[[nn.Module, Any], Tensor] | None = None,
     warmup: int = 1,
@@ -138,7 +138,8 @@ def memory_profile(
     Args:
         model: the module; its parameters' device is the device measured.
         batch: passed to ``loss_fn``.
-        optimizer: any ``torch.optim.Optimizer`` over ``model``'s parameters.
+        optimizer: any ``torch.optim.Optimizer`` over ``model``'s parameters (or an object with ``step``,
+            ``zero_grad(set_to_none=...)`` and a ``state`` mapping, e.g. two optimizers stepped together).
         loss_fn: ``loss_fn(model, batch) -> scalar``; default ``model(**batch).loss`` for a dict (transformers
             models with ``labels``), else ``model(batch).loss``.
         warmup: unmeasured steps first (>= 1 so that the state exists when it is counted).
@@ -148,8 +149,11 @@ def memory_profile(
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    if not all(callable(getattr(optimizer, a, None)) for a in ("step", "zero_grad")) or not hasattr(optimizer, "state"):
+        raise TypeError(
+            "optimizer must be a torch.optim.Optimizer (or have step, zero_grad and state), "
+            f"got {type(optimizer).__name__}"
+        )
     warmup = check_int("warmup", warmup, min=1)
     params = list(model.parameters())
     if not params:
