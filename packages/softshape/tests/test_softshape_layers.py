@@ -150,7 +150,7 @@ def test_dense_layer_equals_sparse_formula_at_keep_ratio_one(moe_in_dense):
 # ---------------------------------------------------------------- MoE
 def test_single_expert_is_a_residual_mlp():
     torch.manual_seed(0)
-    moe = SharedMoE(8, n_experts=1, top_k=1).eval()
+    moe = SharedMoE(8, n_experts=1, top_k=1, gating="official").eval()
     z = torch.randn(2, 5, 8)
     out, aux = moe(z)
     h = z.reshape(10, 8)
@@ -161,14 +161,14 @@ def test_single_expert_is_a_residual_mlp():
 
 def test_gates_sum_to_one_and_zero_init_tie_goes_to_expert_zero():
     torch.manual_seed(0)
-    moe = SharedMoE(8, n_experts=4, top_k=1)
+    moe = SharedMoE(8, n_experts=4, top_k=1, gating="official")
     h = torch.randn(50, 8)
     top_i, gates = moe.route(h)
     assert torch.all(top_i == 0)  # zero-initialised gate: uniform probs, topk tie -> lowest index
     torch.testing.assert_close(gates.sum(-1), torch.ones(50))
     with torch.no_grad():
         moe.w_gate.normal_()
-    moe2 = SharedMoE(8, n_experts=4, top_k=2)
+    moe2 = SharedMoE(8, n_experts=4, top_k=2, gating="official")
     with torch.no_grad():
         moe2.w_gate.normal_()
     _, g2 = moe2.route(h)
@@ -176,7 +176,7 @@ def test_gates_sum_to_one_and_zero_init_tie_goes_to_expert_zero():
 
 
 def test_aux_loss_zero_when_balanced_positive_otherwise():
-    moe = SharedMoE(4, n_experts=3)
+    moe = SharedMoE(4, n_experts=3, gating="official")
     balanced = torch.tensor([[0], [1], [2], [0], [1], [2]])
     gates = torch.ones(6, 1)
     assert float(moe.aux_loss(balanced, gates)) == 0.0

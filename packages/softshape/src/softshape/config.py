@@ -19,6 +19,7 @@ __all__ = [
     "resolve_shape_size",
     "resolve_stride",
     "keep_ratios",
+    "GATING_MODES",
 ]
 
 # Per-dataset shape lengths of the official code for the UCR sets we could confirm (an int is m itself, a float
@@ -34,6 +35,8 @@ UCR_SHAPE_SIZES: dict[str, int | float] = {
 
 Sparsify = Literal["soft", "hard", "none"]
 EvalSparse = Literal["match_train", "always", "never"]
+Gating = Literal["switch", "official"]
+GATING_MODES: tuple[str, ...] = get_args(Gating)
 SPARSIFY_MODES: tuple[str, ...] = get_args(Sparsify)
 EVAL_SPARSE_MODES: tuple[str, ...] = get_args(EvalSparse)
 
@@ -119,6 +122,10 @@ class SoftShapeConfig:
         sparse_rate: final sparse rate rho in [0, 1); layer l keeps r_l = 1 - linspace(0, rho, L)[l].
         n_experts: experts E of the shared MoE (the paper: E = K).
         top_k: experts per token (the paper: 1).
+        gating: gate value of the selected experts: ``"switch"`` (the router probability, not renormalised, so the
+            router learns; Switch load-balancing loss) or ``"official"`` (the official code: top-k probabilities
+            renormalised to 1, so with top-1 the router never gets a gradient; cv^2 balance loss). See
+            :class:`~softshape.layers.SharedMoE`.
         dropout: dropout after the embedding, inside experts and before the head.
         sparsify: ``"soft"`` (keep top shapes, fuse the rest into one token), ``"hard"`` (drop the rest) or
             ``"none"`` (never sparsify).
@@ -139,6 +146,7 @@ class SoftShapeConfig:
     sparse_rate: float = 0.5
     n_experts: int | None = None
     top_k: int = 1
+    gating: Gating = "switch"
     dropout: float = 0.15
     sparsify: Sparsify = "soft"
     use_moe: bool = True
@@ -163,6 +171,7 @@ class SoftShapeConfig:
         self.sparse_rate = check_float("sparse_rate", self.sparse_rate, min=0.0, max=1.0, max_open=True)
         self.dropout = check_float("dropout", self.dropout, min=0.0, max=1.0, max_open=True)
         self.sparsify = check_choice("sparsify", self.sparsify, SPARSIFY_MODES)
+        self.gating = check_choice("gating", self.gating, GATING_MODES)
         self.use_moe = check_bool("use_moe", self.use_moe)
         self.use_inception = check_bool("use_inception", self.use_inception)
         self.moe_in_dense = check_bool("moe_in_dense", self.moe_in_dense)

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from softshape.config import GATING_MODES as GATINGS
+
 __all__ = [
     "RMSNorm",
     "ContributionScorer",
@@ -27,7 +29,7 @@ __all__ = [
 
 
 def trunc_normal_init(module: nn.Module) -> None:
-    """Spec 2.8: every Linear gets trunc_normal(std 0.02) weights and zero bias."""
+    """The official initialisation: every Linear gets trunc_normal(std 0.02) weights and zero bias."""
     for m in module.modules():
         if isinstance(m, nn.Linear):
             nn.init.trunc_normal_(m.weight, std=0.02)
@@ -119,17 +121,33 @@ def cv_squared(v: torch.Tensor, eps: float = 1e-10) -> torch.Tensor:
 class SharedMoE(nn.Module):
     """Top-k mixture of E residual MLP experts (the paper's class-count experts, E = K), shared by every sparse layer.
 
-    Gate p = softmax(z W_g) with W_g zero-initialised, so routing starts uniform and ``topk`` breaks the tie
-    towards the lowest expert index (expert 0). The top-k probabilities are renormalised (top-1: the gate is exactly
-    1). Expert e: Linear(D, D) -> GELU -> Dropout -> Linear(D, D), weights stacked as [E, D, D] tensors.
-    Output GELU(RMSNorm(z + sum_e gate_e expert_e(z))) and aux = cv^2(importance) + cv^2(load).
+    The paper (Sec. 3.3) describes "a learnable router to activate a subset of class-specific experts". Router
+    probabilities p = softmax(z W_g), W_g zero-initialised (routing starts uniform; the stable sort breaks the tie
+    towards the lowest expert index, expert 0). ``gating`` chooses the gate value of the selected experts:
+
+    - ``"switch"`` (default): the router probability itself, p_e for the selected e, not renormalised (Switch
+      Transformer, Fedus et al. 2022, eq. 2); the output p_e * expert_e(z) carries a gradient to W_g, so the router
+      learns from the classification loss. Balance loss: the Switch load-balancing loss
+      E * sum_e f_e * P_e - 1 (f_e: share of token slots routed to e, P_e: mean router probability of e;
+      differentiable through P; the constant -1 makes perfect balance 0, as for the cv^2 loss, gradients unchanged).
+    - ``"official"``: the official code's rule, the top-k probabilities renormalised to sum to 1 (top-1: the gate
+      is exactly 1, so no gradient ever reaches W_g and, from the zero initialisation, every token stays on expert
+      0). Balance loss cv^2(importance) + cv^2(load), importance = column sums of the gates, load = count of
+      gates > 0. Kept for comparison.
+
+    Expert e: Linear(D, D) -> GELU -> Dropout -> Linear(D, D), weights stacked as [E, D, D] tensors.
+    Output GELU(RMSNorm(z + sum_e gate_e expert_e(z))).
     """
 
-    def __init__(self, dim: int, n_experts: int, top_k: int = 1, dropout: float = 0.0) -> None:
+    def __init__(
+        self, dim: int, n_experts: int, top_k: int = 1, dropout: float = 0.0, gating: str = "switch"
+    ) -> None:
         super().__init__()
         if top_k > n_experts:
             raise ValueError(f"top_k must be <= n_experts={n_experts}, got {top_k}")
-        self.dim, self.n_experts, self.top_k = dim, n_experts, top_k
+        if gating not in GATINGS:
+            raise ValueError(f"gating must be one of {GATINGS}, got {gating!r}")
+        self.dim, self.n_experts, self.top_k, self.gating = dim, n_experts, top_k, gating
         self.w_gate = nn.Parameter(torch.zeros(dim, n_experts))
         self.w1 = nn.Parameter(torch.empty(n_experts, dim, dim))
         self.b1 = nn.Parameter(torch.zeros(n_experts, dim))
@@ -151,17 +169,31 @@ class SharedMoE(nn.Module):
         """Expert e on tokens h [n, D]."""
         return F.linear(self.dropout(F.gelu(F.linear(h, self.w1[e], self.b1[e]))), self.w2[e], self.b2[e])
 
-    def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k expert indices [n, k] and renormalised gate values [n, k] of tokens h [n, D]."""
-        probs = torch.softmax(h @ self.w_gate, dim=-1)
+    def router_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """Router probabilities softmax(h W_g) [n, E] of tokens h [n, D]."""
+        return torch.softmax(h @ self.w_gate, dim=-1)
+
+    def route(self, h: torch.Tensor, probs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k expert indices [n, k] and gate values [n, k] of tokens h [n, D] (see ``gating``)."""
+        probs = self.router_probs(h) if probs is None else probs
         # stable descending sort: ties (e.g. the uniform routing of the zero-initialised gate) go to the lowest
         # expert index; torch.topk leaves the tie order unspecified
         sorted_p, sorted_i = probs.sort(dim=-1, descending=True, stable=True)
         top_p, top_i = sorted_p[:, : self.top_k], sorted_i[:, : self.top_k]
-        return top_i, top_p / top_p.sum(dim=-1, keepdim=True)
+        if self.gating == "official":
+            return top_i, top_p / top_p.sum(dim=-1, keepdim=True)
+        return top_i, top_p
 
-    def aux_loss(self, top_i: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
-        """cv^2(importance) + cv^2(load): importance = column sums of the dense gates, load = count of gates > 0."""
+    def aux_loss(
+        self, top_i: torch.Tensor, gates: torch.Tensor, probs: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The balance loss of ``gating`` (``probs``, the router probabilities [n, E], is needed for ``"switch"``)."""
+        if self.gating == "switch":
+            if probs is None:
+                raise ValueError("aux_loss with gating='switch' needs the router probabilities probs [n, E]")
+            counts = torch.bincount(top_i.flatten(), minlength=self.n_experts).to(probs.dtype)
+            share = counts / top_i.numel()  # f_e (no gradient: counts)
+            return self.n_experts * (share * probs.mean(0)).sum() - 1.0
         dense = torch.zeros(top_i.shape[0], self.n_experts, dtype=gates.dtype, device=gates.device)
         dense = dense.scatter(1, top_i, gates)
         return cv_squared(dense.sum(0)) + cv_squared((dense > 0).sum(0))
@@ -203,13 +235,17 @@ class SharedMoE(nn.Module):
         out = torch.empty_like(out_sorted).index_copy_(0, order, out_sorted)
         return out * gates
 
-    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """z [B, N, D] -> (GELU(RMSNorm(z + MoE(z))) [B, N, D], aux loss scalar)."""
+    def forward(self, z: torch.Tensor, *, return_counts: bool = False) -> tuple[torch.Tensor, ...]:
+        """z [B, N, D] -> (GELU(RMSNorm(z + MoE(z))) [B, N, D], aux loss scalar[, token slots per expert [E]])."""
         b, n, d = z.shape
         h = z.reshape(b * n, d)
-        top_i, gates = self.route(h)
+        probs = self.router_probs(h)
+        top_i, gates = self.route(h, probs)
         y = h + self.dispatch(h, top_i, gates)
-        return F.gelu(self.norm(y)).reshape(b, n, d), self.aux_loss(top_i, gates)
+        out = F.gelu(self.norm(y)).reshape(b, n, d), self.aux_loss(top_i, gates, probs)
+        if return_counts:
+            return (*out, torch.bincount(top_i.flatten(), minlength=self.n_experts))
+        return out
 
 
 def moe_dispatch_loop(moe: SharedMoE, h: torch.Tensor, top_i: torch.Tensor, gates: torch.Tensor) -> torch.Tensor:
