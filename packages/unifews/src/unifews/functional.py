@@ -27,6 +27,7 @@ __all__ = [
     "add_remaining_self_loops",
     "diffusion_weights",
     "message_scores",
+    "edge_threshold",
     "edge_keep_mask",
     "weight_mask",
     "spmm",
@@ -122,19 +123,24 @@ def add_remaining_self_loops(
     fill_value: float = 1.0,
     dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Add a self-loop of weight ``fill_value`` to every node that has none (existing loops keep their weight)."""
+    """PyG's layout (``torch_geometric.utils.add_remaining_self_loops``): the non-loop edges in their order, then one
+    self-loop per node, of weight ``fill_value`` where the node had none (an existing loop keeps its weight).
+
+    Explainers rely on this layout: their edge mask covers the input edges and is extended by ones for the loops.
+    """
     device = edge_index.device
     dtype = dtype or (edge_weight.dtype if edge_weight is not None else torch.get_default_dtype())
     if edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=device)
     src, dst = edge_index
-    has_loop = torch.zeros(num_nodes, dtype=torch.bool, device=device)
-    has_loop[src[src == dst]] = True
-    missing = (~has_loop).nonzero().view(-1)
-    loops = torch.stack([missing, missing])
-    edge_index = torch.cat([edge_index, loops], dim=1)
-    edge_weight = torch.cat([edge_weight, torch.full((missing.numel(),), fill_value, dtype=dtype, device=device)])
-    return edge_index, edge_weight
+    is_loop = src == dst
+    loop_w = torch.full((num_nodes,), fill_value, dtype=dtype, device=device)
+    if bool(is_loop.any()):
+        loop_w[src[is_loop]] = edge_weight[is_loop].to(dtype)
+        edge_index, edge_weight = edge_index[:, ~is_loop], edge_weight[~is_loop]
+    loops = torch.arange(num_nodes, device=device)
+    edge_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
+    return edge_index, torch.cat([edge_weight.to(dtype), loop_w])
 
 
 def diffusion_weights(
@@ -144,19 +150,21 @@ def diffusion_weights(
     *,
     r: float = 0.5,
     add_self_loops: bool = True,
+    fill_value: float = 1.0,
     dtype: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Edge weights of ``T = D̄^{-(1-r)} Ā D̄^{-r}``: ``w_e = d̄_u^{-(1-r)} · a_e · d̄_v^{-r}`` for ``e = (v → u)``.
 
     Degrees are weighted in-degrees at the target (PyG's ``gcn_norm`` convention, equal to out-degrees on
     undirected graphs), counted with the self-loop. ``r = 0.5`` reproduces ``torch_geometric``'s ``gcn_norm``.
-    Returns ``(edge_index, w)`` with the loops appended when ``add_self_loops``.
+    Returns ``(edge_index, w)`` with the loops appended when ``add_self_loops`` (weight ``fill_value`` for nodes
+    without one: 2 is ``GCNConv(improved=True)``; PyG's layout, see :func:`add_remaining_self_loops`).
     """
     dtype = dtype or (edge_weight.dtype if edge_weight is not None else torch.get_default_dtype())
     if edge_weight is not None:
         edge_weight = edge_weight.to(dtype)
     if add_self_loops:
-        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, num_nodes, dtype=dtype)
+        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, num_nodes, fill_value, dtype)
     elif edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
     src, dst = edge_index
@@ -175,18 +183,39 @@ def message_scores(edge_index: Tensor, edge_weight: Tensor, z: Tensor) -> Tensor
     return edge_weight.abs() * torch.linalg.vector_norm(z, dim=1)[edge_index[0]]
 
 
-def edge_keep_mask(scores: Tensor, is_loop: Tensor, delta_a: float, threshold: Threshold = "relative") -> Tensor:
-    """``keep_e = s_e >= θ_a ∨ is_loop(e)``, ``θ_a = δa · mean_e s_e`` (relative) or ``δa`` (absolute).
+def edge_threshold(
+    scores: Tensor, delta_a: float, threshold: Threshold = "relative", active: Tensor | None = None
+) -> Tensor:
+    """``θ_a``: ``δa · mean s`` over the (``active``) edges of the layer (relative, official code) or ``δa``
+    (absolute, paper eq. 9), as a 0-d tensor."""
+    check_choice("threshold", threshold, THRESHOLDS)
+    if threshold == "absolute":
+        return scores.new_tensor(delta_a)
+    live = scores if active is None else scores[active]
+    return delta_a * live.mean() if live.numel() else scores.new_tensor(0.0)
 
-    The mean runs over every edge of the layer, loops included (official code). Self-loops are never removed.
+
+def edge_keep_mask(
+    scores: Tensor,
+    is_loop: Tensor,
+    delta_a: float,
+    threshold: Threshold = "relative",
+    *,
+    active: Tensor | None = None,
+) -> Tensor:
+    """``keep_e = (s_e >= θ_a ∨ is_loop(e)) ∧ active_e``, ``θ_a`` of :func:`edge_threshold`.
+
+    The mean runs over every (active) edge of the layer, loops included (official code). Self-loops are never
+    removed. ``active``: the edges still in the graph (progressive sparsification: the previous layer's kept set).
     """
     check_choice("threshold", threshold, THRESHOLDS)
     if delta_a == 0:
-        return torch.ones_like(is_loop)
-    if delta_a == float("inf"):
-        return is_loop.clone()
-    theta = delta_a * scores.mean() if threshold == "relative" and scores.numel() else scores.new_tensor(delta_a)
-    return (scores >= theta) | is_loop
+        keep = torch.ones_like(is_loop)
+    elif delta_a == float("inf"):
+        keep = is_loop.clone()
+    else:
+        keep = (scores >= edge_threshold(scores, delta_a, threshold, active)) | is_loop
+    return keep if active is None else keep & active
 
 
 def weight_mask(

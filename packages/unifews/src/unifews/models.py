@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25_shared.validate import check_choice, check_float, check_int
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 from unifews.config import Scheme, UnifewsConfig
-from unifews.functional import check_edge_index, check_edge_weight, check_lock, check_x, diffusion_weights
+from unifews.functional import check_lock, check_x
+from unifews.graph import LayerGraph, as_edge_list, graph_fingerprint
 from unifews.macs import Convention, LayerOps, count_macs
 from unifews.nn import UnifewsGATv2Conv, UnifewsGCN2Conv, UnifewsGCNConv, UnifewsSAGEConv
 
@@ -39,6 +41,20 @@ class UnifewsGNN(nn.Module):
         bn_momentum: BatchNorm momentum (0.9 in the official code).
         normalize: compute the diffusion weights (``"gcn"``/``"gcn2"``) from the graph; ``False`` uses the given
             ``edge_weight`` as ``T`` (self-loops included), e.g. precomputed on the full graph for mini-batches.
+        cached: keep the prepared graph (normalisation, CSR orders) of the first forward for later forwards
+            (transductive training; a different edge list raises).
+
+    ``edge_index`` takes every form :class:`~unifews.nn.UnifewsGCNConv` takes (``[2, m]`` tensor, ``EdgeIndex``,
+    ``torch.sparse`` ``adj_t``, ``SparseTensor``). Every layer (GCN, SAGE, GCNII) propagates over the same prepared
+    edge list, the edges the previous layer removed masked out (``active``), so explainers' edge masks apply to
+    every layer; GATv2 layers hand the compacted kept graph on instead (attention re-adds self-loops).
+
+    Mini-batches: with ``threshold="relative"`` each forward prunes relative to the mean message norm of the graph
+    it is given, so a sampled subgraph prunes relative to its own mean. For mini-batch inference that prunes as the
+    full graph did, run one full-graph forward and :meth:`freeze_edge_thresholds` (absolute thresholds), keep the
+    weight masks (``set_scheme("prune_all", "keep")``), and give GCN weights precomputed on the full graph
+    (``normalize=False``): the outputs of nodes whose receptive field the batch contains are then the full-graph
+    ones.
     """
 
     def __init__(
@@ -56,9 +72,13 @@ class UnifewsGNN(nn.Module):
         normalize: bool = True,
         gcn2_alpha: float = 0.1,
         gcn2_theta: float = 0.5,
+        cached: bool = False,
     ) -> None:
         super().__init__()
         check_choice("conv", conv, CONVS)
+        self.cached = check_bool("cached", cached)
+        self._cached_graph: LayerGraph | None = None
+        self._cache_source: object = None
         for name, v in (
             ("in_channels", in_channels),
             ("hidden_channels", hidden_channels),
@@ -103,49 +123,83 @@ class UnifewsGNN(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Re-initialise every layer and clear the masks."""
+        """Re-initialise every layer, clear the masks and the cached graph."""
         for m in [*self.convs, *self.bns, self.lin_in, self.lin_out]:
             if m is not None:
                 m.reset_parameters()
+        self._cached_graph = self._cache_source = None
 
     def set_scheme(self, scheme_a: Scheme, scheme_w: Scheme) -> None:
         """Set the edge and weight schemes of every layer (``prune_all`` | ``prune_inc`` | ``keep``)."""
         for conv in self.convs:
             conv.set_scheme(scheme_a, scheme_w)
 
-    def _prepare_graph(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    def freeze_edge_thresholds(self) -> list[float]:
+        """Fix every layer's edge threshold at the absolute ``θ_a`` of the last pruning forward (see the class
+        docstring on mini-batches); returns them. ``unfreeze_edge_thresholds`` undoes it."""
+        return [conv.freeze_edge_threshold() for conv in self.convs]
+
+    def unfreeze_edge_thresholds(self) -> None:
+        """Back to the configured rule (``δa`` relative or absolute)."""
+        for conv in self.convs:
+            conv.theta_a = None
+
+    def _prepare_graph(self, x: Tensor, edge_index: Any, edge_weight: Tensor | None) -> LayerGraph:
         n = x.size(0)
-        if self.conv_type in ("gcn", "gcn2"):
-            if self.normalize:
-                return diffusion_weights(edge_index, n, edge_weight, r=self.config.r, dtype=x.dtype)
-            return edge_index, edge_weight if edge_weight is not None else x.new_ones(edge_index.size(1))
-        if self.conv_type == "gat":
-            if edge_weight is not None:
-                raise ValueError("conv='gat' does not take edge_weight; pass None")
-            return edge_index, None
-        return edge_index, edge_weight
+        if self.cached and self._cached_graph is not None:
+            if edge_index is not self._cache_source:
+                ei, _, _ = as_edge_list(edge_index, None, n)
+                if not torch.equal(graph_fingerprint(ei, n), self._cached_graph.fingerprint):
+                    raise ValueError(
+                        "cached=True: the model cached the graph of its first forward and got a different edge list; "
+                        "call reset_parameters() or build a new model for a new graph"
+                    )
+                self._cache_source = edge_index
+            return self._cached_graph
+        gcn = self.conv_type in ("gcn", "gcn2")
+        g = LayerGraph.prepare(
+            edge_index, edge_weight, n, normalize=gcn and self.normalize, r=self.config.r, dtype=x.dtype
+        )
+        if self.conv_type == "sage" and edge_weight is None:  # mean aggregation over the input graph
+            deg = x.new_zeros(n).index_add_(0, g.edge_index[1], x.new_ones(g.m))
+            g.w = deg.clamp_min(1).reciprocal()[g.edge_index[1]]
+        if self.cached:
+            self._cached_graph, self._cache_source = g, edge_index
+        return g
 
     def forward(
-        self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *, lock: Tensor | None = None
+        self, x: Tensor, edge_index: Any, edge_weight: Tensor | None = None, *, lock: Tensor | None = None
     ) -> Tensor:
         """Logits ``[n, out_channels]``. ``lock`` (bool mask or indices): nodes whose messages are restored."""
         check_x(x, self.in_channels)
-        check_edge_index(edge_index, x.size(0))
-        check_edge_weight(edge_weight, edge_index.size(1))
+        if self.conv_type == "gat":
+            if edge_weight is not None:
+                raise ValueError("conv='gat' does not take edge_weight; pass None")
+            ei, _, _ = as_edge_list(edge_index, None, x.size(0))
+            lock = check_lock(lock, x.size(0), x.device)
+            h = x
+            for i, conv in enumerate(self.convs):
+                h, (ei, _) = conv(h, ei, lock=lock, return_graph=True)
+                if i < len(self.convs) - 1:
+                    h = F.dropout(F.relu(self.bns[i](h)), self.dropout, self.training)
+            return h
+        graph = self._prepare_graph(x, edge_index, edge_weight)
         lock = check_lock(lock, x.size(0), x.device)
-        ei, ew = self._prepare_graph(x, edge_index, edge_weight)
+        active = None  # progressive: each layer sees only the edges the previous one kept
         h = x
         if self.conv_type == "gcn2":
             h = F.dropout(h, self.dropout, self.training)
             h = x_0 = F.relu(self.lin_in(h))
             for conv, bn in zip(self.convs, self.bns):
                 h = F.dropout(h, self.dropout, self.training)
-                h, (ei, ew) = conv(h, x_0, ei, ew, lock=lock, return_graph=True)
+                h = conv(h, x_0, graph, lock=lock, active=active)
+                active = conv.edge_keep
                 h = F.relu(bn(h))
             h = F.dropout(h, self.dropout, self.training)
             return self.lin_out(h)
         for i, conv in enumerate(self.convs):
-            h, (ei, ew) = conv(h, ei, ew, lock=lock, return_graph=True)
+            h = conv(h, graph, lock=lock, active=active)
+            active = conv.edge_keep
             if i < len(self.convs) - 1:
                 h = F.dropout(F.relu(self.bns[i](h)), self.dropout, self.training)
         return h

@@ -5,40 +5,47 @@ layer):
 
 1. weight mask ``M`` by the input-norm rule (:func:`~unifews.functional.weight_mask`), ``W_eff = W ⊙ M``;
 2. the factorised message norm ``s_e = |w_e| · ‖Z[src_e]‖₂`` of the matrix ``Z`` being propagated;
-3. ``keep_e = s_e >= θ_a ∨ is_loop(e)`` (``θ_a = δa · mean s`` or ``δa``);
-4. ``agg_e = keep_e ∨ lock[dst_e]`` -- messages into locked (evaluated) nodes are restored in this layer only;
-5. one CSR SpMM over the aggregated edges; the layer returns the *kept* graph for the next layer (progressive:
+3. ``keep_e = (s_e >= θ_a ∨ is_loop(e)) ∧ active_e`` (``θ_a = δa · mean s`` or ``δa``; ``active``: the edges the
+   previous layer kept);
+4. ``agg_e = keep_e ∨ (lock[dst_e] ∧ active_e)`` -- messages into locked (evaluated) nodes are restored in this
+   layer only;
+5. :meth:`~torch_geometric.nn.conv.MessagePassing.propagate` over the aggregated edges: the fused path is one CSR SpMM
+   whose kept edges are selected from the graph's cached CSR order by a mask (no sort per forward); under an
+   explainer (``explain=True``) the message path runs over every edge, pruned ones weighted 0, so edge masks line
+   up with the input graph. The layer records the kept set for the next layer (progressive:
    ``E^{(l+1)} ⊆ E^{(l)}``).
+
+``edge_index`` may be an int64 ``[2, m]`` tensor, a :class:`torch_geometric.EdgeIndex`, a ``torch.sparse`` ``adj_t``
+or (with ``torch_sparse``) a ``SparseTensor``, as for :class:`torch_geometric.nn.GCNConv`; see :mod:`unifews.graph`.
 
 Schemes (``set_scheme(scheme_a, scheme_w)``): ``"prune_all"`` recomputes the mask from the current input and the
 stored dense weights (pruned weights come back: "rewind"); ``"prune_inc"`` intersects with the stored mask (and
-zeroes pruned weights for good); ``"keep"`` reuses the stored masks exactly.
+zeroes pruned weights for good); ``"keep"`` reuses the stored masks exactly, and only on the graph they were
+computed on (same fingerprint, :func:`~unifews.graph.graph_fingerprint`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from icml25_shared.validate import check_choice, check_float, check_int
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 from unifews import _pyg  # noqa: F401  (imports torch_geometric quietly)
 from unifews.config import SCHEMES, Scheme, Threshold, UnifewsConfig
 from unifews.functional import (
-    check_edge_index,
-    check_edge_weight,
     check_lock,
     check_x,
-    diffusion_weights,
     edge_keep_mask,
     edge_keys,
+    edge_threshold,
     message_scores,
-    spmm,
     weight_mask,
 )
+from unifews.graph import LayerGraph, as_edge_list, graph_fingerprint, kept_spmm_csr
 
 from torch_geometric.nn import MessagePassing  # isort: skip
 from torch_geometric.nn.dense.linear import Linear  # isort: skip
@@ -48,29 +55,53 @@ from torch_geometric.utils import remove_self_loops, softmax  # isort: skip
 __all__ = ["UnifewsConvMixin", "UnifewsGCNConv", "UnifewsGATv2Conv", "UnifewsSAGEConv", "UnifewsGCN2Conv"]
 
 
+class _Kept(NamedTuple):
+    """What the fused ``message_and_aggregate`` needs beyond the kept ``adj_t``: the graph, the weights, the mask."""
+
+    graph: LayerGraph
+    w: Tensor
+    mask: Tensor | None
+
+
+def check_active(active: Tensor | None, num_edges: int, device: torch.device) -> Tensor | None:
+    """``active`` as a bool mask over the layer's ``num_edges`` edges (self-loops included), or None."""
+    if active is None:
+        return None
+    if not isinstance(active, Tensor) or active.dtype != torch.bool or active.dim() != 1:
+        raise TypeError(f"active must be None or a 1-D bool tensor, got {getattr(active, 'dtype', type(active))}")
+    if active.numel() != num_edges:
+        raise ValueError(f"active must have one entry per edge of the graph ({num_edges}), got {active.numel()}")
+    return active.to(device)
+
+
 class UnifewsConvMixin:
-    """Mask state, schemes and statistics shared by the Unifews layers.
+    """Mask state, schemes, graph cache and statistics shared by the Unifews layers.
 
     Subclasses list their pruned linear maps in ``_pruned`` (attribute names whose ``.weight`` is pruned) and call
-    :meth:`_masked_weight` and :meth:`_edge_step` in ``forward``.
+    :meth:`_masked_weight`, :meth:`_layer_graph`, :meth:`_edge_step` and :meth:`_propagate` in ``forward``.
     """
 
     _pruned: tuple[str, ...] = ()
 
-    def _init_unifews(self, config: UnifewsConfig | None, **overrides: Any) -> None:
+    def _init_unifews(self, config: UnifewsConfig | None, cached: bool = False, **overrides: Any) -> None:
         cfg = config if config is not None else UnifewsConfig()
         if not isinstance(cfg, UnifewsConfig):
             raise TypeError(f"config must be a UnifewsConfig or None, got {type(cfg).__name__}")
         if overrides:
             cfg = UnifewsConfig(**{**cfg.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
         self.config = cfg
+        self.cached = check_bool("cached", cached)
+        self._cached_graph: LayerGraph | None = None
+        self._cache_source: object = None
+        self.theta_a: float | None = None  # a frozen absolute edge threshold (freeze_edge_threshold)
         self.scheme_a = "prune_all"
         self.scheme_w = "prune_all"
         for name in self._pruned:
             w = self._get_weight(name)
             self.register_buffer(f"{name}_mask", torch.ones(w.shape, dtype=torch.bool, device=w.device))
         self.register_buffer("edge_keep", None)
-        self.register_buffer("kept_edge_index", None)
+        self.register_buffer("edge_fingerprint", None)
+        self._kept: Tensor | tuple[Tensor, Tensor] | None = None
         self.last_stats: dict[str, float] = {}
 
     # ---- state ----------------------------------------------------------------------------------------------
@@ -83,11 +114,44 @@ class UnifewsConvMixin:
         self.scheme_a = check_choice("scheme_a", scheme_a, SCHEMES)
         self.scheme_w = check_choice("scheme_w", scheme_w, SCHEMES)
 
+    def reset_cache(self) -> None:
+        """Forget the cached graph (``cached=True``), as ``GCNConv`` does in ``reset_parameters``."""
+        self._cached_graph = self._cache_source = None
+
+    def _reset_masks(self) -> None:
+        for name in self._pruned:
+            if hasattr(self, f"{name}_mask"):
+                getattr(self, f"{name}_mask").fill_(True)
+        if hasattr(self, "_cached_graph"):
+            self.edge_keep = self.edge_fingerprint = self.kept_edge_index = None
+            self.theta_a = None
+            self.reset_cache()
+
     @property
-    def weight_mask(self) -> Tensor | dict[str, Tensor]:
-        """The stored weight mask (bool, the weight's shape); a dict ``{linear name: mask}`` for several maps."""
-        masks = {name: getattr(self, f"{name}_mask") for name in self._pruned}
-        return next(iter(masks.values())) if len(masks) == 1 else masks
+    def kept_edge_index(self) -> Tensor | None:
+        """``[2, m_kept]``: the edges the last pruning forward kept (compacted on first access)."""
+        kept = self.__dict__.get("_kept")
+        if isinstance(kept, tuple):
+            kept = kept[0][:, kept[1]]
+            self.__dict__["_kept"] = kept
+        return kept
+
+    @kept_edge_index.setter
+    def kept_edge_index(self, value: Tensor | None) -> None:
+        self.__dict__["_kept"] = value
+
+    def freeze_edge_threshold(self) -> float:
+        """Fix the edge threshold at the ``θ_a`` of the last pruning forward, as an absolute value.
+
+        With ``threshold="relative"`` the threshold is ``δa`` times the mean message norm of the graph the layer is
+        given, so a mini-batch prunes relative to its own mean. Freezing it after a full-graph forward makes
+        mini-batch inference prune exactly as the full graph did (for the edges whose sources the batch computes
+        exactly). Returns ``θ_a``; ``theta_a = None`` undoes it.
+        """
+        if "theta_a" not in self.last_stats:
+            raise RuntimeError("run a pruning forward (scheme_a 'prune_all' or 'prune_inc') before freezing θ_a")
+        self.theta_a = float(self.last_stats["theta_a"])
+        return self.theta_a
 
     def sparsity(self) -> dict[str, float]:
         """Weight sparsity (fraction of zero mask entries over the pruned maps) and edge sparsity of the last
@@ -103,12 +167,69 @@ class UnifewsConvMixin:
         """Fraction of kept weights over the pruned maps (ρ_w of the MAC count, :mod:`unifews.macs`)."""
         return 1.0 - self.sparsity()["weight"]
 
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        kept = self.kept_edge_index
+        if kept is not None:
+            destination[prefix + "kept_edge_index"] = kept if keep_vars else kept.detach()
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected, errors):
         # the edge masks have the size of the last graph: adopt them before the default (shape-checking) loader
-        for key in ("edge_keep", "kept_edge_index"):
+        for key in ("edge_keep", "edge_fingerprint", "kept_edge_index"):
             if prefix + key in state_dict:
                 setattr(self, key, state_dict[prefix + key].clone())
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected, errors)
+        if prefix + "kept_edge_index" in unexpected:
+            unexpected.remove(prefix + "kept_edge_index")
+
+    # ---- the graph ------------------------------------------------------------------------------------------
+    def _layer_graph(
+        self,
+        x: Tensor,
+        edge_index: Any,
+        edge_weight: Tensor | None,
+        *,
+        normalize: bool,
+        add_self_loops: bool = True,
+        improved: bool = False,
+        mean_weights: bool = False,
+    ) -> LayerGraph:
+        """The :class:`LayerGraph` of this forward: the cached one (``cached=True``, the same graph), or prepared
+        from ``edge_index`` (GCN normalisation when ``normalize``; ``1 / indeg`` weights when ``mean_weights`` and no
+        ``edge_weight`` is given)."""
+        n = x.size(0)
+        if isinstance(edge_index, LayerGraph):
+            if edge_weight is not None:
+                raise ValueError("a LayerGraph carries its weights; pass edge_weight=None with it")
+            if edge_index.n != n:
+                raise ValueError(f"the LayerGraph has {edge_index.n} nodes but x has {n} rows")
+            return edge_index
+        if self.cached and self._cached_graph is not None:
+            if edge_index is not self._cache_source:  # not the same object: prove it is the same graph
+                ei, _, _ = as_edge_list(edge_index, None, n)
+                if not torch.equal(graph_fingerprint(ei, n), self._cached_graph.fingerprint):
+                    raise ValueError(
+                        "cached=True: the layer cached the graph of its first forward and got a different edge list "
+                        "(other edges or another order); call reset_cache() to use a new graph"
+                    )
+                self._cache_source = edge_index
+            return self._cached_graph
+        g = LayerGraph.prepare(
+            edge_index,
+            edge_weight,
+            n,
+            normalize=normalize,
+            add_self_loops=add_self_loops,
+            improved=improved,
+            r=self.config.r,
+            dtype=x.dtype,
+        )
+        if mean_weights and edge_weight is None:  # SAGE: mean aggregation, 1 / indeg computed on the input graph
+            deg = x.new_zeros(n).index_add_(0, g.edge_index[1], x.new_ones(g.m))
+            g.w = deg.clamp_min(1).reciprocal()[g.edge_index[1]]
+        if self.cached:
+            self._cached_graph, self._cache_source = g, edge_index
+        return g
 
     # ---- the two rules --------------------------------------------------------------------------------------
     def _masked_weight(self, name: str, h: Tensor, transpose: bool = False) -> Tensor:
@@ -130,67 +251,123 @@ class UnifewsConvMixin:
             stored.copy_(mask)
         return w * mask
 
+    def _stored_keep(self, graph: LayerGraph) -> Tensor:
+        if self.edge_keep is None or self.edge_keep.numel() != graph.m:
+            got = None if self.edge_keep is None else self.edge_keep.numel()
+            raise ValueError(
+                f"scheme_a='keep' needs the graph of the last pruning forward ({got} edges), got {graph.m} "
+                "edges; run a 'prune_all' forward on this graph first"
+            )
+        fp = graph.fingerprint
+        if self.edge_fingerprint is not None and fp is not None and not torch.equal(self.edge_fingerprint.cpu(), fp):
+            raise ValueError(
+                "scheme_a='keep' needs the graph of the last pruning forward: this edge list has the same size but "
+                "other edges or another order (graph fingerprint differs); run a 'prune_all' forward on it first"
+            )
+        return self.edge_keep.to(graph.edge_index.device)
+
     def _edge_step(
-        self, edge_index: Tensor, edge_weight: Tensor, scores: Tensor, num_nodes: int, lock: Tensor | None
-    ) -> tuple[Tensor, Tensor]:
-        """Return ``(keep, agg)`` bool masks over the input edges (steps 3-5 of the rule in the module docstring)
-        and record them."""
-        src, dst = edge_index
-        is_loop = src == dst
+        self, graph: LayerGraph, scores_fn, lock: Tensor | None, active: Tensor | None
+    ) -> tuple[Tensor, Tensor | None]:
+        """Return ``(keep, agg)``: bool masks over the graph's edges (steps 3-4 of the rule in the module docstring;
+        ``agg`` None when every edge is aggregated), and record ``keep``."""
+        cfg = self.config
+        is_loop = graph.is_loop
+        every_edge = False
         if self.scheme_a == "keep":
-            if self.edge_keep is None or self.edge_keep.numel() != src.numel():
-                got = None if self.edge_keep is None else self.edge_keep.numel()
-                raise ValueError(
-                    f"scheme_a='keep' needs the graph of the last pruning forward ({got} edges), got {src.numel()} "
-                    "edges; run a 'prune_all' forward on this graph first"
-                )
-            keep = self.edge_keep.to(src.device)
+            keep = self._stored_keep(graph)
+            if active is not None:
+                keep = keep & active
         else:
-            keep = edge_keep_mask(scores, is_loop, self.config.delta_a, self.config.threshold)
-            if self.scheme_a == "prune_inc" and self.kept_edge_index is not None:
-                prev = edge_keys(self.kept_edge_index.to(src.device), num_nodes)
-                keep = keep & torch.isin(edge_keys(edge_index, num_nodes), prev)
-            self.edge_keep = keep.detach().clone()
-            self.kept_edge_index = edge_index[:, keep].detach().clone()
-        agg = keep if lock is None else keep | lock[dst]
-        n_loop = int(is_loop.sum())
+            inf = cfg.delta_a == float("inf")
+            if cfg.delta_a == 0 or (inf and self.theta_a is None):
+                keep = edge_keep_mask(is_loop, is_loop, cfg.delta_a, active=active)
+                every_edge = cfg.delta_a == 0 and active is None
+                theta = 0.0 if cfg.delta_a == 0 else math.inf
+            else:
+                with torch.no_grad():
+                    scores = scores_fn()
+                if self.theta_a is not None:  # frozen absolute threshold (freeze_edge_threshold)
+                    theta = self.theta_a
+                    keep = (scores >= theta) | is_loop
+                    keep = keep if active is None else keep & active
+                else:
+                    theta = float(edge_threshold(scores, cfg.delta_a, cfg.threshold, active))
+                    keep = edge_keep_mask(scores, is_loop, cfg.delta_a, cfg.threshold, active=active)
+            if self.scheme_a == "prune_inc" and self.edge_keep is not None:
+                same = self.edge_fingerprint is not None and torch.equal(self.edge_fingerprint.cpu(), graph.fingerprint)
+                if same and self.edge_keep.numel() == graph.m:
+                    keep = keep & self.edge_keep.to(keep.device)
+                elif self.kept_edge_index is not None:
+                    prev = edge_keys(self.kept_edge_index.to(keep.device), graph.n)
+                    keep = keep & torch.isin(edge_keys(graph.edge_index, graph.n), prev)
+                every_edge = False
+            self.edge_keep = keep.detach()
+            self.edge_fingerprint = graph.fingerprint
+            self.__dict__["_kept"] = (graph.edge_index, self.edge_keep)
+            self.last_stats["theta_a"] = theta
+        if lock is None:
+            agg = None if every_edge else keep
+        else:
+            restored = lock[graph.edge_index[1]]
+            agg = keep | (restored if active is None else restored & active)
+        n_loop = graph.num_loops
+        m_in = graph.m if active is None else int(active.sum())
+        m_kept = m_in if every_edge else int(keep.sum())
         self.last_stats.update(
-            num_nodes=num_nodes,
-            edges_in=src.numel(),
-            edges_in_nonloop=src.numel() - n_loop,
-            edges_kept=int(keep.sum()),
-            edges_kept_nonloop=int(keep.sum()) - n_loop,
-            edges_aggregated=int(agg.sum()),
+            num_nodes=graph.n,
+            edges_in=m_in,
+            edges_in_nonloop=m_in - n_loop,
+            edges_kept=m_kept,
+            edges_kept_nonloop=m_kept - n_loop,
+            edges_aggregated=m_kept if agg is None or agg is keep else int(agg.sum()),
         )
         return keep, agg
 
-    def _check_inputs(
-        self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None, lock: Tensor | None, in_channels: int
-    ) -> Tensor | None:
-        check_x(x, in_channels)
-        check_edge_index(edge_index, x.size(0))
-        check_edge_weight(edge_weight, edge_index.size(1))
-        return check_lock(lock, x.size(0), x.device)
+    # ---- propagation ----------------------------------------------------------------------------------------
+    def _propagate(self, graph: LayerGraph, z: Tensor, agg: Tensor | None, w: Tensor | None = None) -> Tensor:
+        """``out[u] = Σ_{e: dst_e = u, agg_e} w_e z[src_e]`` through :meth:`MessagePassing.propagate`."""
+        w = graph.w if w is None else w
+        if self.explain:  # message path over every edge (explainers mask the input edges; pruned ones weigh 0)
+            ew = w if agg is None else w * agg
+            return self.propagate(graph.edge_index, x=z, edge_weight=ew, kept=None)
+        adj_t = graph.csr(w.detach(), agg)  # the kept edges, selected from the cached CSR order
+        return self.propagate(adj_t, x=z, edge_weight=None, kept=_Kept(graph, w, agg))
+
+    def message(self, x_j: Tensor, edge_weight: Tensor | None) -> Tensor:
+        return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j
+
+    def message_and_aggregate(self, adj_t: Tensor, x: Tensor, kept: _Kept) -> Tensor:
+        return kept_spmm_csr(adj_t, kept.graph, kept.w, x, kept.mask)
 
 
-def _graph_out(out: Tensor, edge_index: Tensor, edge_weight: Tensor | None, keep: Tensor, return_graph: bool):
+def _graph_out(out: Tensor, graph: LayerGraph, keep: Tensor, return_graph: bool, carry_weights: bool = True):
     if not return_graph:
         return out
-    return out, (edge_index[:, keep], None if edge_weight is None else edge_weight[keep])
+    return out, (graph.edge_index[:, keep], graph.w[keep] if carry_weights else None)
 
 
 class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
-    """Unifews ``GCNConv``: ``out = Σ_{kept e} w_e (H (W ⊙ M)ᵀ)[src_e] + b`` (the rule in the module docstring).
+    r"""Unifews ``GCNConv``: the rule of the module docstring on ``Z = H (W ⊙ M)ᵀ``,
 
-    Drop-in for :class:`torch_geometric.nn.GCNConv` (same ``lin``/``bias`` parameters and initialisation). With
-    ``normalize=True`` self-loops are added and ``w = T[u, v]`` of ``T = D̄^{-(1-r)} Ā D̄^{-r}``; with
-    ``normalize=False`` ``edge_weight`` is used as ``w`` (1 when None). Kept edges keep their weight (no
-    renormalisation). ``δa = δw = 0`` reproduces ``GCNConv``.
+    .. math::
+        \mathbf{h}'_u = \sum_{e = (v \to u):\ \mathrm{agg}_e} w_e \, \mathbf{z}_v + \mathbf{b}, \qquad
+        \mathrm{keep}_e = |w_e| \, \lVert \mathbf{z}_v \rVert_2 \ge \theta_a \ \vee\ u = v
+
+    Drop-in for :class:`torch_geometric.nn.GCNConv` (same arguments, ``lin``/``bias`` parameters and
+    initialisation; ``edge_index`` an ``[2, m]`` tensor, ``EdgeIndex``, ``torch.sparse`` ``adj_t`` or
+    ``SparseTensor``). With ``normalize=True`` self-loops are added (weight 2 when ``improved``) and
+    ``w = T[u, v]`` of ``T = D̄^{-(1-r)} Ā D̄^{-r}``; with ``normalize=False`` ``edge_weight`` (or ``adj_t``'s values)
+    is ``w`` (1 when None). Kept edges keep their weight (no renormalisation). ``δa = δw = 0`` reproduces
+    ``GCNConv``. ``cached=True`` keeps the normalised graph and its CSR orders across forwards (transductive use, as
+    ``GCNConv(cached=True)``; a different edge list raises instead of being silently replaced).
 
     Args:
         in_channels, out_channels: feature sizes.
-        normalize: compute the diffusion weights from the graph (``True``) or use ``edge_weight`` as given.
+        improved: self-loops of weight 2 (``Â = A + 2I``).
+        cached: keep the prepared graph of the first forward.
         add_self_loops: with ``normalize``, add a self-loop to every node that lacks one.
+        normalize: compute the diffusion weights from the graph (``True``) or use ``edge_weight`` as given.
         bias: learn an additive bias (added after propagation).
         config: :class:`~unifews.config.UnifewsConfig`; keyword ``delta_a``/``delta_w``/``threshold`` override it.
     """
@@ -201,10 +378,12 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
         self,
         in_channels: int,
         out_channels: int,
-        *,
-        normalize: bool = True,
+        improved: bool = False,
+        cached: bool = False,
         add_self_loops: bool = True,
+        normalize: bool = True,
         bias: bool = True,
+        *,
         config: UnifewsConfig | None = None,
         delta_a: float | None = None,
         delta_w: float | None = None,
@@ -214,55 +393,53 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
         kwargs.setdefault("aggr", "add")
         super().__init__(**kwargs)
         self.in_channels, self.out_channels = in_channels, out_channels
-        self.normalize, self.add_self_loops = normalize, add_self_loops
+        self.improved = check_bool("improved", improved)
+        self.normalize = check_bool("normalize", normalize)
+        self.add_self_loops = check_bool("add_self_loops", add_self_loops)
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
         self.bias = nn.Parameter(torch.empty(out_channels)) if bias else None
-        self._init_unifews(config, delta_a=delta_a, delta_w=delta_w, threshold=threshold)
+        self._init_unifews(config, cached, delta_a=delta_a, delta_w=delta_w, threshold=threshold)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Glorot weights, zero bias (as ``GCNConv``); masks reset to all-kept."""
+        """Glorot weights, zero bias (as ``GCNConv``); masks reset to all-kept, cache cleared."""
         super().reset_parameters()
         self.lin.reset_parameters()
         if self.bias is not None:
             zeros(self.bias)
-        if hasattr(self, "lin_mask"):
-            self.lin_mask.fill_(True)
-            self.edge_keep = self.kept_edge_index = None
+        self._reset_masks()
 
     def forward(
         self,
         x: Tensor,
-        edge_index: Tensor,
+        edge_index: Any,
         edge_weight: Tensor | None = None,
         *,
         lock: Tensor | None = None,
+        active: Tensor | None = None,
         return_graph: bool = False,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
-        """Propagate ``x`` ([n, in_channels]) over ``edge_index`` ([2, m], int64) with pruning.
+        """Propagate ``x`` ([n, in_channels]) over ``edge_index`` with pruning.
 
         ``lock``: bool mask [n] or int64 indices of nodes whose incoming messages are all aggregated in this
-        layer. ``return_graph=True`` also returns the kept ``(edge_index, edge_weight)`` (normalised weights,
-        self-loops included) to hand to the next layer with ``normalize=False``.
+        layer. ``active``: bool mask over the layer's edges (after self-loops are added) still in the graph, e.g.
+        the previous layer's ``edge_keep``. ``return_graph=True`` also returns the kept ``(edge_index, edge_weight)``
+        (normalised weights, self-loops included) to hand to the next layer with ``normalize=False``.
         """
-        lock = self._check_inputs(x, edge_index, edge_weight, lock, self.in_channels)
-        n = x.size(0)
-        if self.normalize:
-            edge_index, edge_weight = diffusion_weights(
-                edge_index, n, edge_weight, r=self.config.r, add_self_loops=self.add_self_loops, dtype=x.dtype
-            )
-        elif edge_weight is None:
-            edge_weight = x.new_ones(edge_index.size(1))
-        weight = self._masked_weight("lin", x)
-        z = x @ weight.t()  # transform first (step 2 of the rule)
-        with torch.no_grad():
-            scores = message_scores(edge_index, edge_weight, z)
-        keep, agg = self._edge_step(edge_index, edge_weight, scores, n, lock)
-        out = spmm(edge_index[:, agg], edge_weight[agg], z, n)
+        check_x(x, self.in_channels)
+        graph = self._layer_graph(
+            x, edge_index, edge_weight, normalize=self.normalize, add_self_loops=self.add_self_loops,
+            improved=self.improved,
+        )  # fmt: skip
+        lock = check_lock(lock, x.size(0), x.device)
+        active = check_active(active, graph.m, x.device)
+        z = x @ self._masked_weight("lin", x).t()  # transform first (step 2 of the rule)
+        keep, agg = self._edge_step(graph, lambda: message_scores(graph.edge_index, graph.w, z), lock, active)
+        out = self._propagate(graph, z, agg)
         if self.bias is not None:
             out = out + self.bias
         self.last_stats.update(f_in=self.in_channels, f_out=self.out_channels, f_prop=self.out_channels)
-        return _graph_out(out, edge_index, edge_weight, keep, return_graph)
+        return _graph_out(out, graph, keep, return_graph)
 
     def __repr__(self) -> str:
         c = self.config
@@ -288,6 +465,7 @@ class UnifewsSAGEConv(UnifewsConvMixin, MessagePassing):
         *,
         root_weight: bool = True,
         bias: bool = True,
+        cached: bool = False,
         config: UnifewsConfig | None = None,
         delta_a: float | None = None,
         delta_w: float | None = None,
@@ -301,7 +479,7 @@ class UnifewsSAGEConv(UnifewsConvMixin, MessagePassing):
         self.in_channels, self.out_channels, self.root_weight = in_channels, out_channels, root_weight
         self.lin_l = Linear(in_channels, out_channels, bias=bias)
         self.lin_r = Linear(in_channels, out_channels, bias=False) if root_weight else None
-        self._init_unifews(config, delta_a=delta_a, delta_w=delta_w, threshold=threshold)
+        self._init_unifews(config, cached, delta_a=delta_a, delta_w=delta_w, threshold=threshold)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -310,35 +488,34 @@ class UnifewsSAGEConv(UnifewsConvMixin, MessagePassing):
         self.lin_l.reset_parameters()
         if self.lin_r is not None:
             self.lin_r.reset_parameters()
-        for name in self._pruned:
-            if hasattr(self, f"{name}_mask"):
-                getattr(self, f"{name}_mask").fill_(True)
-        self.edge_keep = self.kept_edge_index = None
+        self._reset_masks()
 
     def forward(
         self,
         x: Tensor,
-        edge_index: Tensor,
+        edge_index: Any,
         edge_weight: Tensor | None = None,
         *,
         lock: Tensor | None = None,
+        active: Tensor | None = None,
         return_graph: bool = False,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
-        """See :class:`UnifewsGCNConv.forward`; the returned graph carries the mean weights ``w_e``."""
-        lock = self._check_inputs(x, edge_index, edge_weight, lock, self.in_channels)
-        n = x.size(0)
-        if edge_weight is None:
-            deg = x.new_zeros(n).index_add_(0, edge_index[1], x.new_ones(edge_index.size(1)))
-            edge_weight = deg.clamp_min(1).reciprocal()[edge_index[1]]
-        with torch.no_grad():
-            scores = message_scores(edge_index, edge_weight, x)
-        keep, agg = self._edge_step(edge_index, edge_weight, scores, n, lock)
-        h = spmm(edge_index[:, agg], edge_weight[agg], x, n)  # propagation first
+        """See :class:`UnifewsGCNConv.forward` (no self-loops are added; an ``adj_t``'s values are replaced by the
+        mean weights); the returned graph carries the mean weights ``w_e``."""
+        check_x(x, self.in_channels)
+        if edge_weight is None and not isinstance(edge_index, LayerGraph):
+            graph = self._layer_graph(x, edge_index, None, normalize=False, mean_weights=True)
+        else:
+            graph = self._layer_graph(x, edge_index, edge_weight, normalize=False)
+        lock = check_lock(lock, x.size(0), x.device)
+        active = check_active(active, graph.m, x.device)
+        keep, agg = self._edge_step(graph, lambda: message_scores(graph.edge_index, graph.w, x), lock, active)
+        h = self._propagate(graph, x, agg)  # propagation first
         out = F.linear(h, self._masked_weight("lin_l", h), self.lin_l.bias)
         if self.lin_r is not None:
             out = out + x @ self._masked_weight("lin_r", x).t()
         self.last_stats.update(f_in=self.in_channels, f_out=self.out_channels, f_prop=self.in_channels)
-        return _graph_out(out, edge_index, edge_weight, keep, return_graph)
+        return _graph_out(out, graph, keep, return_graph)
 
 
 class UnifewsGATv2Conv(UnifewsConvMixin, MessagePassing):
@@ -380,7 +557,7 @@ class UnifewsGATv2Conv(UnifewsConvMixin, MessagePassing):
         self.att = nn.Parameter(torch.empty(1, heads, out_channels))
         total = heads * out_channels if concat else out_channels
         self.bias = nn.Parameter(torch.empty(total)) if bias else None
-        self._init_unifews(config, delta_a=delta_a, delta_w=delta_w, threshold=threshold)
+        self._init_unifews(config, False, delta_a=delta_a, delta_w=delta_w, threshold=threshold)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -391,45 +568,54 @@ class UnifewsGATv2Conv(UnifewsConvMixin, MessagePassing):
         glorot(self.att)
         if self.bias is not None:
             zeros(self.bias)
-        for name in self._pruned:
-            if hasattr(self, f"{name}_mask"):
-                getattr(self, f"{name}_mask").fill_(True)
-        self.edge_keep = self.kept_edge_index = None
+        self._reset_masks()
 
     def forward(
         self,
         x: Tensor,
-        edge_index: Tensor,
+        edge_index: Any,
         edge_weight: Tensor | None = None,
         *,
         lock: Tensor | None = None,
         return_graph: bool = False,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, None]]:
-        """See :class:`UnifewsGCNConv.forward`. ``edge_weight`` is not used by attention and must be None."""
+        """See :class:`UnifewsGCNConv.forward`. ``edge_weight`` is not used by attention and must be None (an
+        ``adj_t``'s values are ignored). Messages ``α_{e,h} x_l[src_e, h]`` go through the message path of
+        ``propagate``, as in ``GATv2Conv``."""
         if edge_weight is not None:
             raise ValueError("UnifewsGATv2Conv does not take edge_weight (attention sets the weights); pass None")
-        lock = self._check_inputs(x, edge_index, None, lock, self.in_channels)
+        check_x(x, self.in_channels)
         n, H, C = x.size(0), self.heads, self.out_channels
-        if self.add_self_loops:
+        edge_index, _, _ = as_edge_list(edge_index, None, n)  # an adj_t's values are not used
+        fingerprint = graph_fingerprint(edge_index, n)
+        if self.add_self_loops:  # PyG's layout: the non-loop edges in order, then one loop per node
             edge_index, _ = remove_self_loops(edge_index)
             loops = torch.arange(n, device=edge_index.device)
             edge_index = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
+        graph = LayerGraph(edge_index, x.new_ones(edge_index.size(1)), n)
+        graph.fingerprint = fingerprint
+        lock = check_lock(lock, n, x.device)
         x_l = F.linear(x, self._masked_weight("lin_l", x), self.lin_l.bias).view(n, H, C)
         x_r = F.linear(x, self._masked_weight("lin_r", x), self.lin_r.bias).view(n, H, C)
         src, dst = edge_index
         e = F.leaky_relu(x_l[src] + x_r[dst], self.negative_slope)  # GATv2 logits need m × H × C
         alpha = softmax((e * self.att).sum(-1), dst, num_nodes=n)  # [m, H]
         alpha = F.dropout(alpha, p=self.dropout, training=self.training)
-        with torch.no_grad():
-            scores = alpha.detach().abs().mean(1) * torch.linalg.vector_norm(x_l.reshape(n, -1), dim=1)[src]
-        keep, agg = self._edge_step(edge_index, alpha, scores, n, lock)
-        ei, a = edge_index[:, agg], alpha[agg]
-        out = torch.stack([spmm(ei, a[:, h], x_l[:, h], n) for h in range(H)], dim=1)  # [n, H, C]
+
+        def scores() -> Tensor:
+            return alpha.detach().abs().mean(1) * torch.linalg.vector_norm(x_l.reshape(n, -1), dim=1)[src]
+
+        keep, agg = self._edge_step(graph, scores, lock, None)
+        a = alpha if agg is None else alpha * agg.unsqueeze(1)
+        out = self.propagate(edge_index, x=x_l, alpha=a, size=(n, n))  # [n, H, C]
         out = out.reshape(n, H * C) if self.concat else out.mean(1)
         if self.bias is not None:
             out = out + self.bias
         self.last_stats.update(f_in=self.in_channels, f_out=H * C, f_prop=H * C)
-        return _graph_out(out, edge_index, None, keep, return_graph)
+        return _graph_out(out, graph, keep, return_graph, carry_weights=False)
+
+    def message(self, x_j: Tensor, alpha: Tensor) -> Tensor:  # type: ignore[override]
+        return alpha.unsqueeze(-1) * x_j
 
 
 class UnifewsGCN2Conv(UnifewsConvMixin, MessagePassing):
@@ -451,6 +637,7 @@ class UnifewsGCN2Conv(UnifewsConvMixin, MessagePassing):
         *,
         normalize: bool = True,
         add_self_loops: bool = True,
+        cached: bool = False,
         config: UnifewsConfig | None = None,
         delta_a: float | None = None,
         delta_w: float | None = None,
@@ -463,42 +650,38 @@ class UnifewsGCN2Conv(UnifewsConvMixin, MessagePassing):
         self.channels, self.alpha, self.normalize, self.add_self_loops = channels, alpha, normalize, add_self_loops
         self.beta = 1.0 if theta is None or layer is None else math.log(theta / layer + 1)
         self.weight1 = nn.Parameter(torch.empty(channels, channels))
-        self._init_unifews(config, delta_a=delta_a, delta_w=delta_w, threshold=threshold)
+        self._init_unifews(config, cached, delta_a=delta_a, delta_w=delta_w, threshold=threshold)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Glorot ``weight1`` (as ``GCN2Conv``); masks reset to all-kept."""
         super().reset_parameters()
         glorot(self.weight1)
-        if hasattr(self, "weight1_mask"):
-            self.weight1_mask.fill_(True)
-        self.edge_keep = self.kept_edge_index = None
+        self._reset_masks()
 
     def forward(
         self,
         x: Tensor,
         x_0: Tensor,
-        edge_index: Tensor,
+        edge_index: Any,
         edge_weight: Tensor | None = None,
         *,
         lock: Tensor | None = None,
+        active: Tensor | None = None,
         return_graph: bool = False,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
         """``x``, ``x_0``: [n, channels]; the rest as :meth:`UnifewsGCNConv.forward`."""
-        lock = self._check_inputs(x, edge_index, edge_weight, lock, self.channels)
+        check_x(x, self.channels)
         check_x(x_0, self.channels, name="x_0")
         n = x.size(0)
-        if self.normalize:
-            edge_index, edge_weight = diffusion_weights(
-                edge_index, n, edge_weight, r=self.config.r, add_self_loops=self.add_self_loops, dtype=x.dtype
-            )
-        elif edge_weight is None:
-            edge_weight = x.new_ones(edge_index.size(1))
-        with torch.no_grad():
-            scores = message_scores(edge_index, edge_weight, x)
-        keep, agg = self._edge_step(edge_index, edge_weight, scores, n, lock)
-        h = spmm(edge_index[:, agg], edge_weight[agg], x, n)
+        graph = self._layer_graph(
+            x, edge_index, edge_weight, normalize=self.normalize, add_self_loops=self.add_self_loops
+        )
+        lock = check_lock(lock, n, x.device)
+        active = check_active(active, graph.m, x.device)
+        keep, agg = self._edge_step(graph, lambda: message_scores(graph.edge_index, graph.w, x), lock, active)
+        h = self._propagate(graph, x, agg)
         h = (1 - self.alpha) * h + self.alpha * x_0[:n]
         out = (1 - self.beta) * h + self.beta * (h @ self._masked_weight("weight1", h, transpose=True))
         self.last_stats.update(f_in=self.channels, f_out=self.channels, f_prop=self.channels)
-        return _graph_out(out, edge_index, edge_weight, keep, return_graph)
+        return _graph_out(out, graph, keep, return_graph)
