@@ -40,9 +40,10 @@ class BSLoRAConfig:
     gate_share_size: int = 1024
     """GT: side ``G`` of the shared ``G x G`` product."""
     scaling: float = 2.0
-    """Scale ``s`` of all three branches (the official code hard-codes 2). Ignored when ``lora_alpha`` is set."""
+    """Scale ``s > 0`` of all three branches (the official code hard-codes 2). Ignored when ``lora_alpha`` is set."""
     lora_alpha: float | None = None
-    """If set, ``s = lora_alpha / r_local`` (or ``/ (r_local + r_intra + r_inter)`` with ``scale_by="sum"``)."""
+    """If set (``> 0``), ``s = lora_alpha / r_local`` (or ``/ (r_local + r_intra + r_inter)`` with
+    ``scale_by="sum"``)."""
     scale_by: Literal["local", "sum"] = "local"
     """Denominator of ``lora_alpha``: ``"local"`` (the official ``set_scale``) or ``"sum"`` (our extension)."""
     lora_dropout: float = 0.05
@@ -70,10 +71,11 @@ class BSLoRAConfig:
         check_choice("share_mode", self.share_mode, SHARE_MODES)
         for name in ("kron_share_size", "gate_share_size"):
             setattr(self, name, check_int(name, getattr(self, name), min=1))
-        check_float("scaling", self.scaling)
+        # a zero, negative or non-finite scale would silently disable, flip or poison the adapter (eq. (1)'s s)
+        self.scaling = check_float("scaling", self.scaling, min=0, min_open=True)
         check_choice("scale_by", self.scale_by, ("local", "sum"))
         if self.lora_alpha is not None:
-            check_float("lora_alpha", self.lora_alpha)
+            self.lora_alpha = check_float("lora_alpha", self.lora_alpha, min=0, min_open=True)
             if self.scale_by == "local" and self.r_local == 0:
                 raise ValueError("lora_alpha with scale_by='local' needs r_local > 0, got r_local=0")
         check_float("lora_dropout", self.lora_dropout, min=0, max=1, max_open=True)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from bslora.config import BSLoRAConfig
-from bslora.model import _layer_index, _module_shape, find_targets
+from bslora.model import _layer_index, _module_shape, check_kron_shapes, find_targets
 
 __all__ = ["count_bslora_parameters", "count_lora_parameters", "count_sharelora_parameters", "target_shapes"]
 
@@ -42,6 +42,7 @@ def count_bslora_parameters(config_or_model: Any, cfg: BSLoRAConfig) -> dict[str
     equals the unique trainable ``numel`` after :func:`~bslora.get_bslora_model`.
     """
     shapes = target_shapes(config_or_model, cfg)
+    check_kron_shapes({n: (i, o) for n, i, o, _ in shapes}, cfg)  # the same refusal as injection
     layers = {i for *_, i in shapes if i is not None}
     local = cfg.r_local * sum(i + o for _, i, o, _ in shapes)
     mode = cfg.share_mode

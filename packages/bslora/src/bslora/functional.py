@@ -17,10 +17,12 @@ __all__ = [
     "kron_delta",
     "kron_factors",
     "kron_apply",
+    "kron_apply_rows",
     "gate_scalar",
     "gate_delta",
     "gate_factors",
     "gate_apply",
+    "gate_apply_rows",
 ]
 
 
@@ -98,6 +100,18 @@ def kron_apply(x: torch.Tensor, A: torch.Tensor, B: torch.Tensor, a: torch.Tenso
     return (b[:, 0, None] * u[..., None, :]).reshape(*x.shape[:-1], b.shape[0] * B.shape[0])
 
 
+def kron_apply_rows(
+    x: torch.Tensor, A: torch.Tensor, B: torch.Tensor, a: torch.Tensor, b: torch.Tensor
+) -> torch.Tensor:
+    """:func:`kron_apply` with one adapter per row (mixed batches): ``x (n, T, in)``, ``A (n, r, S)``,
+    ``B (n, S, r)``, ``a (n, 1, in/S)``, ``b (n, out/S, 1)`` -> ``(n, T, out)``."""
+    n, T, fin = x.shape
+    S = A.shape[2]
+    t = torch.einsum("ntjs,nj->nts", x.reshape(n, T, fin // S, S), a[:, 0])  # (a ⊗ A) x = A (Σ_j a_j x_j)
+    u = torch.bmm(torch.bmm(t, A.transpose(1, 2)), B.transpose(1, 2))  # (n, T, S)
+    return (b[:, None, :, 0, None] * u[:, :, None, :]).reshape(n, T, b.shape[1] * S)
+
+
 def gate_scalar(A: torch.Tensor, B: torch.Tensor, v_in: torch.Tensor, u_out: torch.Tensor) -> torch.Tensor:
     """GT: the scalar ``u_out^T B A v_in`` (shape ``()``) that multiplies the rank-1 map ``v_out u_in^T``."""
     return (u_out @ (B @ (A @ v_in))).reshape(())
@@ -143,3 +157,19 @@ def gate_apply(
     """``x @ gate_delta(...).T`` as ``c (x · u_in) v_out``: O(in + out) per token plus O(r G) once."""
     t = x @ u_in[0]  # (...)
     return (gate_scalar(A, B, v_in, u_out) * t)[..., None] * v_out[:, 0]
+
+
+def gate_apply_rows(
+    x: torch.Tensor,
+    A: torch.Tensor,
+    B: torch.Tensor,
+    u_in: torch.Tensor,
+    v_in: torch.Tensor,
+    u_out: torch.Tensor,
+    v_out: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`gate_apply` with one adapter per row: ``x (n, T, in)`` and every other tensor stacked per row
+    (``A (n, r, G)``, ``B (n, G, r)``, ``u_in (n, 1, in)``, ``v_in (n, G, 1)``, ``u_out (n, 1, G)``,
+    ``v_out (n, out, 1)``) -> ``(n, T, out)``."""
+    c = torch.bmm(u_out, torch.bmm(B, torch.bmm(A, v_in)))  # (n, 1, 1): u_out^T B A v_in per row
+    return c * torch.bmm(x, u_in.transpose(1, 2)) * v_out.transpose(1, 2)

@@ -11,10 +11,72 @@ from torch import nn
 from bslora import functional as bsF
 from bslora.config import BSLoRAConfig
 
-__all__ = ["SharedPair", "IntraShare", "InterShare", "KronSampler", "GateVectors", "BSLoRALinear", "BASE_ADAPTER"]
+__all__ = [
+    "SharedPair",
+    "IntraShare",
+    "InterShare",
+    "KronSampler",
+    "GateVectors",
+    "BSLoRALinear",
+    "BASE_ADAPTER",
+    "MixedBatch",
+    "RowPlan",
+]
 
 BASE_ADAPTER = "__base__"
 """Row name in a mixed batch that means "no adapter"."""
+
+
+class RowPlan:
+    """Rows of a mixed batch served by one family of adapters ``names`` (equal factor shapes).
+
+    ``group``: ``(rows,)`` slot of each row in ``names`` or -1 (the segmented matmul's ids); ``sel``: the indices of
+    the family's rows (``None`` when it serves every row); ``slots``: the slot of each selected row."""
+
+    def __init__(self, rows: list[str], names: tuple[str, ...], device: torch.device) -> None:
+        slot = {n: i for i, n in enumerate(names)}
+        ids = [slot.get(r, -1) for r in rows]
+        sel = [i for i, g in enumerate(ids) if g >= 0]
+        self.slots = [ids[i] for i in sel]
+        self.group = torch.tensor(ids, device=device)
+        self.sel = None if len(sel) == len(rows) else torch.tensor(sel, device=device)
+        self._slots = torch.tensor(self.slots, device=device)
+
+    def per_row(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """``(selected rows, *shape)``: each selected row's tensor (one per adapter of the family), gathered."""
+        if len(self.slots) <= len(tensors):
+            return torch.stack([tensors[g] for g in self.slots])
+        return torch.stack(tensors).index_select(0, self._slots)
+
+
+class MixedBatch:
+    """State of one mixed-adapter forward (``forward(adapter_names=...)``), shared by every wrapped module and
+    dropped when the forward returns: the row plans, and the per-forward stacks and shared projections (at most one
+    of each kind alive at a time: a new layer or input replaces the previous one)."""
+
+    def __init__(self, rows: list[str]) -> None:
+        self.rows = rows
+        self._plans: dict[tuple, RowPlan] = {}
+        self._kept: dict[tuple, tuple[Any, Any, torch.Tensor]] = {}
+
+    def plan(self, names: tuple[str, ...], device: torch.device) -> RowPlan:
+        key = (names, device)
+        if key not in self._plans:
+            self._plans[key] = RowPlan(self.rows, names, device)
+        return self._plans[key]
+
+    def reuse(self, key: tuple, x: Any, layer: Any, fn: Any) -> torch.Tensor:
+        """``fn()``, or the value kept under ``key`` when it was computed for the same input object and layer."""
+        hit = self._kept.get(key)
+        if hit is not None and hit[0] is x and hit[1] == layer:
+            return hit[2]
+        out = fn()
+        self._kept[key] = (x, layer, out)
+        return out
+
+    def nbytes(self) -> int:
+        """Bytes of the tensors kept right now (the per-forward stacks and projections)."""
+        return sum(v[2].numel() * v[2].element_size() for v in self._kept.values())
 
 
 def _init_A(weight: torch.Tensor, cfg: BSLoRAConfig, rank: int) -> None:
@@ -157,8 +219,7 @@ class BSLoRALinear(nn.Module):
         self.active_adapter: str | None = None
         self.disable_adapters = False
         self.merged_adapters: list[str] = []
-        self._mixed_rows: list[str] | None = None  # set by BSLoRAModel.forward(adapter_names=...)
-        self._stack_cache: tuple | None = None  # (key, (A_stack, B_stack)) of the last no-grad mixed batch
+        self._mixed: MixedBatch | None = None  # set by BSLoRAModel.forward(adapter_names=...) for one forward
         self.kernel_impl: str = "auto"  # mixed batches: see BSLoRAModel.set_kernel_impl
 
     # ------------------------------------------------------------------ adapters
@@ -175,11 +236,20 @@ class BSLoRALinear(nn.Module):
         return bool(self.merged_adapters)
 
     def update_layer(
-        self, adapter_name: str, cfg: BSLoRAConfig, intra: SharedPair | None, inter: SharedPair | None
+        self,
+        adapter_name: str,
+        cfg: BSLoRAConfig,
+        intra: SharedPair | None,
+        inter: SharedPair | None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        """Add adapter ``adapter_name``: local factors, dropout, samplers/gates, and references to the shared pairs."""
+        """Add adapter ``adapter_name``: local factors, dropout, samplers/gates, and references to the shared pairs.
+
+        ``dtype``: of the adapter's tensors (default: the base weight's floating dtype, else float32)."""
         w = self.base_layer.weight
-        kw = {"device": w.device, "dtype": w.dtype if w.dtype.is_floating_point else torch.float32}
+        if dtype is None:
+            dtype = w.dtype if w.dtype.is_floating_point else torch.float32
+        kw = {"device": w.device, "dtype": dtype}
         if cfg.r_local > 0:
             self.lora_A[adapter_name] = nn.Linear(self.in_features, cfg.r_local, bias=False, **kw)
             self.lora_B[adapter_name] = nn.Linear(cfg.r_local, self.out_features, bias=False, **kw)
@@ -196,7 +266,6 @@ class BSLoRALinear(nn.Module):
                 store[adapter_name] = GateVectors(self.in_features, self.out_features, cfg.gate_share_size, **kw)
         self.configs[adapter_name] = cfg
         self._shared[adapter_name] = (intra, inter)
-        self._stack_cache = None
         if self.active_adapter is None:
             self.active_adapter = adapter_name
 
@@ -209,7 +278,6 @@ class BSLoRALinear(nn.Module):
                 del store[adapter_name]
         self.configs.pop(adapter_name, None)
         self._shared.pop(adapter_name, None)
-        self._stack_cache = None
         if self.active_adapter == adapter_name:
             self.active_adapter = next(iter(self.configs), None)
 
@@ -225,7 +293,8 @@ class BSLoRALinear(nn.Module):
     def get_delta_weight(self, adapter_name: str) -> torch.Tensor:
         """The scaled ``out x in`` update ``s (B_loc A_loc + T_m(intra) + T_m(inter))`` (:mod:`bslora.functional`)."""
         cfg = self.configs[adapter_name]
-        delta = torch.zeros(self.out_features, self.in_features, device=self.weight.device, dtype=self._dtype())
+        dt = self._adapter_dtype(adapter_name)
+        delta = torch.zeros(self.out_features, self.in_features, device=self.weight.device, dtype=dt)
         if cfg.r_local > 0:
             delta = delta + self.lora_B[adapter_name].weight @ self.lora_A[adapter_name].weight
         for pair, extra in self._branches(adapter_name):
@@ -258,16 +327,6 @@ class BSLoRALinear(nn.Module):
             As.append(a)
             Bs.append(b)
         return torch.cat(As, 0), cfg.scale * torch.cat(Bs, 1)
-
-    def _dtype(self) -> torch.dtype:
-        for name in self.configs:
-            for store in (self.lora_A, self.intra_adapt, self.inter_adapt):
-                if name in store:
-                    return next(store[name].parameters()).dtype
-            pair = next((p for p in self._shared[name] if p is not None), None)
-            if pair is not None:
-                return pair.A.dtype
-        return self.weight.dtype
 
     def adapter_delta(self, x: torch.Tensor, adapter_name: str) -> torch.Tensor:
         """The scaled adapter output for input ``x`` (``(..., in)`` -> ``(..., out)``), never forming ``out x in``."""
@@ -302,66 +361,145 @@ class BSLoRALinear(nn.Module):
         assert out is not None
         return cfg.scale * out
 
-    def _adapter_tensors(self, adapter_name: str) -> list[torch.Tensor]:
-        ts = [p for store in (self.lora_A, self.lora_B, self.intra_adapt, self.inter_adapt) if adapter_name in store
-              for p in store[adapter_name].parameters()]  # fmt: skip
-        for pair in self._shared[adapter_name]:
-            if pair is not None:
-                ts += [pair.A, pair.B]
-        return ts
+    # ------------------------------------------------------------------ mixed batches
+    def _family_key(self, name: str) -> tuple:
+        """Adapters with equal keys have equal factor shapes here and are served together (one stack per tensor)."""
+        cfg = self.configs[name]
+        pairs = tuple(None if p is None else (p.rank, p.n_in, p.n_out) for p in self._shared[name])
+        return (cfg.share_mode, cfg.r_local, pairs, cfg.slice_align, cfg.scale, self._adapter_dtype(name))
 
-    def _stacked_factors(self, names: list[str], x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Exact factors of ``names`` zero-padded to one rank and stacked (slot ``len(names)`` = ``"__base__"``).
+    def _adapter_dtype(self, name: str) -> torch.dtype:
+        for store in (self.lora_A, self.intra_adapt, self.inter_adapt):
+            if name in store:
+                return next(store[name].parameters()).dtype
+        pair = next(p for p in self._shared[name] if p is not None)
+        return pair.A.dtype
 
-        Under ``no_grad`` (serving) the stacks are kept until a tensor of those adapters changes (in-place updates
-        bump ``_version``), so repeated mixed batches do not rebuild them."""
-        key = None
-        if not torch.is_grad_enabled():
-            key = (tuple(names), x.device, tuple((id(t), t._version) for n in names for t in self._adapter_tensors(n)))
-            if self._stack_cache is not None and self._stack_cache[0] == key:
-                return self._stack_cache[1]
-        factors = [self.effective_factors(n) for n in names]
-        R = max(a.shape[0] for a, _ in factors)
-        dt = factors[0][0].dtype
-        A_stack = x.new_zeros(len(names) + 1, R, self.in_features, dtype=dt)
-        B_stack = x.new_zeros(len(names) + 1, self.out_features, R, dtype=dt)
-        for i, (a, b) in enumerate(factors):
-            A_stack[i, : a.shape[0]] = a
-            B_stack[i, :, : b.shape[1]] = b
-        self._stack_cache = (key, (A_stack, B_stack)) if key is not None else None
-        return A_stack, B_stack
+    def _mixed_forward(self, x: torch.Tensor, y: torch.Tensor, batch: MixedBatch) -> torch.Tensor:
+        """Each row of the batch with its own adapter (``"__base__"`` and adapters this module lacks: the base alone).
 
-    def _mixed_forward(self, x: torch.Tensor, y: torch.Tensor, rows: list[str]) -> torch.Tensor:
-        """Each row of the batch with its own adapter: one gathered ``bmm`` pair over the stacked exact factors."""
+        Rows are grouped by adapter; adapters with equal factor shapes form one family whose per-adapter tensors are
+        stacked for this forward only (nothing is kept after it). In slice mode the shared A-projection of a family
+        is computed once per (layer, input) and reused by every module that reads the same input (q, k, v), as the
+        single-adapter path does (Sec. 3: intra and inter pairs shared by the targets of a layer)."""
+        rows = batch.rows
         if x.shape[0] != len(rows):
             raise ValueError(
                 f"adapter_names has {len(rows)} entries but the batch at {self.module_name} has {x.shape[0]} rows"
             )
-        names = [n for n in dict.fromkeys(rows) if n != BASE_ADAPTER]
-        if not names:
+        present = [n for n in dict.fromkeys(rows) if n in self.configs]
+        if not present:
             return y
-        A_stack, B_stack = self._stacked_factors(names, x)
-        dt = A_stack.dtype
-        slot = {n: i for i, n in enumerate(names)}
-        idx = torch.tensor([slot.get(n, len(names)) for n in rows], device=x.device)
-        x3 = x.reshape(x.shape[0], -1, self.in_features).to(dt)
-        if self.kernel_impl != "auto" or x.is_cuda:
-            # the shared segmented-matmul kernel: one shrink and one expand pass over the token rows grouped by
-            # adapter, no (batch, R, in) gather of the stacks; base rows get group -1 (no adapter term)
-            from icml25_shared.kernels import grouped_lora
+        families: dict[tuple, list[str]] = {}
+        for n in present:
+            families.setdefault(self._family_key(n), []).append(n)
+        x3 = x.reshape(x.shape[0], -1, self.in_features)
+        kernel = self.kernel_impl != "auto" or x.is_cuda
+        for names in families.values():
+            plan = batch.plan(tuple(names), x.device)
+            cfg = self.configs[names[0]]
+            xf = x3.to(self._adapter_dtype(names[0]))
+            if cfg.share_mode == "slice" and kernel:
+                d = self._slice_grouped(xf, x, names, plan, batch)  # every row; rows of other adapters are 0
+                y = y + d.reshape(y.shape).to(y.dtype)
+                continue
+            xs = xf if plan.sel is None else xf.index_select(0, plan.sel)
+            if cfg.share_mode == "slice":
+                d = self._slice_gathered(xs, x, names, plan, batch)
+            else:
+                d = self._local_gathered(xs, names, plan)
+                for branch, store in ((0, self.intra_adapt), (1, self.inter_adapt)):
+                    if self._shared[names[0]][branch] is None:
+                        continue
+                    pairs = [self._shared[n][branch] for n in names]
+                    A, B = plan.per_row([p.A for p in pairs]), plan.per_row([p.B for p in pairs])
+                    if cfg.share_mode == "kron":
+                        a, b = (plan.per_row([getattr(store[n], v) for n in names]) for v in ("a", "b"))
+                        extra = bsF.kron_apply_rows(xs, A, B, a, b)
+                    else:
+                        gates = [plan.per_row([t[i] for t in (store[n].tensors() for n in names)]) for i in range(4)]
+                        extra = bsF.gate_apply_rows(xs, A, B, *gates)
+                    d = extra if d is None else d + extra
+                assert d is not None
+            d = cfg.scale * d
+            if plan.sel is None:
+                y = y + d.reshape(y.shape).to(y.dtype)
+            else:
+                y = y.index_add(0, plan.sel, d.reshape(d.shape[0], *y.shape[1:]).to(y.dtype))
+        return y
 
-            group = torch.where(idx == len(names), -1, idx).repeat_interleave(x3.shape[1])
-            d = grouped_lora(
-                x3.reshape(-1, self.in_features),
-                A_stack.transpose(1, 2),
-                B_stack.transpose(1, 2),
-                group,
-                impl=self.kernel_impl,
-            )
-            return y + d.reshape(y.shape).to(y.dtype)
-        z = torch.bmm(x3, A_stack[idx].transpose(1, 2))  # (batch, tokens, R)
-        d = torch.bmm(z, B_stack[idx].transpose(1, 2))  # (batch, tokens, out)
-        return y + d.reshape(y.shape).to(y.dtype)
+    def _local_gathered(self, xs: torch.Tensor, names: list[str], plan: RowPlan) -> torch.Tensor | None:
+        """Per-row local LoRA ``B_loc A_loc x`` by a gathered ``bmm`` pair (``None`` when ``r_local = 0``)."""
+        if self.configs[names[0]].r_local == 0:
+            return None
+        A = plan.per_row([self.lora_A[n].weight for n in names])  # (rows, r, in)
+        B = plan.per_row([self.lora_B[n].weight for n in names])  # (rows, out, r)
+        return torch.bmm(torch.bmm(xs, A.transpose(1, 2)), B.transpose(1, 2))
+
+    def _slice_windows(self, names: list[str]) -> tuple[list, int, int]:
+        pairs = [p for p in self._shared[names[0]] if p is not None]
+        cfg = self.configs[names[0]]
+        if not pairs:
+            return [], 0, 0
+        c = bsF.slice_offset(pairs[0].n_in, self.in_features, cfg.slice_align)
+        co = bsF.slice_offset(pairs[0].n_out, self.out_features, cfg.slice_align)
+        return [[p for p in self._shared[n] if p is not None] for n in names], c, co
+
+    def _slice_gathered(
+        self, xs: torch.Tensor, x_key: torch.Tensor, names: list[str], plan: RowPlan, batch: MixedBatch
+    ) -> torch.Tensor:
+        """Slice mode on the CPU path: gathered ``bmm`` per row; the shared projection ``x @ [A_intra; A_inter]^T``
+        (window ``c:c+in``) once per (family, layer, input)."""
+        d = self._local_gathered(xs, names, plan)
+        pairs, c, co = self._slice_windows(names)
+        if pairs:
+            n_in = self.in_features
+            key = ("z", tuple(names), c, n_in)
+
+            def project() -> torch.Tensor:
+                A = plan.per_row([torch.cat([p.A[:, c : c + n_in] for p in ps], 0) for ps in pairs])
+                return torch.bmm(xs, A.transpose(1, 2))  # (rows, tokens, r_intra + r_inter)
+
+            z = batch.reuse(key, x_key, self.layer_idx, project)
+            B = batch.reuse(
+                ("B", tuple(names)), None, self.layer_idx,
+                lambda: plan.per_row([torch.cat([p.B for p in ps], 1) for ps in pairs]),
+            )  # (rows, n_out, R): gathered once per layer, each module reads its window  # fmt: skip
+            s = torch.bmm(z, B[:, co : co + self.out_features].transpose(1, 2))
+            d = s if d is None else d + s
+        assert d is not None
+        return d
+
+    def _slice_grouped(
+        self, xf: torch.Tensor, x_key: torch.Tensor, names: list[str], plan: RowPlan, batch: MixedBatch
+    ) -> torch.Tensor:
+        """Slice mode through the shared segmented matmul (``icml25_shared.kernels``: Triton on CUDA): rows of
+        other adapters get group -1 (a zero term); the per-adapter tensors are stacked for this forward only."""
+        from icml25_shared.kernels import grouped_lora, grouped_matmul
+
+        cfg = self.configs[names[0]]
+        kw = {"impl": self.kernel_impl, "check_ids": False}
+        d: torch.Tensor | None = None
+        if cfg.r_local > 0:
+            A = torch.stack([self.lora_A[n].weight for n in names])  # (G, r, in)
+            B = torch.stack([self.lora_B[n].weight for n in names])  # (G, out, r)
+            d = grouped_lora(xf, A.transpose(1, 2), B.transpose(1, 2), plan.group, **kw)
+        pairs, c, co = self._slice_windows(names)
+        if pairs:
+            n_in = self.in_features
+            key = ("zg", tuple(names), c, n_in)
+
+            def project() -> torch.Tensor:
+                A = torch.stack([torch.cat([p.A[:, c : c + n_in] for p in ps], 0) for ps in pairs])  # (G, R, in)
+                return grouped_matmul(xf, A.transpose(1, 2), plan.group, **kw)
+
+            z = batch.reuse(key, x_key, self.layer_idx, project)
+            B = batch.reuse(("Bg", tuple(names)), None, self.layer_idx,
+                            lambda: torch.stack([torch.cat([p.B for p in ps], 1) for ps in pairs]))  # fmt: skip
+            s = grouped_matmul(z, B[:, co : co + self.out_features].transpose(1, 2), plan.group, **kw)
+            d = s if d is None else d + s
+        assert d is not None
+        return cfg.scale * d
 
     def _base_forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         base = self.base_layer
@@ -372,16 +510,16 @@ class BSLoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         if self.disable_adapters or self.merged_adapters:
-            if self._mixed_rows is not None and self.merged_adapters:
+            if self._mixed is not None and self.merged_adapters:
                 raise ValueError("forward with adapter_names is not possible while an adapter is merged; unmerge first")
             return self._base_forward(x, *args, **kwargs)
         y = self._base_forward(x, *args, **kwargs)
-        if self._mixed_rows is not None:
-            return self._mixed_forward(x, y, self._mixed_rows)
+        if self._mixed is not None:
+            return self._mixed_forward(x, y, self._mixed)
         name = self.active_adapter
         if name is None or name not in self.configs:
             return y
-        d = self.adapter_delta(x.to(self._dtype()), name)
+        d = self.adapter_delta(x.to(self._adapter_dtype(name)), name)
         return y + d.to(y.dtype)
 
     # ------------------------------------------------------------------ merge

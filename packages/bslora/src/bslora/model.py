@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,10 +15,10 @@ import torch
 from torch import nn
 
 from bslora.config import BSLoRAConfig
-from bslora.layer import BASE_ADAPTER, BSLoRALinear, InterShare, IntraShare, SharedPair
-from icml25_shared.validate import check_choice
+from bslora.layer import BASE_ADAPTER, BSLoRALinear, InterShare, IntraShare, MixedBatch, SharedPair
+from icml25_shared.validate import ArgumentTypeError, check_bool, check_choice
 
-__all__ = ["BSLoRAModel", "get_bslora_model", "find_targets", "CONFIG_NAME", "WEIGHTS_NAME"]
+__all__ = ["BSLoRAModel", "get_bslora_model", "find_targets", "check_kron_shapes", "CONFIG_NAME", "WEIGHTS_NAME"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,20 @@ def _module_shape(module: nn.Module) -> tuple[int, int]:
     return int(w.shape[0]), int(w.shape[1])
 
 
+def check_kron_shapes(shapes: dict[str, tuple[int, int]], config: BSLoRAConfig) -> None:
+    """KE (Sec. 3.2) needs every target's in and out features divisible by ``kron_share_size``: ``ValueError``
+    naming the first module that is not (used by injection and by the analytic counts alike)."""
+    if config.share_mode != "kron" or not (config.r_intra or config.r_inter):
+        return
+    S = config.kron_share_size
+    for name, (fin, fout) in shapes.items():
+        if fin % S or fout % S:
+            raise ValueError(
+                f"share_mode='kron' needs in and out features divisible by kron_share_size={S}; module "
+                f"{name!r} has shape (out={fout}, in={fin})"
+            )
+
+
 def _set_submodule(model: nn.Module, name: str, new: nn.Module) -> None:
     parent_name, _, child = name.rpartition(".")
     parent = model.get_submodule(parent_name) if parent_name else model
@@ -108,7 +123,14 @@ class BSLoRAModel(nn.Module):
     attributes fall through to ``base_model`` (``config``, ``generate``...).
     """
 
-    def __init__(self, model: nn.Module, config: BSLoRAConfig, adapter_name: str = "default") -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        config: BSLoRAConfig,
+        adapter_name: str = "default",
+        *,
+        autocast_adapter_dtype: bool = True,
+    ) -> None:
         super().__init__()
         self.base_model = model
         self.bslora_shared = nn.ModuleDict()
@@ -116,7 +138,7 @@ class BSLoRAModel(nn.Module):
         self.active_adapter: str = adapter_name
         for p in model.parameters():
             p.requires_grad_(False)
-        self.add_adapter(adapter_name, config)
+        self.add_adapter(adapter_name, config, autocast_adapter_dtype=autocast_adapter_dtype)
         self.set_adapter(adapter_name)
 
     def __getattr__(self, name: str) -> Any:
@@ -134,8 +156,11 @@ class BSLoRAModel(nn.Module):
             if isinstance(module, BSLoRALinear):
                 yield name, module
 
-    def add_adapter(self, adapter_name: str, config: BSLoRAConfig) -> None:
-        """Inject a new adapter ``adapter_name`` (not activated; see :meth:`set_adapter`)."""
+    def add_adapter(self, adapter_name: str, config: BSLoRAConfig, *, autocast_adapter_dtype: bool = True) -> None:
+        """Inject a new adapter ``adapter_name`` (not activated; see :meth:`set_adapter`).
+
+        ``autocast_adapter_dtype`` (peft's default): on a float16 / bfloat16 base the adapter's tensors are kept in
+        float32 (inputs are cast to it, outputs back to the base dtype); ``False`` keeps the base dtype."""
         if not isinstance(config, BSLoRAConfig):
             raise TypeError(f"config must be a BSLoRAConfig, got {type(config).__name__}")
         if not isinstance(adapter_name, str) or not adapter_name or adapter_name == BASE_ADAPTER or "." in adapter_name:
@@ -155,22 +180,19 @@ class BSLoRAModel(nn.Module):
                     f"layers_pattern={config.layers_pattern!r}"
                 )
         mode = config.share_mode
+        check_kron_shapes(shapes, config)
         if mode == "kron":
-            S = config.kron_share_size
-            for name, (fin, fout) in shapes.items():
-                if (config.r_intra or config.r_inter) and (fin % S or fout % S):
-                    raise ValueError(
-                        f"share_mode='kron' needs in and out features divisible by kron_share_size={S}; module "
-                        f"{name!r} has shape (out={fout}, in={fin})"
-                    )
-            n_in = n_out = S
+            n_in = n_out = config.kron_share_size
         elif mode == "gate":
             n_in = n_out = config.gate_share_size
         else:
             n_in = max(s[0] for s in shapes.values())
             n_out = max(s[1] for s in shapes.values())
         ref = targets[0][1].weight
-        kw = {"device": ref.device, "dtype": ref.dtype if ref.dtype.is_floating_point else torch.float32}
+        dtype = ref.dtype if ref.dtype.is_floating_point else torch.float32
+        if check_bool("autocast_adapter_dtype", autocast_adapter_dtype) and dtype in (torch.float16, torch.bfloat16):
+            dtype = torch.float32
+        kw = {"device": ref.device, "dtype": dtype}
         store = nn.ModuleDict()
         intra_pairs: dict[int, SharedPair] = {}
         if config.r_intra > 0:
@@ -188,6 +210,14 @@ class BSLoRAModel(nn.Module):
             store["inter"] = inter_pair
         self.bslora_shared[adapter_name] = store
         for name, module in targets:
+            base_layer = module.base_layer if isinstance(module, BSLoRALinear) else module
+            if config.fan_in_fan_out and isinstance(base_layer, nn.Linear):
+                warnings.warn(
+                    f"fan_in_fan_out=True but {name!r} is an nn.Linear (weight stored out x in); treating it as "
+                    "fan_in_fan_out=False, as peft does",
+                    UserWarning,
+                    stacklevel=2,
+                )
             if not isinstance(module, BSLoRALinear):
                 if not isinstance(module, nn.Linear) and not config.fan_in_fan_out:
                     logger.warning("%s is a Conv1D; treating it as fan_in_fan_out=True", name)
@@ -195,21 +225,29 @@ class BSLoRAModel(nn.Module):
                 _set_submodule(self.base_model, name, wrapped)
                 module = wrapped
             idx = layer_of[name]
-            module.update_layer(adapter_name, config, intra_pairs.get(idx) if idx is not None else None, inter_pair)
+            intra_pair = intra_pairs.get(idx) if idx is not None else None
+            module.update_layer(adapter_name, config, intra_pair, inter_pair, dtype=dtype)
         self.peft_config[adapter_name] = config
         self._mark_trainable()
 
     def set_adapter(self, adapter_name: str) -> None:
-        """Make ``adapter_name`` the active (and only trainable) adapter."""
+        """Make ``adapter_name`` the active (and only trainable) adapter.
+
+        As in peft, a merged model is unmerged first (with a warning): the new adapter is then served unmerged."""
         self._check_names([adapter_name])
+        self._unmerge_with_warning("Adapter cannot be set when the model is merged. Unmerging the model first.")
         self.active_adapter = adapter_name
         for _, layer in self.bslora_layers():
             layer.active_adapter = adapter_name if adapter_name in layer.configs else None
         self._mark_trainable()
 
     def delete_adapter(self, adapter_name: str) -> None:
-        """Remove ``adapter_name`` everywhere (it must not be merged)."""
+        """Remove ``adapter_name`` everywhere; a merged adapter is refused (``ValueError``), as in peft."""
         self._check_names([adapter_name])
+        if any(adapter_name in layer.merged_adapters for _, layer in self.bslora_layers()):
+            raise ValueError(
+                f"Cannot delete adapter(s) {[adapter_name]} while they are merged. Please unmerge them first."
+            )
         for _, layer in self.bslora_layers():
             layer.delete_adapter(adapter_name)
         del self.bslora_shared[adapter_name]
@@ -237,9 +275,25 @@ class BSLoRAModel(nn.Module):
     def active_adapters(self) -> list[str]:
         return [self.active_adapter]
 
+    @property
+    def merged_adapters(self) -> list[str]:
+        """Adapters merged into at least one layer's weights, in merge order."""
+        return list(dict.fromkeys(n for _, layer in self.bslora_layers() for n in layer.merged_adapters))
+
+    def _unmerge_with_warning(self, message: str) -> None:
+        if self.merged_adapters:
+            warnings.warn(message, UserWarning, stacklevel=3)
+            self.unmerge_adapter()
+
     @contextlib.contextmanager
     def disable_adapter(self) -> Iterator[None]:
-        """Context manager: run the base model alone (adapters skipped, not removed)."""
+        """Context manager: run the base model alone (adapters skipped, not removed).
+
+        A merged model is unmerged first, with a warning (peft unmerges too); it stays unmerged afterwards, so the
+        active adapter is then served unmerged (same outputs as merged, to rounding)."""
+        self._unmerge_with_warning(
+            "disable_adapter() on a merged model: unmerging the merged adapter(s) first (they stay unmerged)"
+        )
         layers = [layer for _, layer in self.bslora_layers()]
         old = [layer.disable_adapters for layer in layers]
         try:
@@ -317,22 +371,41 @@ class BSLoRAModel(nn.Module):
             kwargs["attention_mask"] = attention_mask
         if labels is not None:
             kwargs["labels"] = labels
-        layers = [layer for _, layer in self.bslora_layers()]
-        if adapter_names is not None:
-            adapter_names = list(adapter_names)
-            self._check_names(adapter_names)
-            batch = self._batch_size(args, kwargs)
-            if batch is not None and batch != len(adapter_names):
-                raise ValueError(f"adapter_names has {len(adapter_names)} entries, expected the batch size {batch}")
-            if any(layer.merged for layer in layers):
-                raise ValueError("forward with adapter_names is not possible while an adapter is merged; unmerge first")
-            for layer in layers:
-                layer._mixed_rows = adapter_names
-        try:
+        if adapter_names is None:
+            try:
+                return self.base_model(*args, **kwargs)
+            finally:
+                self.clear_caches()
+        with self._mixed_batch(adapter_names, self._batch_size(args, kwargs)):
             return self.base_model(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _mixed_batch(self, adapter_names: Any, batch: int | None) -> Iterator[None]:
+        """Serve one forward with one adapter per row: checks the names as peft does (a list of str, one per row,
+        inference mode, nothing merged), then hands every wrapped module the same :class:`MixedBatch`."""
+        if isinstance(adapter_names, str) or not isinstance(adapter_names, (list, tuple)):
+            raise ArgumentTypeError(
+                f"adapter_names must be a list of adapter names (one per batch row), got {adapter_names!r}"
+            )
+        rows = list(adapter_names)
+        if not all(isinstance(r, str) for r in rows):
+            raise ArgumentTypeError(f"adapter_names must hold str names, got {rows!r}")
+        self._check_names(rows)
+        if batch is not None and batch != len(rows):
+            raise ValueError(f"adapter_names has {len(rows)} entries, expected the batch size {batch}")
+        if self.training:
+            raise ValueError("Cannot pass `adapter_names` when the model is in training mode; call .eval() first")
+        layers = [layer for _, layer in self.bslora_layers()]
+        if any(layer.merged for layer in layers):
+            raise ValueError("forward with adapter_names is not possible while an adapter is merged; unmerge first")
+        mixed = MixedBatch(rows)
+        for layer in layers:
+            layer._mixed = mixed
+        try:
+            yield
         finally:
             for layer in layers:
-                layer._mixed_rows = None
+                layer._mixed = None
             self.clear_caches()
 
     def set_kernel_impl(self, impl: str) -> None:
@@ -365,6 +438,39 @@ class BSLoRAModel(nn.Module):
         for m in self.bslora_shared.modules():
             if isinstance(m, SharedPair):
                 m.clear_cache()
+
+    def memory_report(self) -> dict[str, Any]:
+        """Bytes held by the adapters, counted from the live tensors (each shared tensor once).
+
+        ``{"adapters": {name: bytes}, "adapters_total", "base", "caches"}``; ``caches`` counts every tensor a wrapped
+        module or shared pair keeps between forwards (0 after a forward: the shared projections and the mixed-batch
+        stacks live for one forward only)."""
+
+        def nbytes(ts: Any) -> int:
+            seen: dict[int, int] = {}
+            for t in ts:
+                seen[t.data_ptr()] = t.numel() * t.element_size()
+            return sum(seen.values())
+
+        per: dict[str, int] = {}
+        for name in self.peft_config:
+            ts = list(self.bslora_shared[name].parameters())
+            for _, layer in self.bslora_layers():
+                for store in (layer.lora_A, layer.lora_B, layer.intra_adapt, layer.inter_adapt):
+                    if name in store:
+                        ts += list(store[name].parameters())
+            per[name] = nbytes(ts)
+        adapter_ptrs = {p.data_ptr() for p in self.bslora_shared.parameters()}
+        for _, layer in self.bslora_layers():
+            for store in (layer.lora_A, layer.lora_B, layer.intra_adapt, layer.inter_adapt):
+                adapter_ptrs |= {p.data_ptr() for p in store.parameters()}
+        base = nbytes(t for t in [*self.base_model.parameters(), *self.base_model.buffers()]
+                      if t.data_ptr() not in adapter_ptrs)  # fmt: skip
+        kept = [m._cache[2] for m in self.bslora_shared.modules() if isinstance(m, SharedPair) and m._cache]
+        for _, layer in self.bslora_layers():
+            if layer._mixed is not None:
+                kept += [v[2] for v in layer._mixed._kept.values()]
+        return {"adapters": per, "adapters_total": sum(per.values()), "base": base, "caches": nbytes(kept)}
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         """``base_model.generate`` with the active adapter."""
@@ -472,6 +578,9 @@ class BSLoRAModel(nn.Module):
         return out
 
 
-def get_bslora_model(model: nn.Module, config: BSLoRAConfig, adapter_name: str = "default") -> BSLoRAModel:
-    """Wrap ``model`` with a BSLoRA adapter (peft's ``get_peft_model`` idiom). The base weights are frozen."""
-    return BSLoRAModel(model, config, adapter_name)
+def get_bslora_model(
+    model: nn.Module, config: BSLoRAConfig, adapter_name: str = "default", *, autocast_adapter_dtype: bool = True
+) -> BSLoRAModel:
+    """Wrap ``model`` with a BSLoRA adapter (peft's ``get_peft_model`` idiom). The base weights are frozen; on a
+    float16 / bfloat16 base the adapter is kept in float32 unless ``autocast_adapter_dtype=False`` (as in peft)."""
+    return BSLoRAModel(model, config, adapter_name, autocast_adapter_dtype=autocast_adapter_dtype)

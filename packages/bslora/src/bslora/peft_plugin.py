@@ -36,7 +36,6 @@ except ImportError as err:  # peft is an optional extra
 from torch import nn
 
 from bslora.config import BSLoRAConfig
-from bslora.layer import BASE_ADAPTER
 from bslora.model import BSLoRAModel
 
 __all__ = ["PEFT_TYPE", "PREFIX", "BSLoRAPeftConfig", "BSLoRAPeftTuner", "register", "is_registered"]
@@ -82,19 +81,8 @@ class BSLoRAPeftTuner(BSLoRAModel):
         if adapter_names is None:
             yield
             return
-        rows = list(adapter_names)
-        self._check_names(rows)
-        layers = [layer for _, layer in self.bslora_layers()]
-        if any(layer.merged for layer in layers) and any(r != BASE_ADAPTER for r in rows):
-            raise ValueError("forward with adapter_names is not possible while an adapter is merged; unmerge first")
-        for layer in layers:
-            layer._mixed_rows = rows
-        try:
+        with self._mixed_batch(adapter_names, None):
             yield
-        finally:
-            for layer in layers:
-                layer._mixed_rows = None
-            self.clear_caches()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         # peft's PeftModelForCausalLM passes inputs_embeds=None, output_attentions=None...: drop the Nones
