@@ -33,3 +33,14 @@ def test_aeon_check_estimator():
     results = check_estimator(SoftShapeAeonClassifier, raise_exceptions=False)
     failed = {k: v for k, v in results.items() if v != "PASSED" and not str(v).startswith("SKIPPED")}
     assert not failed, failed
+
+
+def test_aeon_adapter_exposes_every_parameter_with_the_same_defaults():
+    from softshape import SoftShapeClassifier
+
+    assert SoftShapeAeonClassifier().get_params() == SoftShapeClassifier().get_params()
+    clf = SoftShapeAeonClassifier(sparsification="hard", use_moe=False, gating="official", emb_dim=8)
+    assert (
+        clf._estimator().get_params()
+        == SoftShapeClassifier(sparsification="hard", use_moe=False, gating="official", emb_dim=8).get_params()
+    )

@@ -31,18 +31,15 @@ def test_sklearn_check_estimator():
 
     # a small, quick configuration that still learns the blobs of check_classifiers_train (accuracy > 0.83)
     est = SoftShapeClassifier(emb_dim=8, epochs=40, warmup_epochs=5, lr=0.02, dropout=0.0, random_state=0)
-    # our `sparsify` argument is the paper's variant flag ("soft" / "hard" / "none"), not the `sparsify()` method
-    # of sklearn's linear models that this check calls
-    expected = {"check_sparsify_coefficients": "`sparsify` is SoftShape's variant argument, not a method"}
-    failed = check_estimator(est, on_fail=None, expected_failed_checks=expected)
+    failed = check_estimator(est, on_fail=None)
     bad = [r for r in failed if r["status"] == "failed"]
     assert not bad, [(r["check_name"], str(r["exception"])[:300]) for r in bad]
 
 
 def test_clone_get_params_and_constructor_stores_only():
-    est = SoftShapeClassifier(shape_size=0.2, emb_dim=16, sparsify="hard", random_state=3)
+    est = SoftShapeClassifier(shape_size=0.2, emb_dim=16, sparsification="hard", random_state=3)
     params = est.get_params()
-    assert params["shape_size"] == 0.2 and params["sparsify"] == "hard"
+    assert params["shape_size"] == 0.2 and params["sparsification"] == "hard"
     c = clone(est)
     assert c.get_params() == params and not hasattr(c, "network_")
     c.set_params(emb_dim=32)
@@ -157,7 +154,12 @@ def test_shape_scores_and_explain_map_to_original_positions(data):
 
 def test_variants_and_eval_modes(data):
     X, y = data
-    for variant in ({"sparsify": "hard"}, {"sparsify": "none"}, {"use_moe": False}, {"use_inception": False}):
+    for variant in (
+        {"sparsification": "hard"},
+        {"sparsification": "none"},
+        {"use_moe": False},
+        {"use_inception": False},
+    ):
         assert tiny(**variant).fit(X, y).predict_proba(X).shape == (len(X), 2)
     assert tiny(eval_sparse="always", warmup_epochs=10).fit(X, y).sparse_inference_ is True
     assert tiny(eval_sparse="never").fit(X, y).sparse_inference_ is False
@@ -179,7 +181,12 @@ def test_shared_warmup_equals_separate_fits(data):
 
     X, y = data
     base = tiny(epochs=6, warmup_epochs=3, batch_size=16, validation_fraction=0.25)
-    variants = {"soft": {}, "dense": {"sparse_rate": 0.0}, "hard": {"sparsify": "hard"}, "no_moe": {"use_moe": False}}
+    variants = {
+        "soft": {},
+        "dense": {"sparse_rate": 0.0},
+        "hard": {"sparsification": "hard"},
+        "no_moe": {"use_moe": False},
+    }
     shared = fit_shared_warmup(base, variants, X, y)
     for name, params in variants.items():
         alone = clone(base).set_params(**params).fit(X, y)
@@ -191,3 +198,120 @@ def test_shared_warmup_equals_separate_fits(data):
         fit_shared_warmup(base, {"a": {"use_inception": False}}, X, y)
     with pytest.raises(ValueError, match="random_state"):
         fit_shared_warmup(tiny(random_state=None), variants, X, y)
+
+
+# the package's fast settings for sklearn's checks (the issue's): 2 epochs cannot reach the 0.83 accuracy that
+# check_classifiers_train asks of any classifier on its blobs, so that check is the one documented expected failure
+FAST = {"emb_dim": 8, "epochs": 2, "warmup_epochs": 1, "shape_size": 2, "stride": 1}
+EXPECTED_FAILED_FAST = {"check_classifiers_train": "2 epochs do not reach sklearn's accuracy bar of 0.83 on blobs"}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.SkipTestWarning")
+def test_sklearn_check_estimator_fast_settings():
+    from sklearn.utils.estimator_checks import check_estimator
+
+    est = SoftShapeClassifier(**FAST, random_state=0)
+    results = check_estimator(est, on_fail=None, expected_failed_checks=EXPECTED_FAILED_FAST)
+    bad = [r for r in results if r["status"] == "failed"]
+    assert not bad, [(r["check_name"], str(r["exception"])[:300]) for r in bad]
+    assert {r["check_name"] for r in results if r["status"] == "xfail"} == set(EXPECTED_FAILED_FAST)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_predict_proba_does_not_depend_on_the_batch(seed):
+    """sklearn's subset-invariance check, and the stronger form: each case alone gives the batch's probabilities
+    to 1e-12 (float32 inference differed by ~1e-8..1e-7 with the batch composition)."""
+    from sklearn.utils.estimator_checks import check_methods_subset_invariance
+
+    check_methods_subset_invariance("SoftShapeClassifier", SoftShapeClassifier(**FAST, random_state=seed))
+    X = np.random.default_rng(seed).normal(size=(30, 20)).astype(np.float32)
+    y = np.arange(30) % 3
+    est = SoftShapeClassifier(**FAST, random_state=seed).fit(X, y)
+    full = est.predict_proba(X)
+    alone = np.concatenate([est.predict_proba(X[i : i + 1]) for i in range(len(X))])
+    np.testing.assert_allclose(alone, full, atol=1e-12, rtol=0)
+    reversed_ = est.predict_proba(X[::-1])[::-1]
+    np.testing.assert_allclose(reversed_, full, atol=1e-12, rtol=0)
+
+
+def test_one_feature_error_and_no_sparsify_name():
+    from sklearn.utils.estimator_checks import check_fit2d_1feature
+
+    check_fit2d_1feature("SoftShapeClassifier", SoftShapeClassifier(**FAST, random_state=0))
+    # sklearn's checks call `sparsify()` on estimators that have that attribute (linear models' method)
+    assert not hasattr(SoftShapeClassifier(), "sparsify")
+    assert "sparsification" in SoftShapeClassifier().get_params()
+
+
+def test_layer_scores_are_the_first_layer_scores_of_the_input_subsequences(data):
+    X, y = data
+    est = tiny(shape_size=8, stride=4, epochs=4, warmup_epochs=1).fit(X, y)  # sparse inference, depth 2
+    assert est.sparse_inference_
+    scores, kept = est.shape_scores(X)
+    # reference: the scorer on layer 1's tokens, i.e. the embedded input subsequences (float64, eval mode)
+    net = est.network_
+    with torch.no_grad():
+        net64 = __import__("copy").deepcopy(net).double().eval()
+        z = net64.rms1[0](net64.embed_shapes(torch.from_numpy(X).double()))
+        ref = net64.scorer(z).squeeze(-1).numpy()
+    np.testing.assert_allclose(scores, ref, atol=1e-12, rtol=0)
+    # layer 2 scores the shapes that layer 1 left as tokens (all, as layer 1 is dense); "last" is the old definition
+    s2, _ = est.shape_scores(X, layer=2)
+    last, _ = est.shape_scores(X, layer="last")
+    np.testing.assert_array_equal(s2, last)
+    assert not np.allclose(s2, scores)
+    # kept: the top half of the layer-2 scores
+    k = kept.sum(1)
+    assert np.all(k == int(np.ceil(0.5 * scores.shape[1])))
+    # explanations rank the layer-1 scores; layer=2 ranks the layer-2 scores
+    np.testing.assert_array_equal(est.explain(X, top=1)[:, 0, 0], scores.argmax(1) * 4)
+    np.testing.assert_array_equal(est.explain(X, top=1, layer=2)[:, 0, 0], s2.argmax(1) * 4)
+    with pytest.raises(ValueError, match="layer"):
+        est.shape_scores(X, layer=3)
+    with pytest.raises(ValueError, match="aggregate"):
+        est.shape_scores(X, aggregate="sum")
+
+
+def test_deeper_layer_scores_are_nan_for_merged_shapes(data):
+    X, y = data
+    est = tiny(shape_size=8, stride=4, depth=3, sparse_rate=0.6, epochs=3, warmup_epochs=1).fit(X, y)
+    s1, _ = est.shape_scores(X, layer=1)
+    s2, _ = est.shape_scores(X, layer=2)
+    s3, kept = est.shape_scores(X, layer=3)
+    assert not np.isnan(s1).any() and not np.isnan(s2).any()  # layer 1 is dense: layer 2 sees every shape
+    m = s1.shape[1]
+    assert np.all((~np.isnan(s3)).sum(1) == int(np.ceil(0.7 * m)))  # keep ratios 1, 0.7, 0.4: layer 2 kept 70 %
+    last, _ = est.shape_scores(X, layer="last")
+    np.testing.assert_array_equal(last, np.where(np.isnan(s3), s2, s3))
+    assert np.all(kept <= ~np.isnan(s3))
+
+
+@pytest.mark.parametrize("how", ["mean", "max"])
+def test_aggregate_maps_shape_scores_to_time_positions(data, how):
+    X, y = data
+    est = tiny(shape_size=8, stride=3).fit(X, y)  # M = (48 - 8) // 3 + 1 = 14 shapes, last covers [39, 47)
+    scores, kept = est.shape_scores(X[:5])
+    t_scores, t_kept = est.shape_scores(X[:5], aggregate=how)
+    assert t_scores.shape == (5, 48) and t_kept.shape == (5, 48)
+    reduce = np.mean if how == "mean" else np.max
+    for s in range(48):
+        covering = [j for j in range(scores.shape[1]) if j * 3 <= s < j * 3 + 8]
+        if not covering:
+            assert s == 47 and np.isnan(t_scores[:, s]).all() and not t_kept[:, s].any()
+            continue
+        np.testing.assert_allclose(t_scores[:, s], reduce(scores[:, covering], axis=1))
+        np.testing.assert_array_equal(t_kept[:, s], kept[:, covering].any(axis=1))
+
+
+def test_expert_utilisation_after_fit(data, tmp_path):
+    X, y = data
+    est = tiny(n_experts=3, epochs=4, warmup_epochs=1).fit(X, y)
+    u = est.expert_utilisation_
+    assert u.shape == (3,) and abs(u.sum() - 1) < 1e-12 and np.all(u >= 0)
+    np.testing.assert_array_equal(est.expert_utilisation(X), u)
+    path = tmp_path / "m.pt"
+    est.save(path)
+    np.testing.assert_array_equal(SoftShapeClassifier.load(path).expert_utilisation_, u)
+    dense = tiny(eval_sparse="never").fit(X, y)  # no layer runs the MoE at inference
+    assert np.isnan(dense.expert_utilisation_).all()

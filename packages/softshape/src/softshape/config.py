@@ -92,7 +92,8 @@ def resolve_shape_size(shape_size: int | float | str, n_timepoints: int) -> int:
         raise ValueError(f"shape_size must be 'auto', a positive int or a ratio in (0, 1], got {shape_size!r}")
     if m > n_timepoints:
         raise ValueError(
-            f"shape_size={m} is longer than the series (n_timepoints={n_timepoints}); expected shape_size <= T"
+            f"shape_size={m} is longer than the series (n_timepoints={n_timepoints}, i.e. {n_timepoints} "
+            "feature(s) for 2-D input); expected shape_size <= T"
         )
     return m
 

@@ -25,8 +25,10 @@ from icml25_shared.progress import track
 from icml25_shared.validate import check_choice, check_float, check_int
 from softshape.config import (
     EVAL_SPARSE_MODES,
+    GATING_MODES,
     SPARSIFY_MODES,
     EvalSparse,
+    Gating,
     SoftShapeConfig,
     Sparsify,
     resolve_shape_size,
@@ -104,9 +106,9 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
 
     The series is cut into overlapping shapes (``Conv1d`` of width ``shape_size``, stride ``stride``); every layer
     scores the shapes, keeps the top ``1 - sparse_rate_l`` weighted by their scores and fuses the others into one
-    token, learns intra-shape patterns with a top-1 mixture of ``n_experts`` experts and inter-shape patterns with
-    an Inception expert; a score-weighted MIL head classifies. Trained with Adam on CE + ``aux_weight`` x MoE
-    balance loss, selecting the epoch of minimum validation loss (after warm-up).
+    token, learns intra-shape patterns with a learnable top-1 router over ``n_experts`` experts and inter-shape
+    patterns with an Inception expert; a score-weighted MIL head classifies. Trained with Adam on
+    CE + ``aux_weight`` x MoE balance loss, selecting the epoch of minimum validation loss (after warm-up).
 
     Parameters:
         shape_size: ``"auto"`` (m = clip(round(0.1 T), 4, 64)), an int m, a float ratio of T in (0, 1], or a UCR name
@@ -117,6 +119,9 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         sparse_rate: final sparse rate rho in [0, 1) (layer l keeps 1 - linspace(0, rho, L)[l]).
         n_experts: ``"n_classes"`` (the paper) or an int.
         top_k: experts per token.
+        gating: ``"switch"`` (the gate is the router probability, so the router learns; Switch balance loss) or
+            ``"official"`` (the official code: renormalised top-1 gate = 1, the router never learns); see
+            :class:`~softshape.layers.SharedMoE`.
         warmup_epochs: epochs trained densely before sparsification starts.
         aux_weight: weight of the MoE balance loss.
         epochs: maximum epochs.
@@ -130,7 +135,8 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         eval_sparse: ``"match_train"`` (sparse at inference iff the selected epoch trained sparsely), ``"always"``
             (the official code) or ``"never"``.
         fill_nan: fill NaN with the training column means (all-NaN columns: 1e-6); otherwise NaN raises.
-        sparsify: ``"soft"`` (the paper), ``"hard"`` (drop non-kept shapes) or ``"none"`` (ablations).
+        sparsification: ``"soft"`` (the paper), ``"hard"`` (drop non-kept shapes) or ``"none"`` (ablations). (Not
+            called ``sparsify``: that is the name of a method of scikit-learn's linear models.)
         use_moe, use_inception: ablation switches.
         device: ``"cpu"``, ``"cuda"``, ``"auto"`` ...
         random_state: seed (int), ``RandomState`` or ``None``.
@@ -138,7 +144,9 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
 
     Attributes:
         classes_, n_channels_, n_timepoints_, config_, network_, history_ (per-epoch losses), best_epoch_,
-        sparse_inference_, nan_fill_ (with ``fill_nan``), n_features_in_ (2-D input only).
+        sparse_inference_, expert_utilisation_ (share of the training tokens routed to each expert by the fitted
+        model, in its inference mode; NaN where no layer runs the MoE), nan_fill_ (with ``fill_nan``),
+        n_features_in_ (2-D input only).
     """
 
     def __init__(
@@ -150,6 +158,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         sparse_rate: float = 0.5,
         n_experts: int | str = "n_classes",
         top_k: int = 1,
+        gating: Gating = "switch",
         warmup_epochs: int = 150,
         aux_weight: float = 1e-3,
         epochs: int = 500,
@@ -161,7 +170,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         validation_fraction: float = 0.25,
         eval_sparse: EvalSparse = "match_train",
         fill_nan: bool = False,
-        sparsify: Sparsify = "soft",
+        sparsification: Sparsify = "soft",
         use_moe: bool = True,
         use_inception: bool = True,
         device: str = "cpu",
@@ -175,6 +184,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         self.sparse_rate = sparse_rate
         self.n_experts = n_experts
         self.top_k = top_k
+        self.gating = gating
         self.warmup_epochs = warmup_epochs
         self.aux_weight = aux_weight
         self.epochs = epochs
@@ -186,7 +196,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         self.validation_fraction = validation_fraction
         self.eval_sparse = eval_sparse
         self.fill_nan = fill_nan
-        self.sparsify = sparsify
+        self.sparsification = sparsification
         self.use_moe = use_moe
         self.use_inception = use_inception
         self.device = device
@@ -205,7 +215,8 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         check_float("aux_weight", self.aux_weight, min=0.0)
         check_float("validation_fraction", self.validation_fraction, min=0.0, max=1.0, max_open=True)
         check_choice("eval_sparse", self.eval_sparse, EVAL_SPARSE_MODES)
-        check_choice("sparsify", self.sparsify, SPARSIFY_MODES)
+        check_choice("sparsification", self.sparsification, SPARSIFY_MODES)
+        check_choice("gating", self.gating, GATING_MODES)
         if self.n_experts != "n_classes":
             check_int("n_experts ('n_classes' or an int)", self.n_experts)
 
@@ -273,8 +284,9 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
             sparse_rate=self.sparse_rate,
             n_experts=n_experts,
             top_k=self.top_k,
+            gating=self.gating,
             dropout=self.dropout,
-            sparsify=self.sparsify,
+            sparsify=self.sparsification,
             use_moe=self.use_moe,
             use_inception=self.use_inception,
         )
@@ -386,6 +398,8 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         self.history_ = history
         self.best_epoch_ = int(best_epoch)
         self.sparse_inference_ = self._eval_mode(best_sparse)
+        self._net64 = (net, copy.deepcopy(net).double().eval())
+        self.expert_utilisation_ = self.expert_utilisation(X)
         return None
 
     def _eval_mode(self, trained_sparse: bool) -> bool:
@@ -409,54 +423,119 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
     def _check_fitted(self) -> None:
         check_is_fitted(self, "network_")
 
+    def _inference_net(self) -> SoftShapeNet:
+        """A float64 copy of the fitted network (cached), so that a case's prediction does not depend on the other
+        cases of its batch: float32 convolutions pick batch-size-dependent algorithms (differences ~1e-7)."""
+        cached = getattr(self, "_net64", None)
+        if cached is not None and cached[0] is self.network_:
+            return cached[1]
+        # built at fit / load; built afresh (not stored: predict leaves the estimator unchanged) if the network
+        # was replaced since
+        return copy.deepcopy(self.network_).double().eval()
+
     @torch.no_grad()
-    def _run(self, X: Any, *, return_scores: bool = False) -> tuple[np.ndarray, ...]:
+    def _run(self, X: Any, *, return_scores: bool = False) -> dict[str, np.ndarray]:
         self._check_fitted()
         X3, _ = self._validate_X(X, fitting=False)
-        net = self.network_.eval()
+        net = self._inference_net()
         dev = next(net.parameters()).device
-        logits, scores, kept = [], [], []
+        parts: dict[str, list[np.ndarray]] = {}
         for start in range(0, len(X3), 512):
-            xb = torch.from_numpy(X3[start : start + 512]).to(dev)
+            xb = torch.from_numpy(X3[start : start + 512]).to(dev, torch.float64)
             out = net(xb, sparse=self.sparse_inference_, return_scores=return_scores)
-            logits.append(out.logits.float().cpu().numpy())
+            parts.setdefault("logits", []).append(out.logits.cpu().numpy())
             if return_scores:
-                scores.append(out.scores.float().cpu().numpy())
-                kept.append(out.kept.cpu().numpy())
-        if return_scores:
-            return np.concatenate(logits), np.concatenate(scores), np.concatenate(kept)
-        return (np.concatenate(logits),)
+                parts.setdefault("scores", []).append(out.scores.cpu().numpy())
+                parts.setdefault("kept", []).append(out.kept.cpu().numpy())
+                parts.setdefault("layer_scores", []).append(out.layer_scores.cpu().numpy())
+                parts.setdefault("counts", []).append(out.expert_counts.cpu().numpy()[None])
+        res = {k: np.concatenate(v, axis=1 if k == "layer_scores" else 0) for k, v in parts.items()}
+        if "counts" in res:
+            res["counts"] = res["counts"].sum(0)
+        return res
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities (n, K) in the order of ``classes_``."""
-        logits = self._run(X)[0].astype(np.float64)
-        logits -= logits.max(axis=1, keepdims=True)
+        """Class probabilities (n, K) in the order of ``classes_`` (computed in float64: independent of how the
+        cases are batched)."""
+        logits = self._run(X)["logits"]
+        logits = logits - logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
         return p / p.sum(axis=1, keepdims=True)
 
     def predict(self, X: Any) -> np.ndarray:
         """Predicted labels (n,)."""
-        logits = self._run(X)[0]
+        logits = self._run(X)["logits"]
         return self.classes_[logits.argmax(axis=1)]
 
-    def shape_scores(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Per-shape contribution scores and kept mask at the original shape positions.
+    def expert_utilisation(self, X: Any) -> np.ndarray:
+        """Share of the token slots of ``X`` routed to each expert (E,), summed over the layers that run the MoE, in
+        the inference mode of the fitted model; NaN when no layer runs the MoE (dense inference, ``use_moe=False``)."""
+        counts = self._run(X, return_scores=True)["counts"].astype(np.float64)
+        total = counts.sum()
+        return counts / total if total > 0 else np.full_like(counts, np.nan)
 
-        Returns ``(scores, kept)``, both (n, M): ``scores[i, j]`` is the score of shape j (time steps
-        ``[j q, j q + m)``) from the last layer at which it was still an individual token; ``kept`` marks the shapes
-        that survive every sparsification of the inference mode.
+    def shape_scores(
+        self, X: Any, *, layer: int | str = 1, aggregate: str | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Contribution scores of the input subsequences ("shapes") and the mask of shapes kept by every
+        sparsification.
+
+        The explanation is defined on the input: by default (``layer=1``) the scores the first layer gives to its
+        tokens, which are the input subsequences themselves (shape j covers time steps ``[j q, j q + m)``). Deeper
+        layers score tokens that the Inception expert has already mixed with their neighbours (kernels up to 39
+        tokens wide), so their scores no longer point at one subsequence.
+
+        Args:
+            X: series as for :meth:`predict`.
+            layer: 1..L, the layer whose input-token scores are returned (NaN for shapes that an earlier layer
+                merged into the fused token or dropped), or ``"last"``: each shape's score at the last layer at
+                which it was still an individual token.
+            aggregate: ``None`` (one score per shape, (n, M)), or ``"mean"`` / ``"max"``: mapped to time positions
+                (n, T), each time step getting the mean / max score of the shapes that cover it (NaN for time steps
+                no shape covers, i.e. the tail cut by the stride); the kept mask becomes "covered by a kept shape".
+
+        Returns:
+            ``(scores, kept)``: (n, M) each, or (n, T) each with ``aggregate``.
         """
-        _, scores, kept = self._run(X, return_scores=True)
-        return scores, kept
+        self._check_fitted()
+        depth = self.config_.depth
+        if layer != "last" and (
+            isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 1 <= layer <= depth
+        ):
+            raise ValueError(f"layer must be an int in [1, {depth}] (the model's depth) or 'last', got {layer!r}")
+        if aggregate is not None:
+            check_choice("aggregate", aggregate, ("mean", "max"))
+        res = self._run(X, return_scores=True)
+        scores = res["scores"] if layer == "last" else res["layer_scores"][int(layer) - 1]
+        kept = res["kept"]
+        if aggregate is None:
+            return scores, kept
+        return self._to_time(scores, aggregate), self._to_time(kept.astype(np.float64), "max") > 0
 
-    def explain(self, X: Any, top: int = 5) -> np.ndarray:
-        """The ``top`` highest-scored shapes of each series as ``(start, end)`` time indices (end exclusive):
-        an int array (n, top, 2), highest score first."""
+    def _to_time(self, per_shape: np.ndarray, how: str) -> np.ndarray:
+        """(n, M) values per shape -> (n, T) per time step: mean or max over the shapes covering each step."""
+        m, q, t = self.config_.shape_size, self.config_.stride, self.n_timepoints_
+        n_shapes = per_shape.shape[1]
+        cover = np.zeros((n_shapes, t), dtype=bool)  # cover[j, s]: shape j covers time step s
+        for j in range(n_shapes):
+            cover[j, j * q : j * q + m] = True
+        vals = np.where(cover[None], per_shape[:, :, None], np.nan)  # (n, M, T)
+        covered = cover.any(axis=0)
+        out = np.full((per_shape.shape[0], t), np.nan)
+        with np.errstate(all="ignore"):
+            reduce = np.nanmean if how == "mean" else np.nanmax
+            out[:, covered] = reduce(vals[:, :, covered], axis=1)
+        return out
+
+    def explain(self, X: Any, top: int = 5, *, layer: int | str = 1) -> np.ndarray:
+        """The ``top`` highest-scored shapes of each series (scores of :meth:`shape_scores` at ``layer``, default
+        the first layer) as ``(start, end)`` time indices of the input (end exclusive): an int array (n, top, 2),
+        highest score first. Shapes without a score at ``layer`` (NaN) rank last."""
         self._check_fitted()
         m_shapes = self.config_.n_shapes
         if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or not 1 <= top <= m_shapes:
             raise ValueError(f"top must be an int in [1, {m_shapes}] (the number of shapes), got {top!r}")
-        scores, _ = self.shape_scores(X)
+        scores, _ = self.shape_scores(X, layer=layer)
         order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), axis=1, kind="stable")[:, :top]
         start = order * self.config_.stride
         return np.stack([start, start + self.config_.shape_size], axis=-1).astype(np.int64)
@@ -474,6 +553,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
             "n_timepoints": self.n_timepoints_,
             "best_epoch": self.best_epoch_,
             "sparse_inference": self.sparse_inference_,
+            "expert_utilisation": [float(v) for v in self.expert_utilisation_],
             "n_features_in": getattr(self, "n_features_in_", None),
         }
         blob: dict[str, Any] = {"meta": json.dumps(meta), "state_dict": self.network_.state_dict()}
@@ -496,6 +576,8 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_channels_, clf.n_timepoints_ = meta["n_channels"], meta["n_timepoints"]
         clf.best_epoch_, clf.sparse_inference_ = meta["best_epoch"], meta["sparse_inference"]
+        clf._net64 = (clf.network_, copy.deepcopy(clf.network_).double().eval())
+        clf.expert_utilisation_ = np.asarray(meta["expert_utilisation"], dtype=np.float64)
         if meta["n_features_in"] is not None:
             clf.n_features_in_ = meta["n_features_in"]
         if "nan_fill" in blob:
@@ -510,15 +592,16 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
 
 
 # parameters that act only after warm-up (every warm-up epoch is dense, whatever their values; dense layers do not
-# apply the MoE, whose parameters are created either way, so use_moe too)
-_POST_WARMUP_PARAMS = frozenset({"sparse_rate", "sparsify", "eval_sparse", "early_stopping", "use_moe"})
+# apply the MoE, whose parameters are created either way, so use_moe and gating too)
+_POST_WARMUP_PARAMS = frozenset({"sparse_rate", "sparsification", "eval_sparse", "early_stopping", "use_moe", "gating"})
 
 
 def fit_shared_warmup(
     estimator: SoftShapeClassifier, variants: dict[str, dict[str, Any]], X: Any, y: Any
 ) -> dict[str, SoftShapeClassifier]:
     """Fit several variants of ``estimator`` that differ only in parameters acting after warm-up (``sparse_rate``,
-    ``sparsify``, ``eval_sparse``, ``early_stopping``, ``use_moe``), running the shared warm-up epochs once.
+    ``sparsification``, ``eval_sparse``, ``early_stopping``, ``use_moe``, ``gating``), running the shared warm-up
+    epochs once.
 
     Every warm-up epoch is dense and validation starts after warm-up, so the variants' first ``warmup_epochs`` epochs
     are the same computation (same initialisation, batches, dropout draws); the loop state (weights, Adam state,

@@ -139,9 +139,7 @@ class SharedMoE(nn.Module):
     Output GELU(RMSNorm(z + sum_e gate_e expert_e(z))).
     """
 
-    def __init__(
-        self, dim: int, n_experts: int, top_k: int = 1, dropout: float = 0.0, gating: str = "switch"
-    ) -> None:
+    def __init__(self, dim: int, n_experts: int, top_k: int = 1, dropout: float = 0.0, gating: str = "switch") -> None:
         super().__init__()
         if top_k > n_experts:
             raise ValueError(f"top_k must be <= n_experts={n_experts}, got {top_k}")
@@ -184,9 +182,7 @@ class SharedMoE(nn.Module):
             return top_i, top_p / top_p.sum(dim=-1, keepdim=True)
         return top_i, top_p
 
-    def aux_loss(
-        self, top_i: torch.Tensor, gates: torch.Tensor, probs: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def aux_loss(self, top_i: torch.Tensor, gates: torch.Tensor, probs: torch.Tensor | None = None) -> torch.Tensor:
         """The balance loss of ``gating`` (``probs``, the router probabilities [n, E], is needed for ``"switch"``)."""
         if self.gating == "switch":
             if probs is None:
