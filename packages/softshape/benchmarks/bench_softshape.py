@@ -166,8 +166,7 @@ def main() -> None:
         "moe_dispatch": moe_dispatch,
         "inception_capping": inception_capping,
         "step_time_sparse_over_dense": lambda: {
-            ds: _step_times(ds, {"shape_size": ucr_shape_size(ds), "random_state": 0, "batch_size": 100_000}, rates, 10)
-            for ds in DATASETS
+            ds: {d: _step_times(ds, rates, 10, depth=d) for d in (2, 3)} for ds in DATASETS
         },
         "inference": inference_throughput,
     }

@@ -23,7 +23,8 @@ class SoftShapeAeonClassifier(BaseClassifier):
 
     Takes every keyword argument of that class, with the same defaults (tested), so that aeon's tools can run the
     ablations (``sparsification``, ``use_moe``, ``use_inception``, ``gating``, ...). aeon converts the input to
-    (n_cases, n_channels, n_timepoints) numpy; unequal-length collections arrive as a list of 2-D arrays and are zero-padded.
+    (n_cases, n_channels, n_timepoints) numpy; unequal-length collections arrive as a list of 2-D arrays and are
+    zero-padded.
     """
 
     _tags = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -32,8 +33,9 @@ from icml25_shared.metrics import accuracy
 from icml25_shared.report import save_figure, subplots
 from icml25_shared.seed import numpy_rng
 from icml25_shared.validate import check_int
-from softshape.config import ucr_shape_size
+from softshape.config import SoftShapeConfig, resolve_shape_size, ucr_shape_size
 from softshape.estimator import SoftShapeClassifier, fit_shared_warmup
+from softshape.model import SoftShapeNet
 
 __all__ = [
     "znormalize",
@@ -50,6 +52,9 @@ __all__ = [
     "fold_data",
     "fit_group",
     "step_times",
+    "layer_step_times",
+    "timing_net",
+    "efficiency",
     "iou",
     "interpretability",
     "run_task",
@@ -58,6 +63,7 @@ __all__ = [
     "FitRows",
     "plot_accuracy",
     "plot_steps",
+    "efficiency_ratios",
     "plot_rates",
     "plot_interpretability",
 ]
@@ -235,6 +241,7 @@ def load_ucr(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
     return X, y, Xt, yt
 
 
+@functools.lru_cache(maxsize=16)
 def fold_data(name: str, fold: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Outer train and test part of one fold of the paper's protocol (NaN filled from train, z-normalised)."""
     X, y, Xt, yt = load_ucr(name)
@@ -266,59 +273,156 @@ def fit_group(name: str, fold: int, variants: dict[str, dict[str, Any]], params:
         fit_s = {v: time.perf_counter() - t0}
     for v, est in fitted.items():
         acc = float(np.mean(np.asarray(est.predict(X_te)) == np.asarray(y_te)))
-        rows.append(
-            {"dataset": name, "fold": fold, "variant": v, "accuracy": acc, "n_test": len(y_te), "fit_s": fit_s[v]}
-        )
+        row = {"dataset": name, "fold": fold, "variant": v, "accuracy": acc, "n_test": len(y_te), "fit_s": fit_s[v]}
+        if isinstance(est, SoftShapeClassifier):  # share of the training tokens per expert (NaN: no MoE ran)
+            row["expert_utilisation"] = [round(float(u), 4) for u in est.expert_utilisation_]
+        rows.append(row)
     return rows
 
 
-def step_times(name: str, params: dict[str, Any], rates: dict[str, float], rounds: int) -> dict[str, Any]:
-    """Train-step time (forward, backward, Adam) of the model at each sparse rate on the same full batch of fold 0,
-    measured interleaved: every round runs one step per rate (order rotating), so slow phases of a shared machine
-    hit every rate alike. Ratios vs rate 0 per round; medians and minima over rounds; load average before/after."""
+def _timing_batch(name: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The training batch of the step timings: the estimator's inner training part of fold 0 (75 % of the
+    outer-train part, 120 GunPoint / 657 ItalyPowerDemand series), labels encoded; returns (x, y, n_classes)."""
     X_tr, y_tr, _, _ = fold_data(name, 0)
-    n_batch = int(round(0.75 * len(y_tr)))  # the estimator's inner 3:1 split: the batch is 75 % of outer-train
-    n_batch = min(n_batch, params["batch_size"])
-    est = SoftShapeClassifier(**{**params, "epochs": 1, "warmup_epochs": 0, "validation_fraction": 0.0})
-    est.fit(X_tr[:n_batch], y_tr[:n_batch])
-    xb = torch.from_numpy(np.ascontiguousarray(X_tr[:n_batch], dtype=np.float32))
-    yb = torch.from_numpy(np.searchsorted(est.classes_, y_tr[:n_batch]).astype(np.int64))
+    n_batch = int(round(0.75 * len(y_tr)))
+    classes, y_enc = np.unique(y_tr[:n_batch], return_inverse=True)
+    return (
+        torch.from_numpy(np.ascontiguousarray(X_tr[:n_batch])),
+        torch.from_numpy(y_enc.astype(np.int64)),
+        len(classes),
+    )
 
-    nets, opts = {}, {}
-    for v, r in rates.items():
-        net = copy.deepcopy(est.network_).train()
-        net.config = dataclasses.replace(net.config, sparse_rate=r)
-        nets[v], opts[v] = net, torch.optim.Adam(net.parameters(), lr=1e-3)
 
-    def step(v: str) -> float:
-        t0 = time.perf_counter()
-        out = nets[v](xb, sparse=True)
-        loss = F.cross_entropy(out.logits, yb) + 1e-3 * out.aux_loss
-        opts[v].zero_grad(set_to_none=True)
-        loss.backward()
-        opts[v].step()
-        return time.perf_counter() - t0
+def timing_net(name: str, depth: int, sparse_rate: float, n_classes: int, seed: int = 0) -> SoftShapeNet:
+    """A freshly initialised SoftShapeNet for data set ``name`` at the paper's width (D = 128, m from the UCR table,
+    q = 4, E = n_classes) and a router spread over the experts (W_g ~ N(0, 1), as after training, so the
+    vectorised multi-expert dispatch runs; the zero-initialised router would send every token to expert 0)."""
+    X_tr, _, _, _ = fold_data(name, 0)
+    t = X_tr.shape[-1]
+    cfg = SoftShapeConfig(
+        n_timepoints=t,
+        n_classes=n_classes,
+        n_channels=X_tr.shape[1],
+        shape_size=resolve_shape_size(ucr_shape_size(name), t),
+        depth=depth,
+        sparse_rate=sparse_rate,
+    )
+    torch.manual_seed(seed)
+    net = SoftShapeNet(cfg).train()
+    with torch.no_grad():
+        net.moe.w_gate.normal_(std=1.0)
+    return net
 
+
+def _interleaved(fns: dict[str, Any], rounds: int, base: str) -> dict[str, Any]:
+    """Time every callable once per round (order rotating; one warm-up round first), so slow phases of a shared
+    machine hit every variant alike. Per variant: median and minimum seconds, the median of the per-round ratios to
+    ``base`` and the ratio of minima; the load average before and after."""
     load_before = os.getloadavg()[0]
-    names = list(rates)
+    names = list(fns)
     for v in names:  # warm-up round (allocator, first-call overheads)
-        step(v)
+        fns[v]()
     times: dict[str, list[float]] = {v: [] for v in names}
     for i in range(rounds):
         k = i % len(names)
         for v in names[k:] + names[:k]:
-            times[v].append(step(v))
-    base = times["dense"]
-    out: dict[str, Any] = {"dataset": name, "batch": n_batch, "rounds": rounds}
+            t0 = time.perf_counter()
+            fns[v]()
+            times[v].append(time.perf_counter() - t0)
+    out: dict[str, Any] = {"rounds": rounds}
     for v in names:
         out[v] = {
             "median_s": float(np.median(times[v])),
             "min_s": float(np.min(times[v])),
-            "ratio_median_of_rounds": float(np.median(np.asarray(times[v]) / np.asarray(base))),
-            "ratio_of_minima": float(np.min(times[v]) / np.min(base)),
+            "ratio_median_of_rounds": float(np.median(np.asarray(times[v]) / np.asarray(times[base]))),
+            "ratio_of_minima": float(np.min(times[v]) / np.min(times[base])),
         }
     out["load_before"], out["load_after"] = load_before, os.getloadavg()[0]
     return out
+
+
+def step_times(name: str, rates: dict[str, float], rounds: int, depth: int = 2) -> dict[str, Any]:
+    """Whole-model train-step time (forward, backward, Adam) at each sparse rate (``rates``: variant -> rate, with
+    a ``"dense"`` entry, the reference) on the fold-0 training batch of ``name``, interleaved; every variant starts
+    from the same weights (:func:`timing_net`)."""
+    xb, yb, n_classes = _timing_batch(name)
+    ref = timing_net(name, depth, 0.0, n_classes)
+    nets, opts = {}, {}
+    for v, r in rates.items():
+        net = copy.deepcopy(ref)
+        net.config = dataclasses.replace(net.config, sparse_rate=r)
+        nets[v], opts[v] = net, torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def step(v: str) -> Any:
+        def run() -> None:
+            out = nets[v](xb, sparse=True)
+            loss = F.cross_entropy(out.logits, yb) + 1e-3 * out.aux_loss
+            opts[v].zero_grad(set_to_none=True)
+            loss.backward()
+            opts[v].step()
+
+        return run
+
+    out = _interleaved({v: step(v) for v in rates}, rounds, "dense")
+    return {"dataset": name, "depth": depth, "batch": len(yb), **out}
+
+
+def layer_step_times(
+    name: str, depth: int, rounds: int, sparse_rate: float = 0.5, *, moe_reference: bool = True
+) -> dict[str, Any]:
+    """Per-layer step time (forward + backward of one layer) at every sparsified layer of the soft model of
+    ``depth`` layers: the layer at its keep ratio r_l (soft sparsification, MoE, Inception) against the same layer
+    on the same input tokens at r = 1 as the dense model runs it (no MoE: ``"dense"``) and at r = 1 with the MoE
+    (``"dense_moe"``: the cost of sparsification alone; only with ``moe_reference``). Input tokens: the soft model's
+    own input to that layer."""
+    xb, _, n_classes = _timing_batch(name)
+    net = timing_net(name, depth, sparse_rate, n_classes)
+    ratios = net.config.keep_ratios
+    with_moe = dataclasses.replace(net.config, moe_in_dense=True)
+    without = net.config
+    res: dict[str, Any] = {"dataset": name, "depth": depth, "keep_ratios": ratios, "layers": {}}
+    with torch.no_grad():
+        z = net.embed_shapes(xb)
+        inputs = []
+        for layer, r in enumerate(ratios):
+            inputs.append(z.detach())
+            z = F.gelu(net.layer(layer, z, r)[0])
+
+    def run(layer: int, r: float, moe_in_dense: bool) -> Any:
+        def f() -> None:
+            net.config = with_moe if moe_in_dense else without
+            out, aux, _, _, _ = net.layer(layer, inputs[layer], r)
+            net.zero_grad(set_to_none=True)
+            (out.mean() + 1e-3 * aux).backward()
+            net.config = without
+
+        return f
+
+    for layer, r in enumerate(ratios):
+        if r >= 1.0:
+            continue
+        fns = {"soft": run(layer, r, False), "dense": run(layer, 1.0, False)}
+        if moe_reference:
+            fns["dense_moe"] = run(layer, 1.0, True)
+        timed = _interleaved(fns, rounds, "dense")
+        timed["tokens_in"] = int(inputs[layer].shape[1])
+        if moe_reference:
+            timed["soft_over_dense_moe"] = float(timed["soft"]["median_s"] / timed["dense_moe"]["median_s"])
+        res["layers"][f"layer {layer + 1}"] = timed
+    return res
+
+
+def efficiency(
+    name: str, rounds: int, depths: tuple[int, ...] = (2, 3), moe_reference: bool = True
+) -> dict[str, Any]:
+    """Claim 1's measurements on ``name``: whole-model and per-layer step times at each depth (soft rho = 0.5 vs
+    dense rho = 0; per layer also vs dense + MoE with ``moe_reference``)."""
+    rates = {"dense": 0.0, "soft": 0.5}
+    return {
+        "dataset": name,
+        "whole": {d: step_times(name, rates, rounds, depth=d) for d in depths},
+        "layers": {d: layer_step_times(name, d, rounds, moe_reference=moe_reference) for d in depths},
+    }
 
 
 def iou(a: tuple[int, int], b: tuple[int, int]) -> float:
@@ -328,7 +432,9 @@ def iou(a: tuple[int, int], b: tuple[int, int]) -> float:
 
 
 def interpretability(epochs: int, n_cases: int) -> dict[str, Any]:
-    """Fit on synthetic bump data; IoU of each class-1 test series' top-1 shape with the known window."""
+    """Fit on synthetic bump data; IoU of each class-1 test series' top-1 shape with the known window, for the
+    explanation as defined (layer-1 scores: ``explain(X, top=1)``) and, beside it, the former definition (each
+    shape's score at the last layer where it was an individual token: ``layer="last"``)."""
     X, y, window = bump_dataset(n_cases=n_cases, n_timepoints=64, window=(24, 40), noise=0.1, random_state=0)
     est = SoftShapeClassifier(
         shape_size=16, stride=4, epochs=epochs, warmup_epochs=epochs // 3, batch_size=32, random_state=0
@@ -339,11 +445,16 @@ def interpretability(epochs: int, n_cases: int) -> dict[str, Any]:
     pos = Xte[yte == 1]
     spans = est.explain(pos, top=1)[:, 0]
     ious = np.array([iou(tuple(s), window) for s in spans])
-    scores, _ = est.shape_scores(pos[:1])
+    last_spans = est.explain(pos, top=1, layer="last")[:, 0]
+    last_ious = np.array([iou(tuple(s), window) for s in last_spans])
+    scores, _ = est.shape_scores(pos)
     return {
         "mean_iou": float(ious.mean()),
         "share_iou_gt_0.5": float((ious > 0.5).mean()),
+        "mean_iou_last_layer_definition": float(last_ious.mean()),
+        "score_spread": float(np.mean(scores.max(1) - scores.min(1))),
         "accuracy": float(est.score(Xte, yte)),
+        "n_series": len(pos),
         "series": pos[0, 0],
         "scores": scores[0],
         "centres": np.arange(scores.shape[1]) * est.config_.stride + est.config_.shape_size / 2,
@@ -369,10 +480,13 @@ def plot_interpretability(res: dict[str, Any], out_dir: Path) -> str:
 
 def run_task(kind: str, *args: Any) -> Any:
     """One unit of work for the worker pool, with one torch thread (restored afterwards): ``("fit", name, fold,
-    variants, params)``, ``("steps", name, params, rates, rounds)`` or ``("interp", epochs, n_cases)``."""
+    variants, params)``, ``("efficiency", name, rounds, depths)``, ``("steps", name, rates, rounds)`` or
+    ``("interp", epochs, n_cases)``."""
     with torch_threads(1):
         if kind == "fit":
             return fit_group(*args)
+        if kind == "efficiency":
+            return efficiency(*args)
         if kind == "steps":
             return step_times(*args)
         return interpretability(*args)
@@ -382,29 +496,33 @@ def reproduction_tasks(
     schedule: dict[str, Any],
     shared: dict[str, dict[str, Any]],
     separate: dict[str, dict[str, Any]],
-    rates: dict[str, float],
+    rates: dict[str, float] | None,
     interp: tuple[int, int],
     *,
     by_fold: bool,
 ) -> list[tuple[Any, ...]]:
     """The units of work of a reproduction, for :func:`run_tasks`: per (data set, fold) one shared-warm-up fit of the
-    ``shared`` variants and one fit per ``separate`` variant (``schedule``: folds, epochs, warmup, early, batch,
-    step_rounds), one MiniRocket fit per (data set, fold), one step timing per data set at ``rates`` and one
-    interpretability run ``interp = (epochs, n_cases)``. ``by_fold``: fold by fold (a run cut short holds whole
-    folds); otherwise longest data set first, so that two workers finish together."""
+    ``shared`` variants and one fit per ``separate`` variant (``schedule``: datasets, folds, epochs, warmup, early,
+    batch, step_rounds, depths), one MiniRocket fit per (data set, fold), claim 1's step timings per data set
+    (whole model and per layer at each of ``depths``), a sparse-rate sweep of the step time at ``rates`` (when
+    given) and one interpretability run ``interp = (epochs, n_cases)``. ``by_fold``: fold by fold (a run cut short
+    holds whole folds); otherwise longest data set first."""
 
     def params(name: str) -> dict[str, Any]:
         keys = {"epochs": "epochs", "warmup_epochs": "warmup", "early_stopping": "early", "batch_size": "batch"}
         return {**{k: schedule[v] for k, v in keys.items()}, "random_state": 0, "shape_size": ucr_shape_size(name)}
 
-    folds = schedule["folds"]
-    pairs = [(f, n) for f in folds for n in DATASETS] if by_fold else [(f, n) for n in DATASETS[::-1] for f in folds]
+    folds, names = schedule["folds"], schedule["datasets"]
+    pairs = [(f, n) for f in folds for n in names] if by_fold else [(f, n) for n in names[::-1] for f in folds]
     tasks: list[tuple[Any, ...]] = []
     for f, name in pairs:
         tasks.append(("fit", name, f, shared, params(name)))
         tasks += [("fit", name, f, {v: extra}, params(name)) for v, extra in separate.items()]
-    tasks += [("fit", name, f, {"minirocket": {}}, {}) for name in DATASETS for f in folds]  # numba JIT cached
-    tasks += [("steps", name, params(name), rates, schedule["step_rounds"]) for name in DATASETS]
+    tasks += [("fit", name, f, {"minirocket": {}}, {}) for name in names for f in folds]  # numba JIT cached
+    eff = (schedule["step_rounds"], tuple(schedule["depths"]), schedule["moe_reference"])
+    tasks += [("efficiency", name, *eff) for name in names]
+    if rates:
+        tasks += [("steps", name, rates, schedule["step_rounds"]) for name in names]
     return [*tasks, ("interp", *interp)]
 
 
@@ -447,43 +565,65 @@ def run_tasks(tasks: list[tuple[Any, ...]], n_jobs: int | None = None) -> list[A
     return outs
 
 
+def _datasets(rows: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(r["dataset"] for r in rows))
+
+
 def plot_accuracy(rows: list[dict[str, Any]], variants: list[str], out_dir: Path) -> str:
     """Mean test accuracy of every variant and MiniRocket per data set."""
-    names = [*variants, "minirocket"]
+    names, sets = [*variants, "minirocket"], _datasets(rows)
     fig, ax = subplots(1, 1, figsize=(8, 3.5))
     width = 0.8 / len(names)
     for j, v in enumerate(names):
-        vals = [np.mean([r["accuracy"] for r in rows if r["dataset"] == d and r["variant"] == v]) for d in DATASETS]
-        ax.bar(np.arange(len(DATASETS)) + j * width, vals, width, label=v)
-    ax.set_xticks(np.arange(len(DATASETS)) + 0.4 - width / 2, DATASETS)
+        vals = [np.mean([r["accuracy"] for r in rows if r["dataset"] == d and r["variant"] == v]) for d in sets]
+        ax.bar(np.arange(len(sets)) + j * width, vals, width, label=v)
+    ax.set_xticks(np.arange(len(sets)) + 0.4 - width / 2, sets)
     ax.set_ylim(0.5, 1.0)
     ax.set_ylabel("test accuracy (merged folds)")
     ax.legend(fontsize=8, ncol=2)
     return str(save_figure(fig, out_dir, "accuracy"))
 
 
-def plot_steps(steps: dict[str, dict[str, Any]], rates: dict[str, float], out_dir: Path) -> str:
-    """Median train-step time at each sparse rate per data set."""
-    fig, ax = subplots(1, 1, figsize=(5, 3.2))
-    x = np.arange(len(steps))
-    width = 0.8 / len(rates)
-    for j, (v, r) in enumerate(rates.items()):
-        ax.bar(x + j * width, [1e3 * s[v]["median_s"] for s in steps.values()], width, label=f"sparse rate {r}")
-    ax.set_xticks(x + 0.4 - width / 2, list(steps))
-    ax.set_ylabel("train step (ms, median, 1 thread)")
+def efficiency_ratios(eff: dict[str, Any]) -> dict[str, float]:
+    """Claim 1's ratios of one data set: ``depth d: whole model`` and ``depth d: layer l`` (soft / dense, median of
+    the per-round ratios), and ``... (vs dense + MoE)`` for the sparsification alone."""
+    out: dict[str, float] = {}
+    for d, whole in eff["whole"].items():
+        out[f"depth {d}: whole model"] = round(whole["soft"]["ratio_median_of_rounds"], 3)
+        for name, lay in eff["layers"][d]["layers"].items():
+            out[f"depth {d}: {name}"] = round(lay["soft"]["ratio_median_of_rounds"], 3)
+            if "soft_over_dense_moe" in lay:
+                out[f"depth {d}: {name} (vs dense + MoE)"] = round(lay["soft_over_dense_moe"], 3)
+    return out
+
+
+def plot_steps(effs: dict[str, dict[str, Any]], out_dir: Path, threshold: float = 0.85) -> str:
+    """Step-time ratios soft / dense per data set: whole model and each sparsified layer, at each depth."""
+    fig, ax = subplots(1, 1, figsize=(8, 3.4))
+    width = 0.8 / max(1, len(effs))
+    labels: list[str] = []
+    for j, (name, eff) in enumerate(effs.items()):
+        ratios = {k: v for k, v in efficiency_ratios(eff).items() if "vs dense + MoE" not in k}
+        labels = list(ratios)
+        ax.bar(np.arange(len(ratios)) + j * width, list(ratios.values()), width, label=name)
+    ax.axhline(threshold, color="k", ls="--", lw=1, label=f"claim line {threshold}")
+    ax.axhline(1.0, color="grey", lw=0.5)
+    ax.set_xticks(np.arange(len(labels)) + 0.4 - width / 2, labels, rotation=20, fontsize=7)
+    ax.set_ylabel("step time soft / dense (median)")
     ax.legend(fontsize=8)
     return str(save_figure(fig, out_dir, "step_time"))
 
 
 def plot_rates(
-    rows: list[dict[str, Any]], steps: dict[str, dict[str, Any]], rates: dict[str, float], out_dir: Path
+    rows: list[dict[str, Any]], sweeps: dict[str, dict[str, Any]], rates: dict[str, float], out_dir: Path
 ) -> str:
     """Accuracy and step time relative to the dense model against the sparse rate, per data set."""
     fig, axes = subplots(1, 2, figsize=(9, 3.2))
-    for d in DATASETS:
+    for d in _datasets(rows):
         vals = [np.mean([r["accuracy"] for r in rows if r["dataset"] == d and r["variant"] == v]) for v in rates]
         axes[0].plot(list(rates.values()), vals, marker="o", label=d)
-        axes[1].plot(list(rates.values()), [steps[d][v]["ratio_median_of_rounds"] for v in rates], marker="o", label=d)
+        steps = [sweeps[d][v]["ratio_median_of_rounds"] for v in rates]
+        axes[1].plot(list(rates.values()), steps, marker="o", label=d)
     axes[0].set_xlabel("sparse rate")
     axes[0].set_ylabel("test accuracy")
     axes[1].set_xlabel("sparse rate")
