@@ -26,6 +26,11 @@ from bslora import BSLoRAConfig, get_bslora_model
         ({"target_modules": []}, r"target_modules must be a non-empty list"),
         ({"layers_pattern": r"layers\.\d+"}, r"capture group"),
         ({"lora_alpha": 16, "r_local": 0}, r"needs r_local > 0"),
+        ({"scaling": float("nan")}, r"scaling must be a float > 0 and finite, got nan"),
+        ({"scaling": -3}, r"scaling must be a float > 0, got -3"),
+        ({"scaling": 0}, r"scaling must be a float > 0, got 0"),
+        ({"lora_alpha": 0}, r"lora_alpha must be a float > 0, got 0"),
+        ({"lora_alpha": float("inf")}, r"lora_alpha must be a float > 0 and finite, got inf"),
     ],
 )
 def test_config_validation(kwargs, match):
@@ -85,3 +90,47 @@ def test_load_missing_folder(tmp_path):
     m = get_bslora_model(ToyDecoder(), bs_config("slice"))
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         m.load_adapter(tmp_path, "x")
+
+
+def test_counts_refuse_the_kron_config_that_injection_refuses():
+    from bslora import count_bslora_parameters
+
+    cfg = BSLoRAConfig(share_mode="kron", kron_share_size=3)
+    with pytest.raises(ValueError, match=r"kron_share_size=3.*layers\.0\.q_proj.*out=8, in=8"):
+        count_bslora_parameters(ToyDecoder(d=8), cfg)
+    with pytest.raises(ValueError, match=r"kron_share_size=3"):
+        get_bslora_model(ToyDecoder(d=8), cfg)
+
+
+def test_adapter_names_must_be_a_list_of_names_in_eval_mode():
+    from icml25_shared.validate import ArgumentTypeError
+
+    m = get_bslora_model(ToyDecoder(), bs_config("slice"), "a")
+    m.add_adapter("aaa", bs_config("slice"))
+    m.eval()
+    x = torch.randn(3, 2, 8)
+    with pytest.raises(ArgumentTypeError, match=r"adapter_names must be a list of adapter names.*got 'aaa'"):
+        m(x, adapter_names="aaa")  # not split into ["a", "a", "a"]
+    with pytest.raises(ArgumentTypeError, match=r"adapter_names must hold str names"):
+        m(x, adapter_names=["a", 1, "a"])
+    m.train()
+    with pytest.raises(ValueError, match=r"training mode"):
+        m(x, adapter_names=["a", "aaa", "a"])
+    m.eval()
+    m(x, adapter_names=("a", "aaa", "__base__"))
+
+
+def test_fan_in_fan_out_on_nn_linear_warns_and_is_ignored():
+    x = torch.randn(2, 3, 8)
+    torch.manual_seed(0)
+    ref = get_bslora_model(ToyDecoder(), bs_config("slice", r_intra=0, r_inter=0)).eval()
+    torch.manual_seed(0)
+    msg = r"fan_in_fan_out=True but \['layers\.0\.q_proj'.*\(10 targets\) are nn\.Linear"
+    with pytest.warns(UserWarning, match=msg):
+        m = get_bslora_model(ToyDecoder(), bs_config("slice", r_intra=0, r_inter=0, fan_in_fan_out=True)).eval()
+    assert not any(layer.fan_in_fan_out for _, layer in m.bslora_layers())
+    with torch.no_grad():
+        m.load_adapter_state_dict(ref.adapter_state_dict())
+        for (_, a), (_, b) in zip(m.bslora_layers(), ref.bslora_layers()):
+            a.base_layer.load_state_dict(b.base_layer.state_dict())
+        torch.testing.assert_close(m(x), ref(x))

@@ -209,15 +209,15 @@ class BSLoRAModel(nn.Module):
             inter_pair.reset_parameters(config)
             store["inter"] = inter_pair
         self.bslora_shared[adapter_name] = store
+        linear = [n for n, m in targets if isinstance(m.base_layer if isinstance(m, BSLoRALinear) else m, nn.Linear)]
+        if config.fan_in_fan_out and linear:
+            warnings.warn(
+                f"fan_in_fan_out=True but {linear[:3]} ({len(linear)} targets) are nn.Linear (weights stored "
+                "out x in); treating them as fan_in_fan_out=False, as peft does",
+                UserWarning,
+                stacklevel=2,
+            )
         for name, module in targets:
-            base_layer = module.base_layer if isinstance(module, BSLoRALinear) else module
-            if config.fan_in_fan_out and isinstance(base_layer, nn.Linear):
-                warnings.warn(
-                    f"fan_in_fan_out=True but {name!r} is an nn.Linear (weight stored out x in); treating it as "
-                    "fan_in_fan_out=False, as peft does",
-                    UserWarning,
-                    stacklevel=2,
-                )
             if not isinstance(module, BSLoRALinear):
                 if not isinstance(module, nn.Linear) and not config.fan_in_fan_out:
                     logger.warning("%s is a Conv1D; treating it as fan_in_fan_out=True", name)
