@@ -13,7 +13,11 @@ from softshape import SoftShapeConfig, SoftShapeNet
 
 def _net() -> SoftShapeNet:
     torch.manual_seed(0)
-    return SoftShapeNet(SoftShapeConfig(n_timepoints=40, n_classes=3, shape_size=8, emb_dim=16, dropout=0.0))
+    # gating="official": its balance loss carries no gradient, so every op is per-sample and 2 ranks equal 1
+    # process exactly; the Switch balance loss (the default) is a statistic of each rank's own batch, as in the
+    # Switch Transformer, so under DDP it differs from the whole-batch loss by design
+    cfg = SoftShapeConfig(n_timepoints=40, n_classes=3, shape_size=8, emb_dim=16, dropout=0.0, gating="official")
+    return SoftShapeNet(cfg)
 
 
 def _data() -> tuple[torch.Tensor, torch.Tensor]:
