@@ -137,3 +137,26 @@ def test_finite_check_is_exact_when_the_sum_overflows():
             check_x(x)
         with pytest.raises(ValueError, match="NaN or inf"):
             check_edge_weight(x[:, 1], 4)
+
+
+@pytest.mark.parametrize("push", ["random", "drop"])
+@pytest.mark.parametrize("kind", ["sgc", "appnp"])
+def test_infinite_delta_keeps_only_self_loop_terms(push, kind):
+    from torch_geometric.utils import degree
+
+    x, ei = random_graph(n=30, m=120, f=5, seed=70)
+    p, st = unifews_propagate(x, ei, 3, math.inf, kind=kind, push=push, generator=0)
+    loop = (1.0 + degree(ei[1], 30, dtype=x.dtype)).reciprocal().unsqueeze(1)  # T[u, u] = 1 / d̄_u
+    if kind == "sgc":
+        ref = loop**3 * x
+    else:  # APPNP: Z = α Σ_{l<L} ((1-α) T_loop)^l X + ((1-α) T_loop)^L X
+        a, c = 0.1, 0.9 * loop
+        ref = a * (x + c * x + c**2 * x) + c**3 * x
+    torch.testing.assert_close(p, ref)
+    assert st.random_pushes == [0, 0, 0] and all(m == 30 * 5 for m in st.macs)
+
+
+def test_chunk_size_must_be_positive():
+    x, ei = random_graph()
+    with pytest.raises(ValueError, match="chunk_size must be a positive int"):
+        unifews_propagate(x, ei, 2, 0.1, chunk_size=0)

@@ -46,11 +46,15 @@ __all__ = [
     "standardize",
     "decoupled_runs",
     "gcn_runs",
+    "hook_macs",
+    "gcn_hook_run",
+    "gcn_hook_comparison",
     "delta_sweep",
     "depth_sweep",
     "random_edge_baselines",
     "PhaseTimer",
     "plot_decoupled",
+    "plot_progressive",
     "plot_lines",
 ]
 
@@ -287,31 +291,41 @@ def decoupled_runs(
     alpha: float = 0.1,
     mlp_hidden: int = 64,
     mlp_lr: float = 1e-2,
+    push: str = "random",
+    dense: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Dense vs Unifews propagation (entry mode, random push) with the same MLP head, one head per split seed: the
-    decoupled rows of the paper's Table III. Returns accuracies (%), MAC counts per hop and totals, and times.
+    """Dense vs Unifews propagation (entry mode, ``push`` random or drop) with the same MLP head, one head per split
+    seed: the decoupled rows of the paper's Table III. Returns accuracies (%), MAC counts per hop and totals, the
+    entries kept in the deterministic regime per hop, and times.
 
     ``prop_seeds``: the random-push draws; one per split seed (``None``: the split seeds themselves), or fewer,
-    reused cyclically (quick mode draws the propagation once and varies the split)."""
+    reused cyclically (quick mode draws the propagation once and varies the split). ``dense``: an earlier result
+    with the same seeds and head, whose dense side is reused instead of recomputed."""
     x, ei, y = data.x, data.edge_index, data.y
-    prop_seeds = tuple(seeds) if prop_seeds is None else tuple(prop_seeds)
+    prop_seeds = tuple(seeds) if prop_seeds is None or push == "drop" else tuple(prop_seeds)
+    if push == "drop":
+        prop_seeds = prop_seeds[:1]  # deterministic: one propagation serves every split
     t0 = time.perf_counter()
-    p_dense, s_dense = unifews_propagate(x, ei, hops, 0.0, kind=kind, alpha=alpha, graph=G)
-    t_dense = time.perf_counter() - t0
+    if dense is None:
+        p_dense, s_dense = unifews_propagate(x, ei, hops, 0.0, kind=kind, alpha=alpha, graph=G)
+    t_dense = time.perf_counter() - t0 if dense is None else dense["time_dense_s"]
     props, t_uf = {}, []
     for ps in prop_seeds:
         t0 = time.perf_counter()
-        props[ps] = unifews_propagate(
-            x, ei, hops, delta_a, kind=kind, alpha=alpha, graph=G, generator=torch.Generator().manual_seed(ps)
-        )
+        gen = torch.Generator().manual_seed(ps)
+        props[ps] = unifews_propagate(x, ei, hops, delta_a, kind=kind, alpha=alpha, graph=G, push=push, generator=gen)
         t_uf.append(time.perf_counter() - t0)
     acc_d, acc_u = [], []
     for i, seed in enumerate(seeds):
         split = stratified_split(y, seed)
         p_uf = props[prop_seeds[i % len(prop_seeds)]][0]
         kw = {"hidden": mlp_hidden, "epochs": epochs, "lr": mlp_lr, "seed": seed}
-        acc_d.append(100 * fit_mlp(p_dense, y, split, **kw).test_acc)
+        if dense is None:
+            acc_d.append(100 * fit_mlp(p_dense, y, split, **kw).test_acc)
         acc_u.append(100 * fit_mlp(p_uf, y, split, **kw).test_acc)
+    if dense is not None:
+        acc_d = list(dense["acc_dense"])
+        s_dense = dense["_dense_stats"]
     stats = [s for _, s in props.values()]
     per_hop = stats[0]
     return {
@@ -324,9 +338,12 @@ def decoupled_runs(
         "dense_per_hop": s_dense.macs,
         "unifews_per_hop": per_hop.macs,
         "random_per_hop": per_hop.random_pushes,
+        "kept_per_hop": per_hop.kept,
+        "push": push,
         "prop_seeds": list(prop_seeds),
         "time_dense_s": t_dense,
         "time_unifews_s": statistics.fmean(t_uf),
+        "_dense_stats": s_dense,
     }
 
 
@@ -353,6 +370,72 @@ def gcn_runs(
             fit(model, data.x, ei, data.y, split, epochs=epochs, lr=lr, edge_dropout=edge_dropout, progress=False)
         )
     return runs
+
+
+def hook_macs(model: UnifewsGNN, x: Tensor, edge_index: Tensor) -> int:
+    """MACs of one strict forward (``keep`` masks, no lock) of a GCN-type :class:`UnifewsGNN`, counted by hooks on
+    what the layers execute: PyG's ``message_and_aggregate`` pre-hook reads the kept ``adj_t`` handed to the SpMM
+    (its non-loop entries × the propagated width), a forward hook reads the effective weight ``W ⊙ M`` (its
+    non-zeros × n) and the output (one self-loop/bias add per entry). An independent count of the analytic
+    :meth:`UnifewsGNN.macs` (paper Sec. 3.8 / the MAC columns of Table III)."""
+    counts: list[int] = []
+
+    def on_spmm(mod, inputs):
+        adj_t, kwargs = inputs
+        crow, col = adj_t.crow_indices(), adj_t.col_indices()
+        rows = torch.repeat_interleave(torch.arange(crow.numel() - 1, device=col.device), crow.diff())
+        counts.append(int((rows != col).sum()) * kwargs["x"].size(1))
+
+    def on_forward(mod, args, out):
+        weight = mod.lin.weight * mod.lin_mask
+        counts.append(int(torch.count_nonzero(weight)) * args[0].size(0) + out.numel())
+
+    handles = [h for c in model.convs for h in (c.register_message_and_aggregate_forward_pre_hook(on_spmm),
+                                                c.register_forward_hook(on_forward))]  # fmt: skip
+    try:
+        with torch.no_grad():
+            model.eval()
+            model.set_scheme("keep", "keep")
+            model(x, edge_index)
+    finally:
+        for h in handles:
+            h.remove()
+    return sum(counts)
+
+
+def gcn_hook_run(
+    data: Data, seed: int, cfg: UnifewsConfig, hidden: int, epochs: int, lr: float
+) -> tuple[FitResult, int, int]:
+    """One iterative GCN (2 layers) trained by :func:`fit` on split ``seed``; returns the result, the MACs the hooks
+    count (:func:`hook_macs`) and the analytic count of the same strict forward."""
+    split = stratified_split(data.y, seed)
+    seed_everything(seed)
+    model = UnifewsGNN(data.num_features, hidden, int(data.y.max()) + 1, 2, "gcn", 0.5, cfg, cached=True)
+    res = fit(model, data.x, data.edge_index, data.y, split, epochs=epochs, lr=lr, progress=False)
+    counted = hook_macs(model, data.x, data.edge_index)
+    return res, counted, model.macs()
+
+
+def gcn_hook_comparison(
+    data: Data, seeds: Sequence[int], cfg: UnifewsConfig, hidden: int, epochs: int, lr: float
+) -> dict[str, Any]:
+    """Dense (δa = δw = 0) vs ``cfg`` iterative GCNs per seed (:func:`gcn_hook_run`): strict accuracies (%), the
+    MACs counted by hooks and analytically, whether they agree in every run, and the mean hook-counted MAC ratio."""
+    dense = [gcn_hook_run(data, s, UnifewsConfig(delta_a=0.0, delta_w=0.0), hidden, epochs, lr) for s in seeds]
+    uf = [gcn_hook_run(data, s, cfg, hidden, epochs, lr) for s in seeds]
+    return {
+        "seeds": list(seeds),
+        "acc_dense": [100 * r.test_acc_strict for r, _, _ in dense],
+        "acc_unifews": [100 * r.test_acc_strict for r, _, _ in uf],
+        "hook_macs_dense": [c for _, c, _ in dense],
+        "hook_macs_unifews": [c for _, c, _ in uf],
+        "analytic_macs_dense": [a for _, _, a in dense],
+        "analytic_macs_unifews": [a for _, _, a in uf],
+        "hooks_equal_analytic": all(c == a for _, c, a in dense + uf),
+        "mac_ratio": statistics.fmean(u[1] / d[1] for u, d in zip(uf, dense)),
+        "edge_sparsity": [r.sparsity["edge_total"] for r, _, _ in uf],
+        "weight_sparsity": [r.sparsity["weight"] for r, _, _ in uf],
+    }
 
 
 def delta_sweep(
@@ -446,6 +529,21 @@ def plot_decoupled(out_dir: Path, res: dict[str, Any], kind: str) -> str:
     )
     a2.set(ylabel="test accuracy (%)", ylim=(70, 92), title=f"MAC ratio {res['mac_ratio']:.2f}×")
     return str(save_figure(fig, out_dir, f"{kind}_cora"))
+
+
+def plot_progressive(out_dir: Path, random: dict[str, Any], drop: dict[str, Any]) -> str:
+    """Entries left in the deterministic regime and MACs executed per hop, random vs deterministic push (Sec. 3.3:
+    removal is progressive, so the regime only shrinks)."""
+    fig, (a1, a2) = subplots(1, 2, figsize=(11, 3.8))
+    hops = range(1, len(drop["kept_per_hop"]) + 1)
+    for res, marker, label in ((random, "s-", "random push"), (drop, "o-", "deterministic push (drop)")):
+        a1.plot(hops, [k / 1e6 for k in res["kept_per_hop"]], marker, label=label)
+        a2.plot(hops, [m / 1e6 for m in res["unifews_per_hop"]], marker, label=label)
+    a2.plot(hops, [m / 1e6 for m in drop["dense_per_hop"]], "k--", label="dense (non-zero messages)")
+    a1.set(xlabel="hop", ylabel="entries in the deterministic regime (M)", title="Progressive sparsification")
+    a2.set(xlabel="hop", ylabel="MACs executed (M)", title="SGC on Cora LCC")
+    a1.legend(), a2.legend()
+    return str(save_figure(fig, out_dir, "sgc_progressive"))
 
 
 def plot_lines(out_dir: Path, name: str, series: dict[str, tuple[list, list]], xlabel: str, title: str) -> str:

@@ -195,19 +195,41 @@ class LayerGraph:
             self._bwd = (perm, _ptr(src[perm], self.n), dst[perm])
         return self._bwd
 
+    def _sorted_values(self, w: Tensor, perm: Tensor | None, transposed: bool) -> Tensor:
+        if perm is None:
+            return w
+        if w is self.w:  # the graph's own weights: gathered into each order once
+            key = "_w_bwd" if transposed else "_w_fwd"
+            cached = self.__dict__.get(key)
+            if cached is None or cached[0] is not w:
+                cached = (w, w[perm])
+                self.__dict__[key] = cached
+            return cached[1]
+        return w[perm]
+
     def csr(self, w: Tensor, mask: Tensor | None, transposed: bool = False) -> Tensor:
         """The CSR matrix ``A[dst, src] = w_e`` (``transposed``: ``A[src, dst]``) over the edges where ``mask`` holds
         (all when None), selected from the stored order with one boolean pass (no sort)."""
         perm, ptr, col = self.backward_order() if transposed else self.forward_order()
-        vals = w if perm is None else w[perm]
+        vals = self._sorted_values(w, perm, transposed)
         if mask is not None:
             sel = mask if perm is None else mask[perm]
-            csum = torch.zeros(sel.numel() + 1, dtype=torch.long, device=sel.device)
+            idx = sel.nonzero().view(-1)  # kept positions, in CSR order
+            csum = torch.empty(sel.numel() + 1, dtype=torch.long, device=sel.device)
+            csum[0] = 0
             torch.cumsum(sel, 0, out=csum[1:])
-            ptr, col, vals = csum[ptr], col[sel], vals[sel]
+            ptr, col, vals = csum[ptr], col.index_select(0, idx), vals.index_select(0, idx)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
             return torch.sparse_csr_tensor(ptr, col, vals, (self.n, self.n), check_invariants=False)
+
+    def abs_weights(self) -> Tensor:
+        """``|w|`` (kept for the edge scores of every forward)."""
+        cached = self.__dict__.get("_w_abs")
+        if cached is None or cached[0] is not self.w:
+            cached = (self.w, self.w.abs())
+            self.__dict__["_w_abs"] = cached
+        return cached[1]
 
 
 class _KeptSpMM(torch.autograd.Function):

@@ -42,7 +42,6 @@ from unifews.functional import (
     edge_keep_mask,
     edge_keys,
     edge_threshold,
-    message_scores,
     weight_mask,
 )
 from unifews.graph import LayerGraph, as_edge_list, graph_fingerprint, kept_spmm_csr
@@ -312,15 +311,15 @@ class UnifewsConvMixin:
             restored = lock[graph.edge_index[1]]
             agg = keep | (restored if active is None else restored & active)
         n_loop = graph.num_loops
-        m_in = graph.m if active is None else int(active.sum())
-        m_kept = m_in if every_edge else int(keep.sum())
+        m_in = graph.m if active is None else int(torch.count_nonzero(active))
+        m_kept = m_in if every_edge else int(torch.count_nonzero(keep))
         self.last_stats.update(
             num_nodes=graph.n,
             edges_in=m_in,
             edges_in_nonloop=m_in - n_loop,
             edges_kept=m_kept,
             edges_kept_nonloop=m_kept - n_loop,
-            edges_aggregated=m_kept if agg is None or agg is keep else int(agg.sum()),
+            edges_aggregated=m_kept if agg is None or agg is keep else int(torch.count_nonzero(agg)),
         )
         return keep, agg
 
@@ -339,6 +338,11 @@ class UnifewsConvMixin:
 
     def message_and_aggregate(self, adj_t: Tensor, x: Tensor, kept: _Kept) -> Tensor:
         return kept_spmm_csr(adj_t, kept.graph, kept.w, x, kept.mask)
+
+
+def _scores(graph: LayerGraph, z: Tensor) -> Tensor:
+    """``s_e = |w_e| · ‖z[src_e]‖₂`` (:func:`~unifews.functional.message_scores`) with ``|w|`` kept on the graph."""
+    return graph.abs_weights() * torch.linalg.vector_norm(z, dim=1)[graph.edge_index[0]]
 
 
 def _graph_out(out: Tensor, graph: LayerGraph, keep: Tensor, return_graph: bool, carry_weights: bool = True):
@@ -434,7 +438,7 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
         lock = check_lock(lock, x.size(0), x.device)
         active = check_active(active, graph.m, x.device)
         z = x @ self._masked_weight("lin", x).t()  # transform first (step 2 of the rule)
-        keep, agg = self._edge_step(graph, lambda: message_scores(graph.edge_index, graph.w, z), lock, active)
+        keep, agg = self._edge_step(graph, lambda: _scores(graph, z), lock, active)
         out = self._propagate(graph, z, agg)
         if self.bias is not None:
             out = out + self.bias
@@ -509,7 +513,7 @@ class UnifewsSAGEConv(UnifewsConvMixin, MessagePassing):
             graph = self._layer_graph(x, edge_index, edge_weight, normalize=False)
         lock = check_lock(lock, x.size(0), x.device)
         active = check_active(active, graph.m, x.device)
-        keep, agg = self._edge_step(graph, lambda: message_scores(graph.edge_index, graph.w, x), lock, active)
+        keep, agg = self._edge_step(graph, lambda: _scores(graph, x), lock, active)
         h = self._propagate(graph, x, agg)  # propagation first
         out = F.linear(h, self._masked_weight("lin_l", h), self.lin_l.bias)
         if self.lin_r is not None:
@@ -679,7 +683,7 @@ class UnifewsGCN2Conv(UnifewsConvMixin, MessagePassing):
         )
         lock = check_lock(lock, n, x.device)
         active = check_active(active, graph.m, x.device)
-        keep, agg = self._edge_step(graph, lambda: message_scores(graph.edge_index, graph.w, x), lock, active)
+        keep, agg = self._edge_step(graph, lambda: _scores(graph, x), lock, active)
         h = self._propagate(graph, x, agg)
         h = (1 - self.alpha) * h + self.alpha * x_0[:n]
         out = (1 - self.beta) * h + self.beta * (h @ self._masked_weight("weight1", h, transpose=True))

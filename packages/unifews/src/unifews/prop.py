@@ -234,7 +234,7 @@ def unifews_propagate(
         appnp_tail: keep APPNP's ``P_L`` term (PyG) or drop it (official push).
         generator: seed source for the random push (a ``torch.Generator``, an int seed, or None).
         column_offset: global index of ``x``'s first column (column shards draw the same uniforms).
-        chunk_size: columns processed at once (memory bound); default keeps ``m × chunk`` near 4 M.
+        chunk_size: columns processed at once (memory bound, >= 1); default (None) keeps ``m × chunk`` near 4 M.
         graph: a :class:`PropGraph` prepared earlier for the same ``edge_index`` and ``r`` (saves the sort).
         impl: entry mode execution, ``"prefix"`` (pushes enumerated, cost ∝ pushes), ``"masked"`` (the same
             prefixes as an ``m × chunk`` comparison) or ``"auto"`` (by density, per hop). Same result.
@@ -249,6 +249,8 @@ def unifews_propagate(
     delta_a = _check_common(x, edge_index, hops, delta_a, kind, alpha, r, mode, push, threshold)
     check_choice("impl", impl, IMPLS)
     check_choice("spmm_impl", spmm_impl, SPMM_IMPLS)
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size, min=1)
     n, f = x.shape
     G = graph if graph is not None else PropGraph(edge_index, n, r, x.dtype)
     if G.g.dtype != x.dtype:
@@ -293,6 +295,13 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
             st.deterministic_pushes.append(det + loop_pushes)
             st.random_pushes.append(0)
             st.macs.append(det + loop_pushes)
+        elif delta_a == float("inf"):  # θ = ∞: every non-zero message leaves for good, a random push never fires
+            nxt = G.w_loop.unsqueeze(1) * cp
+            c_prev = torch.where(nz, torch.zeros_like(c_prev), c_prev)
+            st.kept.append(int(c_prev.sum()))
+            st.deterministic_pushes.append(loop_pushes)
+            st.random_pushes.append(0)
+            st.macs.append(loop_pushes)
         else:
             nxt, kept, det, rnd, c_prev = _entry_hop(cp, G, theta, c_prev, push, seed, hop, cols, impl)
             st.kept.append(kept)
