@@ -4,12 +4,14 @@ uv run nox -l                      # list sessions
 uv run nox -s "tests(timebase)"    # one package alone: proves it installs and works by itself
 uv run nox -s "core(bslora)"       # the same without its optional extras (tests needing one must skip)
 uv run nox -s "bench(swan)"        # that package's benchmarks/bench_*.py
+uv run nox -s "oldest(swan)"      # on the oldest versions it declares (every `>=` bound pinned)
 uv run nox -s shared lint
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 
@@ -24,6 +26,8 @@ nox.options.sessions = ["shared", "tests", "lint"]
 ROOT = Path(__file__).parent
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
 PYTHON = "3.11"
+# packages tested on the oldest versions they declare (every `>=` bound of runtime + test requirements)
+OLDEST = ["swan"]
 
 
 def _env() -> dict[str, str]:
@@ -70,6 +74,28 @@ def _core_test_requirements(package: str) -> list[str]:
 def core(session: nox.Session, package: str) -> None:
     """One package without its optional extras (and without the bundled data): tests that need one must skip."""
     session.install("-e", "shared", "-e", f"packages/{package}", "pytest", *_core_test_requirements(package))
+    session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_env())
+
+
+def _lower_bounds(package: str) -> list[str]:
+    """`name==X` for every `name>=X` among the package's runtime dependencies and its `test` extra."""
+    meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
+    pins = []
+    for req in meta["dependencies"] + meta.get("optional-dependencies", {}).get("test", []):
+        m = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*>=\s*([0-9][^,;\s]*)\s*", req)
+        if m:
+            pins.append(f"{m.group(1)}=={m.group(2)}")
+    return pins
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", OLDEST, ids=OLDEST)
+def oldest(session: nox.Session, package: str) -> None:
+    """One package's tests on the oldest versions it declares: every `>=` bound of its runtime and test
+    requirements pinned (torch, NumPy, transformers, ...)."""
+    pins = _lower_bounds(package)
+    session.install("-e", "shared", *_with_extras(package, "test", "data"), "pytest", *pins)
+    session.run("python", "-c", "import numpy, torch; print('torch', torch.__version__, 'numpy', numpy.__version__)")
     session.run("pytest", f"packages/{package}/tests", *session.posargs, env=_env())
 
 

@@ -3,7 +3,7 @@ vectorised Fisher-information adaptive testing of language models."""
 
 from importlib.metadata import version as _version
 
-from amortized_irt.amortized import AmortizedDifficulty, HashingFeaturizer
+from amortized_irt.amortized import AmortizedDifficulty, HashingFeaturizer, TransformersFeaturizer
 from amortized_irt.cat import AdaptiveTest, ItemBank
 from amortized_irt.config import IRTConfig, Stop
 from amortized_irt.data import ResponseMatrix
@@ -21,6 +21,7 @@ __all__ = [
     "ResponseMatrix",
     "Stop",
     "ThreePL",
+    "TransformersFeaturizer",
     "TwoPL",
     "from_mirt",
     "to_mirt",

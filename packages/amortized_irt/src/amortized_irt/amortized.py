@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any, Literal
 
 import numpy as np
@@ -30,7 +31,7 @@ from amortized_irt.estimators import Rasch, as_response_matrix
 from icml25_shared.device import torch_threads
 from icml25_shared.validate import check_array, check_bool, check_choice, check_float, check_int
 
-__all__ = ["AmortizedDifficulty", "HashingFeaturizer"]
+__all__ = ["AmortizedDifficulty", "HashingFeaturizer", "TransformersFeaturizer"]
 
 DTYPE = irtF.DTYPE
 
@@ -90,6 +91,107 @@ class HashingFeaturizer:
         if self.components_ is None:
             self.fit(texts)
         return np.asarray(self.counts(texts) @ self.components_.T)
+
+
+class TransformersFeaturizer:
+    """Item content -> a hidden state of a ``transformers`` model, pooled over the question's tokens: the paper's
+    embeddings are the last hidden state of Llama-3.1-8B-Instruct or Mistral-7B-Instruct-v0.3 (Sec. 3); any local
+    model works (``[hf]`` extra; nothing is downloaded).
+
+    Args:
+        model: a ``transformers.PreTrainedModel`` (any head: the hidden states are read with
+            ``output_hidden_states=True``) or a local directory loaded with ``AutoModel.from_pretrained(...,
+            local_files_only=True)``.
+        tokenizer: a ``transformers`` tokenizer (anything called as ``tokenizer(text, truncation=True,
+            max_length=...)`` returning ``input_ids``); default ``AutoTokenizer`` from the same local directory.
+        layer: index into ``hidden_states`` (``-1``: the last layer, the paper's choice).
+        pooling: ``"mean"`` over the question's tokens (default) or ``"last"`` (the final token's state).
+        batch_size: texts per forward pass; texts are batched by length (right padding, attention mask), so the
+            result does not depend on ``batch_size`` beyond float rounding.
+        max_length: tokens kept per text (truncation).
+        device: where the model runs (default: the model's own device).
+        n_threads: torch threads while featurizing (default 1, restored after; ``None`` leaves torch's setting —
+            raise it for a real 7–8B model on CPU).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        layer: int = -1,
+        pooling: Literal["mean", "last"] = "mean",
+        batch_size: int = 16,
+        max_length: int = 512,
+        device: str | torch.device | None = None,
+        n_threads: int | None = 1,
+    ) -> None:
+        if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
+            from transformers import AutoModel, AutoTokenizer
+
+            path = model
+            model = AutoModel.from_pretrained(path, local_files_only=True)
+            if tokenizer is None:
+                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError(f"model must be a transformers model or a local directory, got {type(model).__name__}")
+        if tokenizer is None or not callable(tokenizer):
+            raise ValueError(f"tokenizer must be a callable transformers tokenizer, got {tokenizer!r}")
+        self.model, self.tokenizer = model, tokenizer
+        self.layer = check_int("layer", layer)
+        self.pooling = check_choice("pooling", pooling, ("mean", "last"))
+        self.batch_size = check_int("batch_size", batch_size, min=1)
+        self.max_length = check_int("max_length", max_length, min=1)
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.n_threads = None if n_threads is None else check_int("n_threads", n_threads, min=1)
+
+    def _ids(self, texts: list[str]) -> list[list[int]]:
+        out = []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(f"texts must be strings, got {type(text).__name__} at position {i}")
+            ids = list(self.tokenizer(text, truncation=True, max_length=self.max_length)["input_ids"])
+            if not ids:
+                raise ValueError(f"texts[{i}] = {text!r} encodes to no tokens; its embedding is undefined")
+            out.append(ids)
+        return out
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        """Embeddings [len(texts), hidden] (float64), in the order of ``texts``."""
+        if isinstance(texts, str):
+            raise ValueError("texts must be a sequence of strings, got one string")
+        texts = list(texts)
+        if not texts:
+            raise ValueError("texts must not be empty")
+        ids = self._ids(texts)
+        pad = getattr(self.tokenizer, "pad_token_id", None) or 0
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # length buckets: little padding
+        out: list[np.ndarray | None] = [None] * len(ids)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch_threads(self.n_threads) if self.n_threads else nullcontext(), torch.inference_mode():
+                for start in range(0, len(order), self.batch_size):
+                    rows = order[start : start + self.batch_size]
+                    width = max(len(ids[i]) for i in rows)
+                    x = torch.full((len(rows), width), pad, dtype=torch.long)
+                    mask = torch.zeros((len(rows), width), dtype=torch.long)
+                    for r, i in enumerate(rows):
+                        x[r, : len(ids[i])] = torch.as_tensor(ids[i])
+                        mask[r, : len(ids[i])] = 1
+                    x, mask = x.to(self.device), mask.to(self.device)
+                    h = self.model(input_ids=x, attention_mask=mask, output_hidden_states=True).hidden_states
+                    h = h[self.layer].double()
+                    if self.pooling == "mean":
+                        m = mask.unsqueeze(-1).to(h.dtype)
+                        pooled = (h * m).sum(1) / m.sum(1)
+                    else:
+                        pooled = h[torch.arange(len(rows), device=h.device), mask.sum(1) - 1]
+                    for r, i in enumerate(rows):
+                        out[i] = pooled[r].cpu().numpy()
+        finally:
+            self.model.train(was_training)
+        return np.stack(out)
 
 
 def _gp_classes():
@@ -373,7 +475,7 @@ class AmortizedDifficulty:
             warnings.simplefilter("ignore", category=gpytorch.utils.warnings.NumericalWarning)
             if len(X) > self.sparse_above:
                 rng = np.random.default_rng(self.seed)
-                inducing = Xt[torch.as_tensor(rng.choice(len(X), 256, replace=False))].clone()
+                inducing = Xt[torch.as_tensor(rng.choice(len(X), min(256, len(X)), replace=False))].clone()
                 lik = gpytorch.likelihoods.GaussianLikelihood().double()
                 model = Sparse(inducing).double()
                 mll = gpytorch.mlls.VariationalELBO(lik, model, num_data=len(X))

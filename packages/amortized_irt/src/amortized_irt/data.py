@@ -54,7 +54,7 @@ class ResponseMatrix:
             )
         if vals.size and not np.all((vals == 0) | (vals == 1)):
             bad = vals[~((vals == 0) | (vals == 1))][0]
-            raise ValueError(f"responses must be 0 or 1, got {bad!r}")
+            raise ValueError(f"responses must be 0 or 1, got {bad.item()!r}")
         if len(self.rows) and (
             self.rows.min() < 0 or self.rows.max() >= n or self.cols.min() < 0 or self.cols.max() >= m
         ):
