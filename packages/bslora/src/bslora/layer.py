@@ -56,6 +56,7 @@ class MixedBatch:
 
     def __init__(self, rows: list[str]) -> None:
         self.rows = rows
+        self.unique = tuple(dict.fromkeys(rows))
         self._plans: dict[tuple, RowPlan] = {}
         self._kept: dict[tuple, tuple[Any, Any, torch.Tensor]] = {}
 
@@ -220,6 +221,7 @@ class BSLoRALinear(nn.Module):
         self.disable_adapters = False
         self.merged_adapters: list[str] = []
         self._mixed: MixedBatch | None = None  # set by BSLoRAModel.forward(adapter_names=...) for one forward
+        self._family_memo: dict[tuple[str, ...], list[tuple[str, ...]]] = {}  # names -> families (no tensors)
         self.kernel_impl: str = "auto"  # mixed batches: see BSLoRAModel.set_kernel_impl
 
     # ------------------------------------------------------------------ adapters
@@ -266,6 +268,7 @@ class BSLoRALinear(nn.Module):
                 store[adapter_name] = GateVectors(self.in_features, self.out_features, cfg.gate_share_size, **kw)
         self.configs[adapter_name] = cfg
         self._shared[adapter_name] = (intra, inter)
+        self._family_memo.clear()
         if self.active_adapter is None:
             self.active_adapter = adapter_name
 
@@ -278,6 +281,7 @@ class BSLoRALinear(nn.Module):
                 del store[adapter_name]
         self.configs.pop(adapter_name, None)
         self._shared.pop(adapter_name, None)
+        self._family_memo.clear()
         if self.active_adapter == adapter_name:
             self.active_adapter = next(iter(self.configs), None)
 
@@ -368,12 +372,21 @@ class BSLoRALinear(nn.Module):
         pairs = tuple(None if p is None else (p.rank, p.n_in, p.n_out) for p in self._shared[name])
         return (cfg.share_mode, cfg.r_local, pairs, cfg.slice_align, cfg.scale, self._adapter_dtype(name))
 
+    def _families(self, present: tuple[str, ...]) -> list[tuple[str, ...]]:
+        """``present`` split into families (kept per set of names; adding or deleting an adapter drops them)."""
+        fams = self._family_memo.get(present)
+        if fams is None or any(self._adapter_dtype(f[0]) != self._adapter_dtype(n) for f in fams for n in f[1:2]):
+            groups: dict[tuple, list[str]] = {}
+            for n in present:
+                groups.setdefault(self._family_key(n), []).append(n)
+            fams = [tuple(g) for g in groups.values()]
+            self._family_memo[present] = fams
+        return fams
+
     def _adapter_dtype(self, name: str) -> torch.dtype:
-        for store in (self.lora_A, self.intra_adapt, self.inter_adapt):
-            if name in store:
-                return next(store[name].parameters()).dtype
-        pair = next(p for p in self._shared[name] if p is not None)
-        return pair.A.dtype
+        if name in self.lora_A:
+            return self.lora_A[name].weight.dtype
+        return next(p for p in self._shared[name] if p is not None).A.dtype
 
     def _mixed_forward(self, x: torch.Tensor, y: torch.Tensor, batch: MixedBatch) -> torch.Tensor:
         """Each row of the batch with its own adapter (``"__base__"`` and adapters this module lacks: the base alone).
@@ -387,16 +400,13 @@ class BSLoRALinear(nn.Module):
             raise ValueError(
                 f"adapter_names has {len(rows)} entries but the batch at {self.module_name} has {x.shape[0]} rows"
             )
-        present = [n for n in dict.fromkeys(rows) if n in self.configs]
+        present = tuple(n for n in batch.unique if n in self.configs)
         if not present:
             return y
-        families: dict[tuple, list[str]] = {}
-        for n in present:
-            families.setdefault(self._family_key(n), []).append(n)
         x3 = x.reshape(x.shape[0], -1, self.in_features)
         kernel = self.kernel_impl != "auto" or x.is_cuda
-        for names in families.values():
-            plan = batch.plan(tuple(names), x.device)
+        for names in self._families(present):
+            plan = batch.plan(names, x.device)
             cfg = self.configs[names[0]]
             xf = x3.to(self._adapter_dtype(names[0]))
             if cfg.share_mode == "slice" and kernel:
@@ -428,7 +438,7 @@ class BSLoRALinear(nn.Module):
                 y = y.index_add(0, plan.sel, d.reshape(d.shape[0], *y.shape[1:]).to(y.dtype))
         return y
 
-    def _local_gathered(self, xs: torch.Tensor, names: list[str], plan: RowPlan) -> torch.Tensor | None:
+    def _local_gathered(self, xs: torch.Tensor, names: tuple[str, ...], plan: RowPlan) -> torch.Tensor | None:
         """Per-row local LoRA ``B_loc A_loc x`` by a gathered ``bmm`` pair (``None`` when ``r_local = 0``)."""
         if self.configs[names[0]].r_local == 0:
             return None
@@ -436,42 +446,58 @@ class BSLoRALinear(nn.Module):
         B = plan.per_row([self.lora_B[n].weight for n in names])  # (rows, out, r)
         return torch.bmm(torch.bmm(xs, A.transpose(1, 2)), B.transpose(1, 2))
 
-    def _slice_windows(self, names: list[str]) -> tuple[list, int, int]:
-        pairs = [p for p in self._shared[names[0]] if p is not None]
-        cfg = self.configs[names[0]]
-        if not pairs:
-            return [], 0, 0
-        c = bsF.slice_offset(pairs[0].n_in, self.in_features, cfg.slice_align)
-        co = bsF.slice_offset(pairs[0].n_out, self.out_features, cfg.slice_align)
-        return [[p for p in self._shared[n] if p is not None] for n in names], c, co
+    def _slice_offsets(self, names: tuple[str, ...]) -> tuple[int, int] | None:
+        """``(c, c')``: the module's window in the family's shared pairs (``None`` without shared branches)."""
+        pair = next((p for p in self._shared[names[0]] if p is not None), None)
+        if pair is None:
+            return None
+        align = self.configs[names[0]].slice_align
+        return (bsF.slice_offset(pair.n_in, self.in_features, align),
+                bsF.slice_offset(pair.n_out, self.out_features, align))  # fmt: skip
+
+    def _shared_stack(self, names: tuple[str, ...], which: str, stack: Any, batch: MixedBatch) -> torch.Tensor:
+        """``[A_intra; A_inter]`` (``which="A"``: ``(., R, n_in)``) or ``[B_intra, B_inter]`` (``"B"``:
+        ``(., n_out, R)``) of every adapter, through ``stack`` (per row, or per adapter); the inter part is built
+        once per forward, the intra part once per layer, their concatenation once per layer."""
+        dim = 1 if which == "A" else 2
+        parts = []
+        for branch in (0, 1):
+            if self._shared[names[0]][branch] is None:
+                continue
+            layer = self.layer_idx if branch == 0 else None
+
+            def build(b: int = branch) -> torch.Tensor:
+                return stack([getattr(self._shared[n][b], which) for n in names])
+
+            parts.append(batch.reuse((which, branch, names, stack), None, layer, build))
+        if len(parts) == 1:
+            return parts[0]
+        return batch.reuse((which, "cat", names, stack), None, self.layer_idx, lambda: torch.cat(parts, dim))
 
     def _slice_gathered(
-        self, xs: torch.Tensor, x_key: torch.Tensor, names: list[str], plan: RowPlan, batch: MixedBatch
+        self, xs: torch.Tensor, x_key: torch.Tensor, names: tuple[str, ...], plan: RowPlan, batch: MixedBatch
     ) -> torch.Tensor:
         """Slice mode on the CPU path: gathered ``bmm`` per row; the shared projection ``x @ [A_intra; A_inter]^T``
         (window ``c:c+in``) once per (family, layer, input)."""
         d = self._local_gathered(xs, names, plan)
-        pairs, c, co = self._slice_windows(names)
-        if pairs:
+        offsets = self._slice_offsets(names)
+        if offsets is not None:
+            c, co = offsets
             n_in = self.in_features
-            key = ("z", tuple(names), c, n_in)
 
             def project() -> torch.Tensor:
-                A = plan.per_row([torch.cat([p.A[:, c : c + n_in] for p in ps], 0) for ps in pairs])
-                return torch.bmm(xs, A.transpose(1, 2))  # (rows, tokens, r_intra + r_inter)
+                A = self._shared_stack(names, "A", plan.per_row, batch)  # (rows, R, n_in)
+                return torch.bmm(xs, A[:, :, c : c + n_in].transpose(1, 2))  # (rows, tokens, R)
 
-            z = batch.reuse(key, x_key, self.layer_idx, project)
-            B = batch.reuse(
-                ("B", tuple(names)), None, self.layer_idx,
-                lambda: plan.per_row([torch.cat([p.B for p in ps], 1) for ps in pairs]),
-            )  # (rows, n_out, R): gathered once per layer, each module reads its window  # fmt: skip
+            z = batch.reuse(("z", names, c, n_in), x_key, self.layer_idx, project)
+            B = self._shared_stack(names, "B", plan.per_row, batch)  # (rows, n_out, R)
             s = torch.bmm(z, B[:, co : co + self.out_features].transpose(1, 2))
             d = s if d is None else d + s
         assert d is not None
         return d
 
     def _slice_grouped(
-        self, xf: torch.Tensor, x_key: torch.Tensor, names: list[str], plan: RowPlan, batch: MixedBatch
+        self, xf: torch.Tensor, x_key: torch.Tensor, names: tuple[str, ...], plan: RowPlan, batch: MixedBatch
     ) -> torch.Tensor:
         """Slice mode through the shared segmented matmul (``icml25_shared.kernels``: Triton on CUDA): rows of
         other adapters get group -1 (a zero term); the per-adapter tensors are stacked for this forward only."""
@@ -484,18 +510,17 @@ class BSLoRALinear(nn.Module):
             A = torch.stack([self.lora_A[n].weight for n in names])  # (G, r, in)
             B = torch.stack([self.lora_B[n].weight for n in names])  # (G, out, r)
             d = grouped_lora(xf, A.transpose(1, 2), B.transpose(1, 2), plan.group, **kw)
-        pairs, c, co = self._slice_windows(names)
-        if pairs:
+        offsets = self._slice_offsets(names)
+        if offsets is not None:
+            c, co = offsets
             n_in = self.in_features
-            key = ("zg", tuple(names), c, n_in)
 
             def project() -> torch.Tensor:
-                A = torch.stack([torch.cat([p.A[:, c : c + n_in] for p in ps], 0) for ps in pairs])  # (G, R, in)
-                return grouped_matmul(xf, A.transpose(1, 2), plan.group, **kw)
+                A = self._shared_stack(names, "A", torch.stack, batch)  # (G, R, n_in)
+                return grouped_matmul(xf, A[:, :, c : c + n_in].transpose(1, 2), plan.group, **kw)
 
-            z = batch.reuse(key, x_key, self.layer_idx, project)
-            B = batch.reuse(("Bg", tuple(names)), None, self.layer_idx,
-                            lambda: torch.stack([torch.cat([p.B for p in ps], 1) for ps in pairs]))  # fmt: skip
+            z = batch.reuse(("zg", names, c, n_in), x_key, self.layer_idx, project)
+            B = self._shared_stack(names, "B", torch.stack, batch)  # (G, n_out, R)
             s = grouped_matmul(z, B[:, co : co + self.out_features].transpose(1, 2), plan.group, **kw)
             d = s if d is None else d + s
         assert d is not None

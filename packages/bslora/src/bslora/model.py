@@ -136,6 +136,7 @@ class BSLoRAModel(nn.Module):
         self.bslora_shared = nn.ModuleDict()
         self.peft_config: dict[str, BSLoRAConfig] = {}
         self.active_adapter: str = adapter_name
+        self._layer_list: list[BSLoRALinear] | None = None  # the wrapped modules, found once (see _layers)
         for p in model.parameters():
             p.requires_grad_(False)
         self.add_adapter(adapter_name, config, autocast_adapter_dtype=autocast_adapter_dtype)
@@ -155,6 +156,12 @@ class BSLoRAModel(nn.Module):
         for name, module in self.base_model.named_modules():
             if isinstance(module, BSLoRALinear):
                 yield name, module
+
+    def _layers(self) -> list[BSLoRALinear]:
+        """The wrapped modules (kept between forwards; rebuilt after add_adapter / delete_adapter / unload)."""
+        if self._layer_list is None:
+            self._layer_list = [layer for _, layer in self.bslora_layers()]
+        return self._layer_list
 
     def add_adapter(self, adapter_name: str, config: BSLoRAConfig, *, autocast_adapter_dtype: bool = True) -> None:
         """Inject a new adapter ``adapter_name`` (not activated; see :meth:`set_adapter`).
@@ -228,6 +235,7 @@ class BSLoRAModel(nn.Module):
             intra_pair = intra_pairs.get(idx) if idx is not None else None
             module.update_layer(adapter_name, config, intra_pair, inter_pair, dtype=dtype)
         self.peft_config[adapter_name] = config
+        self._layer_list = None
         self._mark_trainable()
 
     def set_adapter(self, adapter_name: str) -> None:
@@ -252,6 +260,7 @@ class BSLoRAModel(nn.Module):
             layer.delete_adapter(adapter_name)
         del self.bslora_shared[adapter_name]
         del self.peft_config[adapter_name]
+        self._layer_list = None
         if self.active_adapter == adapter_name:
             remaining = list(self.peft_config)
             if remaining:
@@ -328,6 +337,7 @@ class BSLoRAModel(nn.Module):
         """Replace every :class:`BSLoRALinear` by its base layer (merged weights stay) and return the base model."""
         for name, layer in list(self.bslora_layers()):
             _set_submodule(self.base_model, name, layer.base_layer)
+        self._layer_list = None
         return self.base_model
 
     # ------------------------------------------------------------------ counts
@@ -395,7 +405,7 @@ class BSLoRAModel(nn.Module):
             raise ValueError(f"adapter_names has {len(rows)} entries, expected the batch size {batch}")
         if self.training:
             raise ValueError("Cannot pass `adapter_names` when the model is in training mode; call .eval() first")
-        layers = [layer for _, layer in self.bslora_layers()]
+        layers = self._layers()
         if any(layer.merged for layer in layers):
             raise ValueError("forward with adapter_names is not possible while an adapter is merged; unmerge first")
         mixed = MixedBatch(rows)
@@ -435,9 +445,11 @@ class BSLoRAModel(nn.Module):
 
     def clear_caches(self) -> None:
         """Drop the kept shared projections (done after every forward)."""
-        for m in self.bslora_shared.modules():
-            if isinstance(m, SharedPair):
-                m.clear_cache()
+        for layer in self._layers():
+            for pairs in layer._shared.values():
+                for p in pairs:
+                    if p is not None and p._cache is not None:
+                        p.clear_cache()
 
     def memory_report(self) -> dict[str, Any]:
         """Bytes held by the adapters, counted from the live tensors (each shared tensor once).
