@@ -88,6 +88,17 @@ class RingBuffer:
         self._ptr = (self._ptr + n) % self.capacity
         self._len = min(self.capacity, self._len + n)
 
+    def state_dict(self) -> dict:
+        """Everything needed to restore the buffer exactly (its storage, write position and length)."""
+        return {"capacity": self.capacity, "z": self._z, "y": self._y, "ptr": self._ptr, "len": self._len}
+
+    def load_state_dict(self, state: dict) -> None:
+        if int(state["capacity"]) != self.capacity:
+            raise ValueError(f"buffer capacity {self.capacity} here, {state['capacity']} in the checkpoint")
+        self._z = None if state["z"] is None else state["z"].clone()
+        self._y = None if state["y"] is None else state["y"].clone()
+        self._ptr, self._len = int(state["ptr"]), int(state["len"])
+
     def get(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(z, y) in chronological order (oldest first)."""
         if self._z is None or self._len == 0:
@@ -106,6 +117,14 @@ class AuxAdamState:
     step: int = 0
     exp_avg: list[torch.Tensor] = field(default_factory=list)
     exp_avg_sq: list[torch.Tensor] = field(default_factory=list)
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "exp_avg": list(self.exp_avg), "exp_avg_sq": list(self.exp_avg_sq)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = int(state["step"])
+        self.exp_avg = [m.clone() for m in state["exp_avg"]]
+        self.exp_avg_sq = [v.clone() for v in state["exp_avg_sq"]]
 
 
 @torch.no_grad()

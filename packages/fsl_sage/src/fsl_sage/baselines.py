@@ -14,6 +14,7 @@ from torch import nn
 
 from fsl_sage.aggregate import weighted_average
 from fsl_sage.comm import nbytes
+from fsl_sage.data import batch_key
 from fsl_sage.runner import Dataset, FederatedSplitAlgorithm, local_batches, make_optimizer, server_step
 from fsl_sage.sage import run_client_round
 
@@ -61,6 +62,7 @@ class CSEFSL(FederatedSplitAlgorithm):
                 i,
                 t,
                 on_upload,
+                self.device,
             )
             self.ledger.up(t, i, "client", nbytes(self.clients[i]))
             self.ledger.up(t, i, "aux", nbytes(self.auxes[i]))
@@ -113,14 +115,15 @@ class SplitFedV2(FederatedSplitAlgorithm):
         return self.server, self.server_opt
 
     def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
-        for i, (x, y) in enumerate(datasets):
+        for i, d in enumerate(datasets):
             server, s_opt = self._server_for(i)
             self.clients[i].train()
             server.train()
-            for _, _, idx in local_batches(len(y), self.config, i, t):
+            for k, e, idx in local_batches(len(d), self.config, i, t):
                 b = len(idx)
                 self.ledger.up(t, i, "smashed", self._upload_bytes(b))
-                _splitfed_step(self.clients[i], self.client_opts[i], server, s_opt, x[idx], y[idx])
+                xb, yb = d.batch(idx, batch_key(self.config.seed, i, t, e, k), self.device)
+                _splitfed_step(self.clients[i], self.client_opts[i], server, s_opt, xb, yb)
                 self.server_steps += 1
                 self.ledger.down(t, i, "gradient", b * self.smashed_numel * 4)
             self.ledger.up(t, i, "client", nbytes(self.clients[i]))
@@ -139,6 +142,11 @@ class SplitFedV1(SplitFedV2):
 
     def _server_for(self, i: int) -> tuple[nn.Module, torch.optim.Optimizer]:
         return self.servers[i], self.server_opts[i]
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        out = FederatedSplitAlgorithm.optimizers(self)
+        out.update({f"server_opt.{i}": o for i, o in enumerate(getattr(self, "server_opts", []))})
+        return out
 
     def _aggregate(self, t: int) -> None:
         super()._aggregate(t)
@@ -168,13 +176,14 @@ class FedAvg(FederatedSplitAlgorithm):
         ]
 
     def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
-        for i, (x, y) in enumerate(datasets):
+        for i, d in enumerate(datasets):
             c, s, opt = self.clients[i], self.servers[i], self.client_opts[i]
             c.train()
             s.train()
-            for _, _, idx in local_batches(len(y), self.config, i, t):
+            for k, e, idx in local_batches(len(d), self.config, i, t):
+                xb, yb = d.batch(idx, batch_key(self.config.seed, i, t, e, k), self.device)
                 opt.zero_grad(set_to_none=True)
-                F.nll_loss(s(c(x[idx])), y[idx]).backward()
+                F.nll_loss(s(c(xb)), yb).backward()
                 opt.step()
             self.ledger.up(t, i, "client", nbytes(c))
             self.ledger.up(t, i, "server", nbytes(s))

@@ -3,7 +3,8 @@ and Dirichlet(α) equal-size splits (the paper's heterogeneity setting, after Hs
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,6 +19,10 @@ __all__ = [
     "client_datasets",
     "batch_order",
     "check_dataset",
+    "ClientData",
+    "as_client_data",
+    "batch_key",
+    "check_client_data",
 ]
 
 
@@ -112,3 +117,166 @@ def check_dataset(x: torch.Tensor, y: torch.Tensor, n_classes: int | None, name:
         raise ValueError(f"{name}: labels must lie in [0, {n_classes - 1}], got range [{int(y.min())}, {int(y.max())}]")
     if x.is_floating_point() and not torch.isfinite(x).all():
         raise ValueError(f"{name}: x contains NaN or inf")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a client's data: tensors or any torch Dataset, with an optional per-sample transform
+
+Transform = Callable[[torch.Tensor], torch.Tensor]
+_INT_LABELS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def batch_key(seed: int, client: int, round: int, epoch: int, k: int) -> int:
+    """The seed of the transform's randomness for local batch ``k`` (a pure function of its arguments, so the
+    in-process loop, a Flower ClientApp and a resumed run draw the same crops and flips)."""
+    return ((((seed * 1_000_003 + client) * 10_007 + round) * 101 + epoch) * 100_003 + k + 1) % (2**63 - 1)
+
+
+def _labels_int64(y: torch.Tensor, name: str) -> torch.Tensor:
+    if y.dtype not in _INT_LABELS:
+        raise ValueError(f"{name}: labels must be integers (class indices), got dtype {y.dtype}")
+    return y if y.dtype == torch.int64 else y.to(torch.int64)  # nll_loss needs int64: promote
+
+
+class ClientData:
+    """One client's training (or evaluation) data, fetched in batches by index.
+
+    Args:
+        data: a pair of tensors (x, y), or any map-style ``torch.utils.data.Dataset`` whose items are
+            (input, label) pairs (``TensorDataset``, a torchvision data set with ``transform=ToTensor()``, ...).
+        transform: applied to each input of a training batch (the paper's RandomCrop(32, 4) + horizontal flip
+            on CIFAR-10, Sec. 5); its randomness is seeded per batch by :func:`batch_key`, so runs repeat exactly.
+        name: used in error messages (e.g. ``"client_datasets[2]"``).
+
+    Labels of any integer dtype are promoted to int64; other dtypes raise ``ValueError`` naming ``name``.
+    """
+
+    def __init__(self, data: Any, transform: Transform | None = None, name: str = "dataset") -> None:
+        self.name = name
+        self.transform = transform
+        self.x: torch.Tensor | None = None
+        self.y: torch.Tensor | None = None
+        self.dataset: torch.utils.data.Dataset | None = None
+        if isinstance(data, ClientData):
+            self.x, self.y, self.dataset = data.x, data.y, data.dataset
+            self.transform = transform if transform is not None else data.transform
+            self._labels = data._labels
+            return
+        if isinstance(data, torch.utils.data.TensorDataset) and len(data.tensors) == 2:
+            data = tuple(data.tensors)
+        if isinstance(data, (tuple, list)):
+            if len(data) != 2:
+                raise ValueError(f"{name} must be a pair (x, y) of tensors or a torch Dataset, got {len(data)} items")
+            x, y = data
+            check_dataset(x, y, None, name)
+            self.x, self.y = x, _labels_int64(y, name)
+            self._labels: torch.Tensor | None = self.y
+        elif isinstance(data, torch.utils.data.Dataset):
+            if not hasattr(data, "__len__") or len(data) == 0:  # type: ignore[arg-type]
+                raise ValueError(f"{name} must be a non-empty map-style Dataset with __len__")
+            self.dataset = data
+            self._labels = None
+        else:
+            raise ValueError(
+                f"{name} must be a pair (x, y) of tensors or a torch.utils.data.Dataset, got {type(data).__name__}"
+            )
+
+    def __len__(self) -> int:
+        return len(self.y) if self.y is not None else len(self.dataset)  # type: ignore[arg-type]
+
+    @property
+    def labels(self) -> torch.Tensor:
+        """Every label as int64 (a Dataset's ``targets`` if it has them, otherwise read item by item, once)."""
+        if self._labels is None:
+            ds = self.dataset
+            targets = getattr(ds, "targets", None)
+            if targets is not None and len(targets) == len(self):
+                y = torch.as_tensor(targets)
+            else:
+                y = torch.as_tensor([_as_label(ds[i][1], self.name) for i in range(len(self))])  # type: ignore[index]
+            self._labels = _labels_int64(y, self.name)
+        return self._labels
+
+    def _item(self, i: int) -> torch.Tensor:
+        if self.x is not None:
+            return self.x[i]
+        item = self.dataset[i]  # type: ignore[index]
+        if not isinstance(item, (tuple, list)) or len(item) < 2:
+            raise ValueError(f"{self.name}[{i}] must be an (input, label) pair, got {type(item).__name__}")
+        x = item[0]
+        if not isinstance(x, torch.Tensor):
+            raise ValueError(
+                f"{self.name}[{i}]: the input must be a tensor (e.g. torchvision's ToTensor()), got {type(x).__name__}"
+            )
+        return x
+
+    def batch(
+        self, idx: torch.Tensor, key: int | None = None, device: torch.device | str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(inputs, int64 labels) of the samples ``idx``; the transform (if any) is applied to each input with
+        the torch RNG seeded by ``key`` (the caller's RNG state is restored afterwards)."""
+        if self.x is not None and self.transform is None:
+            xb, yb = self.x[idx], self.labels[idx]
+        else:
+            rows = idx.tolist()
+            with torch.random.fork_rng(devices=[]):
+                if key is not None:
+                    torch.manual_seed(key)
+                items = [self._item(i) for i in rows]
+                if self.transform is not None:
+                    items = [self.transform(v) for v in items]
+            xb = torch.stack(items)
+            yb = self.labels[idx]
+        if device is not None:
+            xb, yb = xb.to(device), yb.to(device)
+        return xb, yb
+
+    def sample_input(self, n: int = 2) -> torch.Tensor:
+        """The first ``n`` inputs (transformed with key 0): what the split's shape probe sees."""
+        return self.batch(torch.arange(min(n, len(self))), key=0)[0]
+
+
+def _as_label(v: Any, name: str) -> int:
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1 or v.dtype not in _INT_LABELS:
+            raise ValueError(
+                f"{name}: labels must be integer scalars, got a {v.dtype} tensor of shape {tuple(v.shape)}"
+            )
+        return int(v)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"{name}: labels must be integers, got {type(v).__name__}")
+    return int(v)
+
+
+def as_client_data(data: Any, transform: Transform | None = None, name: str = "dataset") -> ClientData:
+    """``data`` as a :class:`ClientData` ((x, y) tensors, a Dataset, or a ClientData)."""
+    return ClientData(data, transform, name)
+
+
+def check_client_data(
+    data: ClientData,
+    client: torch.nn.Module,
+    server: torch.nn.Module,
+    aux: torch.nn.Module | None,
+    who: str,
+    smashed_shape: torch.Size | None = None,
+    n_classes: int | None = None,
+) -> tuple[torch.Size, int]:
+    """Probe the split with this client's own first inputs (after its transform) and check its labels: every
+    client is checked, and errors name it (``who``). Returns (smashed shape, n_classes)."""
+    from fsl_sage.models import check_split_shapes
+
+    sample = data.sample_input()
+    if sample.is_floating_point() and not torch.isfinite(sample).all():
+        raise ValueError(f"{who}: inputs contain NaN or inf")
+    dev = next((p.device for p in client.parameters()), torch.device("cpu"))
+    try:
+        shape, classes = check_split_shapes(client, server, aux, sample.to(dev), n_classes)
+    except (ValueError, RuntimeError) as e:
+        raise ValueError(f"{who}: inputs of shape {tuple(sample.shape[1:])} do not fit the split: {e}") from e
+    if smashed_shape is not None and shape != smashed_shape:
+        raise ValueError(f"{who}: smashed activations of shape {tuple(shape)}, other clients {tuple(smashed_shape)}")
+    y = data.labels
+    if int(y.min()) < 0 or int(y.max()) >= classes:
+        raise ValueError(f"{who}: labels must lie in [0, {classes - 1}], got range [{int(y.min())}, {int(y.max())}]")
+    return shape, classes

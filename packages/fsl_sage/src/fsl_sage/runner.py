@@ -15,7 +15,9 @@ import copy
 import json
 import logging
 import math
+import os
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +31,7 @@ from fsl_sage.aggregate import sample_weights, weighted_average
 from fsl_sage.align import cut_gradients
 from fsl_sage.comm import ByteCounter, bytes_to_reach, nbytes
 from fsl_sage.config import FSLConfig
-from fsl_sage.data import batch_order, check_dataset
+from fsl_sage.data import ClientData, as_client_data, batch_order, check_client_data
 from fsl_sage.metrics import gradient_agreement
 from fsl_sage.models import as_aux, check_split_shapes
 from icml25_shared.progress import track
@@ -47,7 +49,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Dataset = tuple[torch.Tensor, torch.Tensor]
+Dataset = tuple[torch.Tensor, torch.Tensor] | torch.utils.data.Dataset | ClientData
+"""A client's data: a pair of tensors (x, y), any map-style torch ``Dataset`` of (input, label) pairs, or a
+:class:`fsl_sage.data.ClientData` (a Dataset with a transform)."""
 
 # ---------------------------------------------------------------------------------------------------------------
 # records
@@ -132,20 +136,24 @@ def local_batches(n: int, config: FSLConfig, client: int, round: int) -> Iterato
 
 
 def evaluate(client: nn.Module, server: nn.Module, data: Dataset, batch_size: int = 1024) -> tuple[float, float]:
-    """(accuracy, mean NLL) of x_s ∘ x_c on ``data`` (eval mode)."""
-    x, y = data
+    """(accuracy, mean NLL) of x_s ∘ x_c on ``data`` (eval mode, no transform, on the client model's device)."""
+    d = as_client_data(data, name="eval_data")
+    d = ClientData(d, name="eval_data")
+    d.transform = None
+    dev = next((p.device for p in client.parameters()), torch.device("cpu"))
     modes = (client.training, server.training)
     client.eval()
     server.eval()
     correct, loss = 0, 0.0
     with torch.no_grad():
-        for s in range(0, len(y), batch_size):
-            out = server(client(x[s : s + batch_size]))
-            loss += float(F.nll_loss(out, y[s : s + batch_size], reduction="sum"))
-            correct += int((out.argmax(1) == y[s : s + batch_size]).sum())
+        for s in range(0, len(d), batch_size):
+            x, y = d.batch(torch.arange(s, min(s + batch_size, len(d))), device=dev)
+            out = server(client(x))
+            loss += float(F.nll_loss(out, y, reduction="sum"))
+            correct += int((out.argmax(1) == y).sum())
     client.train(modes[0])
     server.train(modes[1])
-    return correct / len(y), loss / len(y)
+    return correct / len(d), loss / len(d)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -161,8 +169,10 @@ class FederatedSplitAlgorithm:
         aux: the auxiliary model (a :class:`GradScalarAux` or a head ending in ``LogSoftmax``); needed by
             FSL-SAGE and CSE-FSL.
         config: :class:`FSLConfig`.
-        sample_input: a small input batch to check the split's shapes at construction (otherwise checked on the
-            first client's data at ``fit``).
+        sample_input: a small input batch to check the split's shapes at construction (otherwise every
+            client's own first inputs are checked at ``fit``).
+        device: where the models, optimizer states, buffers and batches live (``None``: where the given models
+            are). The byte ledger does not depend on it.
     """
 
     method = "base"
@@ -175,16 +185,18 @@ class FederatedSplitAlgorithm:
         aux: nn.Module | None = None,
         config: FSLConfig | None = None,
         sample_input: torch.Tensor | None = None,
+        device: str | torch.device | None = None,
     ) -> None:
         self.config = config if config is not None else FSLConfig()
         if not isinstance(self.config, FSLConfig):
             raise ValueError(f"config must be an FSLConfig, got {type(self.config).__name__}")
         if self.needs_aux and aux is None:
             raise ValueError(f"{type(self).__name__} needs an aux model, got aux=None")
-        self.client_template = copy.deepcopy(client)
-        self.server_template = copy.deepcopy(server)
-        self.server = copy.deepcopy(server)
-        self.aux_template = as_aux(copy.deepcopy(aux)) if aux is not None else None
+        self.device = torch.device(device) if device is not None else None
+        self.client_template = copy.deepcopy(client).to(self.device)
+        self.server_template = copy.deepcopy(server).to(self.device)
+        self.server = copy.deepcopy(self.server_template)
+        self.aux_template = as_aux(copy.deepcopy(aux)).to(self.device) if aux is not None else None
         self.n_classes: int | None = None
         self.smashed_shape: torch.Size | None = None
         if sample_input is not None:
@@ -195,11 +207,13 @@ class FederatedSplitAlgorithm:
         self.client_opts: list[torch.optim.Optimizer] = []
         self.server_steps = 0
         self._round = 0
+        self._data: list[ClientData] = []
+        self._loaded_weights = False
 
     # -- setup
     def _probe(self, sample: torch.Tensor) -> None:
         self.smashed_shape, self.n_classes = check_split_shapes(
-            self.client_template, self.server, self.aux_template, sample[:2]
+            self.client_template, self.server, self.aux_template, sample[:2].to(self.device)
         )
 
     @property
@@ -215,41 +229,95 @@ class FederatedSplitAlgorithm:
         self.clients = [copy.deepcopy(self.client_template) for _ in range(n)]
         self.client_opts = [make_optimizer(c.parameters(), self.config) for c in self.clients]
 
-    def _validate(self, datasets: Sequence[Dataset], eval_data: Dataset | None) -> None:
-        if datasets is None or len(datasets) == 0:
-            raise ValueError("client_datasets must hold at least one client, got none")
-        for i, d in enumerate(datasets):
-            if not isinstance(d, (tuple, list)) or len(d) != 2:
-                raise ValueError(f"client_datasets[{i}] must be a pair (x, y) of tensors")
-            check_dataset(d[0], d[1], None, f"client_datasets[{i}]")
+    def _validate(
+        self, datasets: Sequence[Dataset], eval_data: Dataset | None, transform: Any = None
+    ) -> list[ClientData]:
+        """Every client's data as :class:`ClientData`, each client probed through the split with its own inputs
+        (shapes) and its labels checked (integers promoted to int64, range), errors naming the client."""
+        if datasets is None or isinstance(datasets, (torch.Tensor, torch.utils.data.Dataset)) or len(datasets) == 0:
+            raise ValueError("client_datasets must hold at least one client (a list, one data set per client)")
+        data = [as_client_data(d, transform, f"client_datasets[{i}]") for i, d in enumerate(datasets)]
         if self.smashed_shape is None:
-            self._probe(datasets[0][0])
-        for i, d in enumerate(datasets):
-            check_dataset(d[0], d[1], self.n_classes, f"client_datasets[{i}]")
+            self._probe(data[0].sample_input())
+        for i, d in enumerate(data):
+            check_client_data(
+                d, self.client_template, self.server, self.aux_template, f"client_datasets[{i}]", self.smashed_shape,
+                self.n_classes,
+            )  # fmt: skip
         if eval_data is not None:
-            check_dataset(eval_data[0], eval_data[1], self.n_classes, "eval_data")
+            ev = as_client_data(eval_data, None, "eval_data")
+            check_client_data(
+                ev,
+                self.client_template,
+                self.server,
+                self.aux_template,
+                "eval_data",
+                self.smashed_shape,
+                self.n_classes,
+            )
+        return data
 
     # -- the loop
-    def fit(self, client_datasets: Sequence[Dataset], eval_data: Dataset | None = None) -> History:
+    def fit(
+        self,
+        client_datasets: Sequence[Dataset],
+        eval_data: Dataset | None = None,
+        *,
+        transform: Any = None,
+        resume: str | Path | dict[str, Any] | None = None,
+        checkpoint: str | Path | None = None,
+        callback: Any = None,
+    ) -> History:
         """Run ``config.rounds`` rounds (or until ``comm_budget_bytes``) and return the :class:`History`.
 
-        Every call starts afresh from the initial models (and a fresh ledger)."""
-        self._validate(client_datasets, eval_data)
-        self.server = copy.deepcopy(self.server_template)
-        self.ledger = ByteCounter()
-        self.history = History(self.method)
-        self.server_steps = 0
-        self._setup(client_datasets)
-        self.weights = sample_weights([len(d[1]) for d in client_datasets])
+        Args:
+            client_datasets: one data set per client: (x, y) tensors or any torch ``Dataset`` (see
+                :class:`fsl_sage.data.ClientData`).
+            eval_data: evaluated after every round with x_s ∘ x̄_c (no transform).
+            transform: applied to every training input (e.g. random crop + flip), seeded per batch.
+            resume: a checkpoint written by :meth:`save_checkpoint` (or ``checkpoint=``): the run continues
+                from the round after it, bit-identically to a run that was never interrupted. Without it every
+                call starts afresh from the initial models (and a fresh ledger).
+            checkpoint: write the full training state here after every round (atomically), for ``resume``.
+            callback: ``callback(algorithm, record)`` after every round (after the checkpoint is written).
+        """
+        data = self._validate(client_datasets, eval_data, transform)
+        if resume is None:
+            if self._loaded_weights:
+                warnings.warn(
+                    "fit() starts from the initial models, so the weights loaded with load() are not used; to "
+                    "continue a run pass fit(..., resume=<file written by save_checkpoint>)",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            self.server = copy.deepcopy(self.server_template)
+            self.ledger = ByteCounter()
+            self.history = History(self.method)
+            self.server_steps = 0
+            self._setup(data)
+            self.weights = sample_weights([len(d) for d in data])
+            start = 0
+        else:
+            self._setup(data)
+            self.weights = sample_weights([len(d) for d in data])
+            start = self._load_checkpoint(resume, len(data))
+        self._data = data
         cfg = self.config
-        for t in track(range(cfg.rounds), f"{self.method}"):
+        for t in track(range(start, cfg.rounds), f"{self.method}"):
+            if cfg.comm_budget_bytes is not None and self.ledger.total >= cfg.comm_budget_bytes:
+                break  # a resumed run that had already spent its budget
             t0 = time.perf_counter()
             steps0 = self.server_steps
             self._round = t
-            n_align = self._run_round(t, client_datasets)
+            n_align = self._run_round(t, data)
             self._aggregate(t)
             rec = self._record(t, eval_data, time.perf_counter() - t0, self.server_steps - steps0, n_align)
             self.history.records.append(rec)
+            self._round = t + 1
+            if checkpoint is not None:
+                self.save_checkpoint(checkpoint)
+            if callback is not None:
+                callback(self, rec)
             if cfg.comm_budget_bytes is not None and self.ledger.total >= cfg.comm_budget_bytes:
                 logger.info("%s: communication budget reached after round %d", self.method, t)
                 break
@@ -279,7 +347,8 @@ class FederatedSplitAlgorithm:
         acc, loss, nmse, cos = math.nan, math.nan, math.nan, math.nan
         if eval_data is not None:
             acc, loss = evaluate(self.global_client(), self.global_server(), eval_data)
-            x, y = eval_data
+            ev = as_client_data(eval_data, None, "eval_data")
+            x, y = ev.batch(torch.arange(len(ev)), device=self.device)
             client = self.global_client()
             was = client.training
             client.eval()
@@ -321,22 +390,101 @@ class FederatedSplitAlgorithm:
         out["server"] = self.server
         return out
 
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """Every optimizer the algorithm holds, by a stable name (``client_opt.i``, ``server_opt``, ...)."""
+        out: dict[str, torch.optim.Optimizer] = {f"client_opt.{i}": o for i, o in enumerate(self.client_opts)}
+        if hasattr(self, "server_opt"):
+            out["server_opt"] = self.server_opt
+        return out
+
+    def _extra_state(self) -> dict[str, Any]:
+        """Subclass state beyond models and optimizers (buffers, aux Adam states, pending flags)."""
+        return {}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """The full training state after the last completed round: every model and optimizer, the subclass
+        state (alignment buffers, aux optimizer states, pending flags), the ledger, the history, the torch RNG
+        state and the round number. Plain tensors, dicts, lists and numbers (``torch.load(weights_only=True)``)."""
+        return {
+            "format": 1,
+            "method": self.method,
+            "config": self.config.to_dict(),
+            "round": self._round,
+            "n_clients": len(self.clients),
+            "models": {
+                n: {k: v.detach().cpu().clone() for k, v in m.state_dict().items()} for n, m in self.models().items()
+            },
+            "optimizers": {n: copy.deepcopy(o.state_dict()) for n, o in self.optimizers().items()},
+            "extra": self._extra_state(),
+            "ledger": [[t.round, t.client, t.direction, t.kind, t.bytes] for t in self.ledger.transfers],
+            "history": [asdict(r) for r in self.history.records],
+            "server_steps": self.server_steps,
+            "rng": torch.get_rng_state(),
+        }
+
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Write :meth:`checkpoint_state` to ``path`` (atomically: a crash mid-write leaves the old file)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(p.name + ".tmp")
+        torch.save(self.checkpoint_state(), tmp)
+        os.replace(tmp, p)
+        return p
+
+    def _load_checkpoint(self, source: str | Path | dict[str, Any], n_clients: int) -> int:
+        ck = source if isinstance(source, dict) else torch.load(str(source), weights_only=True)
+        if ck.get("method") != self.method:
+            raise ValueError(f"resume: the checkpoint holds a {ck.get('method')!r} run, this is {self.method!r}")
+        if ck["n_clients"] != n_clients:
+            raise ValueError(f"resume: the checkpoint has {ck['n_clients']} clients, fit got {n_clients} data sets")
+        mine, theirs = self.config.to_dict(), dict(ck["config"])
+        theirs["betas"] = tuple(theirs["betas"])
+        diff = [k for k in mine if k not in ("rounds", "comm_budget_bytes") and mine[k] != theirs[k]]
+        if diff:
+            raise ValueError(
+                "resume: the config differs from the checkpoint's in "
+                + ", ".join(f"{k} ({mine[k]!r} here, {theirs[k]!r} there)" for k in diff)
+            )
+        for name, m in self.models().items():
+            m.load_state_dict(ck["models"][name])
+        for name, o in self.optimizers().items():
+            o.load_state_dict(ck["optimizers"][name])
+        self._load_extra_state(ck["extra"])
+        self.ledger = ByteCounter()
+        for r, c, d, k, b in ck["ledger"]:
+            self.ledger.add(r, c, d, k, b)
+        self.history = History(self.method, [RoundRecord(**r) for r in ck["history"]])
+        self.server_steps = int(ck["server_steps"])
+        torch.set_rng_state(ck["rng"])
+        self._round = int(ck["round"])
+        return self._round
+
     def save(self, path: str | Path) -> Path:
-        """Write every model's state_dict to one safetensors file (config and method in its metadata)."""
+        """Write every model's state_dict to one safetensors file (config and method in its metadata). Weights
+        only: to continue training later use :meth:`save_checkpoint` and ``fit(..., resume=path)``."""
         from safetensors.torch import save_file
 
         tensors = {}
         for name, m in self.models().items():
             for k, v in m.state_dict().items():
-                tensors[f"{name}/{k}"] = v.detach().contiguous().clone()
-        meta = {"method": self.method, "config": json.dumps(self.config.to_dict()), "round": str(self._round)}
+                tensors[f"{name}/{k}"] = v.detach().cpu().contiguous().clone()
+        meta = {
+            "method": self.method,
+            "config": json.dumps(self.config.to_dict()),
+            "round": str(self._round),
+            "n_clients": str(len(self.clients)),
+        }
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         save_file(tensors, str(p), metadata=meta)
         return p
 
     def load(self, path: str | Path, n_clients: int | None = None) -> None:
-        """Load a file written by :meth:`save` into this algorithm (creating ``n_clients`` copies if not fit)."""
+        """Load the weights a :meth:`save` wrote into this algorithm (creating the per-client copies if it was
+        not fit yet). The file's client count must equal ``n_clients`` and the clients already held."""
         from safetensors import safe_open
         from safetensors.torch import load_file
 
@@ -345,10 +493,14 @@ class FederatedSplitAlgorithm:
         if meta.get("method") != self.method:
             raise ValueError(f"{path} holds a {meta.get('method')!r} checkpoint, this is {self.method!r}")
         tensors = load_file(str(path))
+        in_file = len({k.split("/")[0] for k in tensors if k.startswith("client.")})
+        for what, n in (("n_clients", n_clients), ("this algorithm's clients", len(self.clients) or None)):
+            if n is not None and n != in_file:
+                raise ValueError(f"{path} holds {in_file} clients, {what} is {n}")
         if not self.clients:
-            n = n_clients or len({k.split("/")[0] for k in tensors if k.startswith("client.")})
-            self._setup([(torch.empty(0), torch.empty(0))] * n)
+            self._setup([ClientData((torch.zeros(1), torch.zeros(1, dtype=torch.int64)))] * in_file)
         for name, m in self.models().items():
             prefix = f"{name}/"
             sd = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
             m.load_state_dict(sd)
+        self._loaded_weights = True

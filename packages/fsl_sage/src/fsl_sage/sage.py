@@ -15,6 +15,7 @@ from fsl_sage.aggregate import weighted_average
 from fsl_sage.align import AuxAdamState, RingBuffer, align_client, is_alignment_round
 from fsl_sage.comm import nbytes
 from fsl_sage.config import FSLConfig
+from fsl_sage.data import as_client_data, batch_key
 from fsl_sage.models import GradScalarAux
 from fsl_sage.runner import Dataset, FederatedSplitAlgorithm, local_batches, make_optimizer, server_step
 
@@ -31,6 +32,7 @@ def run_client_round(
     client_id: int,
     round: int,
     on_upload: Callable[[int, torch.Tensor, torch.Tensor], None],
+    device: torch.device | None = None,
 ) -> int:
     """The client side of one FSL-SAGE (Alg. 1) or CSE-FSL round; returns the number of local iterations.
 
@@ -39,11 +41,11 @@ def run_client_round(
     FSL-SAGE: ĝ = aux estimate / B, back-propagated through x_c. CSE-FSL: the aux's local NLL, back-propagated
     through aux and x_c (``opt`` then holds both).
     """
-    x, y = data
+    data = as_client_data(data, name=f"client {client_id}")
     client.train()
     iters = 0
-    for k, _, idx in local_batches(len(y), config, client_id, round):
-        xb, yb = x[idx], y[idx]
+    for k, e, idx in local_batches(len(data), config, client_id, round):
+        xb, yb = data.batch(idx, batch_key(config.seed, client_id, round, e, k), device)
         z = client(xb)
         if k % config.q == 0:
             on_upload(k, z.detach(), yb)
@@ -92,6 +94,27 @@ class FSLSAGE(FederatedSplitAlgorithm):
         out.update({f"aux.{i}": a for i, a in enumerate(getattr(self, "auxes", []))})
         return out
 
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        out = super().optimizers()
+        out.update({f"warm_opt.{i}": o for i, o in enumerate(getattr(self, "_warm_opts", []))})
+        return out
+
+    def _extra_state(self) -> dict:
+        return {
+            "buffers": [b.state_dict() for b in self.buffers],
+            "aux_states": [s.state_dict() for s in self.aux_states],
+            "pending": list(self.pending),
+            "align_log": [dict(a) for a in self.align_log],
+        }
+
+    def _load_extra_state(self, state: dict) -> None:
+        for b, sd in zip(self.buffers, state["buffers"], strict=True):
+            b.load_state_dict(sd)
+        for s, sd in zip(self.aux_states, state["aux_states"], strict=True):
+            s.load_state_dict(sd)
+        self.pending = [bool(p) for p in state["pending"]]
+        self.align_log = [dict(a) for a in state["align_log"]]
+
     def _align(self, i: int, t: int) -> None:
         self.align_log.append(
             align_client(self.auxes[i], self.aux_states[i], self.buffers[i], self.server, self.config, i, t)
@@ -119,13 +142,15 @@ class FSLSAGE(FederatedSplitAlgorithm):
 
             if warm:
                 run_client_round(
-                    "cse_fsl", self.clients[i], self._warm_opts[i], self.auxes[i], datasets[i], cfg, i, t, on_upload
-                )
+                    "cse_fsl", self.clients[i], self._warm_opts[i], self.auxes[i], datasets[i], cfg, i, t, on_upload,
+                    self.device,
+                )  # fmt: skip
                 self.ledger.up(t, i, "aux", nbytes(self.auxes[i]))
             else:
                 run_client_round(
-                    "fsl_sage", self.clients[i], self.client_opts[i], self.auxes[i], datasets[i], cfg, i, t, on_upload
-                )
+                    "fsl_sage", self.clients[i], self.client_opts[i], self.auxes[i], datasets[i], cfg, i, t, on_upload,
+                    self.device,
+                )  # fmt: skip
             self.ledger.up(t, i, "client", nbytes(self.clients[i]))
         if cfg.mode == "lazy" and is_alignment_round(t, cfg, lazy=True):
             for i in range(len(self.clients)):
