@@ -196,16 +196,15 @@ class LayerGraph:
         return self._bwd
 
     def _sorted_values(self, w: Tensor, perm: Tensor | None, transposed: bool) -> Tensor:
-        if perm is None:
-            return w
-        if w is self.w:  # the graph's own weights: gathered into each order once
-            key = "_w_bwd" if transposed else "_w_fwd"
-            cached = self.__dict__.get(key)
-            if cached is None or cached[0] is not w:
-                cached = (w, w[perm])
-                self.__dict__[key] = cached
-            return cached[1]
-        return w[perm]
+        """``w`` (detached) in a CSR order; the graph's own weights are gathered into each order once."""
+        if w is not self.w:
+            return w.detach() if perm is None else w.detach()[perm]
+        key = "_w_bwd" if transposed else "_w_fwd"
+        cached = self.__dict__.get(key)
+        if cached is None or cached[0] is not w:
+            cached = (w, w.detach() if perm is None else w.detach()[perm])
+            self.__dict__[key] = cached
+        return cached[1]
 
     def csr(self, w: Tensor, mask: Tensor | None, transposed: bool = False) -> Tensor:
         """The CSR matrix ``A[dst, src] = w_e`` (``transposed``: ``A[src, dst]``) over the edges where ``mask`` holds
@@ -238,19 +237,21 @@ class _KeptSpMM(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, w: Tensor, z: Tensor, graph: LayerGraph, mask: Tensor | None, adj_t: Tensor | None):  # type: ignore[override]
-        ctx.graph, ctx.mask = graph, mask
+        ctx.graph, ctx.mask, ctx.own_weights = graph, mask, w is graph.w
         ctx.save_for_backward(w, z)
         if graph.m == 0:
             return z.new_zeros(graph.n, z.size(1))
-        return (graph.csr(w.detach(), mask) if adj_t is None else adj_t) @ z.detach()
+        return (graph.csr(w, mask) if adj_t is None else adj_t) @ z.detach()
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
         w, z = ctx.saved_tensors
         graph, mask = ctx.graph, ctx.mask
+        if ctx.own_weights:  # the graph's weights: their transposed order is cached on the graph
+            w = graph.w
         grad_w = grad_z = None
         if ctx.needs_input_grad[1]:
-            grad_z = torch.zeros_like(z) if graph.m == 0 else graph.csr(w.detach(), mask, transposed=True) @ grad_out
+            grad_z = torch.zeros_like(z) if graph.m == 0 else graph.csr(w, mask, transposed=True) @ grad_out
         if ctx.needs_input_grad[0]:
             src, dst = graph.edge_index
             grad_w = torch.zeros_like(w)

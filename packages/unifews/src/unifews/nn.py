@@ -330,7 +330,7 @@ class UnifewsConvMixin:
         if self.explain:  # message path over every edge (explainers mask the input edges; pruned ones weigh 0)
             ew = w if agg is None else w * agg
             return self.propagate(graph.edge_index, x=z, edge_weight=ew, kept=None)
-        adj_t = graph.csr(w.detach(), agg)  # the kept edges, selected from the cached CSR order
+        adj_t = graph.csr(w, agg)  # the kept edges, selected from the cached CSR order (values detached)
         return self.propagate(adj_t, x=z, edge_weight=None, kept=_Kept(graph, w, agg))
 
     def message(self, x_j: Tensor, edge_weight: Tensor | None) -> Tensor:
