@@ -47,7 +47,7 @@ CFG = FSLConfig(
 RAY_BACKEND = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}, "init_args": {"include_dashboard": False}}
 
 
-def _simulate(method, rounds, data):
+def _simulate(method, rounds, data, data_fn=None):
     from flwr.simulation import run_simulation
 
     from fsl_sage.flower import make_client_app, make_server_app
@@ -59,7 +59,7 @@ def _simulate(method, rounds, data):
     server_app = make_server_app(
         _model_fn, CFG, rounds, len(data), method=method, on_finish=lambda s, r: out.update(strategy=s, result=r)
     )
-    client_app = make_client_app(_model_fn, lambda pid, n: data[pid], CFG, method=method)
+    client_app = make_client_app(_model_fn, data_fn or (lambda pid, n: data[pid]), CFG, method=method)
     run_simulation(server_app, client_app, num_supernodes=len(data), backend_config=RAY_BACKEND)
     gc.collect()  # Ray's leftover file objects are finalised here, under this module's warning filters
     assert "strategy" in out, "the ServerApp did not finish"
@@ -100,3 +100,26 @@ def test_in_process_fedavg_equals_flower_fedavg():
     ours = {f"client.{k}": v for k, v in algo.clients[0].state_dict().items()}
     ours.update({f"server.{k}": v for k, v in algo.server.state_dict().items()})
     _close(ours, flwr_sd)
+
+
+def _raise_for_last(data):
+    def fn(pid, n):
+        if pid == len(data) - 1:
+            raise RuntimeError(f"partition {pid} is broken")
+        return data[pid]
+
+    return fn
+
+
+def test_ray_simulation_survives_a_client_raising_every_round():
+    """Ray reports a ClientApp exception as an error reply: the run completes with the survivors and equals the
+    run without the broken client (LocalGrid), the failures naming its partition."""
+    from fsl_sage.flower import LocalGrid, make_client_app, run_server
+
+    data = _data() + _data()[:1]  # 3 SuperNodes; partition 2 raises in every round
+    strat, result = _simulate("fsl_sage", CFG.rounds, data, _raise_for_last(data))
+    grid = LocalGrid(make_client_app(_model_fn, lambda pid, n: data[pid], CFG), 2)
+    ref, ref_result = run_server(grid, _model_fn, CFG, CFG.rounds, 2)
+    _close(dict(ref_result.arrays.to_torch_state_dict()), dict(result.arrays.to_torch_state_dict()))
+    assert [(f["round"], f["partition-id"]) for f in strat.failures] == [(t, 2) for t in range(CFG.rounds)]
+    assert all("partition 2 is broken" in f["reason"] for f in strat.failures)
