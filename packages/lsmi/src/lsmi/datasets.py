@@ -10,7 +10,15 @@ import numpy as np
 
 from icml25_shared.validate import check_choice
 
-__all__ = ["GATES", "gate_joint", "logic_gate", "gaussian_modalities", "gaussian_exact_terms"]
+__all__ = [
+    "GATES",
+    "gate_joint",
+    "logic_gate",
+    "gaussian_modalities",
+    "gaussian_exact_terms",
+    "noisy_discrete",
+    "noisy_discrete_exact_terms",
+]
 
 GATES = {
     "xor": lambda a, b: a ^ b,
@@ -78,6 +86,49 @@ def gaussian_exact_terms(x1, x2, y, n_classes: int = 2, sigma: float = 0.5, rho:
     for name, ll in (("1", loglik_single(x1)), ("2", loglik_single(x2)), ("12", loglik_pair(x1, x2))):
         log_px = logsumexp(ll + log_prior, axis=1)
         out["i" + name] = ll[rows, y] + log_prior - log_px - log_prior  # log p(y|x) - log p(y)
+        if name != "12":
+            out["h" + name] = -log_px
+    return out
+
+
+def noisy_discrete(P, n: int, sigma: float = 0.1, seed: int = 0):
+    """(a, b, y) ~ P[a, b, y] (a joint pmf of shape (n1, n2, C)); x1 = onehot(a) + sigma N(0, I_{n1}),
+    x2 = onehot(b) + sigma N(0, I_{n2}). With well-separated codes (sigma << 1/sqrt(2)) the noise is independent of
+    everything given the code, so BROJA's (R, U1, U2, S) are those of P (``baselines.broja_discrete(P)``), and the
+    exact LSMI plug-in terms come from :func:`noisy_discrete_exact_terms`."""
+    p = np.asarray(P, dtype=np.float64)
+    p = p / p.sum()
+    rng = np.random.default_rng(seed)
+    a, b, y = np.unravel_index(rng.choice(p.size, size=n, p=p.ravel()), p.shape)
+    x1 = np.eye(p.shape[0])[a] + sigma * rng.standard_normal((n, p.shape[0]))
+    x2 = np.eye(p.shape[1])[b] + sigma * rng.standard_normal((n, p.shape[1]))
+    return x1.astype(np.float32), x2.astype(np.float32), y
+
+
+def noisy_discrete_exact_terms(P, x1, x2, y, sigma: float = 0.1) -> dict:
+    """Exact i1, i2, i12, h1, h2 (nats) of :func:`noisy_discrete` for the given samples: x | code is N(onehot,
+    sigma^2 I), so p(y | x) and p(x) are finite mixtures."""
+    p = np.asarray(P, dtype=np.float64)
+    p = p / p.sum()
+    x1, x2, y = np.asarray(x1, np.float64), np.asarray(x2, np.float64), np.asarray(y)
+    tiny = np.finfo(np.float64).tiny
+
+    def loglik(x):  # (N, n): log N(x; e_a, sigma^2 I)
+        d = x[:, None, :] - np.eye(x.shape[1])[None]
+        return -0.5 * (d**2).sum(-1) / sigma**2 - 0.5 * x.shape[1] * math.log(2 * math.pi * sigma**2)
+
+    l1, l2 = loglik(x1), loglik(x2)
+    log_p = np.log(np.maximum(p, tiny))
+    log_py = np.log(p.sum((0, 1)))
+    rows = np.arange(len(y))
+    out = {}
+    # log p(x1, y) = logsumexp_a [log P(a, y) + l1(a)]; likewise x2 and (x1, x2)
+    j1 = logsumexp(l1[:, :, None] + np.log(np.maximum(p.sum(1), tiny))[None], axis=1)  # (N, C)
+    j2 = logsumexp(l2[:, :, None] + np.log(np.maximum(p.sum(0), tiny))[None], axis=1)
+    j12 = logsumexp((l1[:, :, None, None] + l2[:, None, :, None] + log_p[None]).reshape(len(y), -1, p.shape[2]), 1)
+    for name, j in (("1", j1), ("2", j2), ("12", j12)):
+        log_px = logsumexp(j, axis=1)
+        out["i" + name] = j[rows, y] - log_px - log_py[y]
         if name != "12":
             out["h" + name] = -log_px
     return out

@@ -9,6 +9,7 @@ single-process gradient of that global batch); ``transform`` scores a contiguous
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +18,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from icml25_shared.device import get_device
+from icml25_shared.device import get_device, torch_threads
 from icml25_shared.progress import track
+from icml25_shared.validate import check_array
 from lsmi.config import LSMIConfig
 from lsmi.functional import lsmi_from_terms, mean_shift, pmi
 from lsmi.knife import KNIFE
 
 __all__ = ["LSMIEstimator", "Interactions", "StackedMLP", "mlp_classifier"]
+
+_F32_MAX = float(torch.finfo(torch.float32).max)
 
 
 def mlp_classifier(in_dim: int, n_classes: int, hidden: int = 64) -> nn.Sequential:
@@ -132,17 +136,28 @@ class LSMIEstimator:
 
     # -- input checks ----------------------------------------------------------------------------------------
     def _prepare(self, x1: Any, x2: Any, y: Any, fitting: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Features as float64 (2-D, finite, inside the float32 range: the models run in float32) and labels."""
+
         def feat(x: Any, name: str) -> torch.Tensor:
-            t = torch.as_tensor(np.asarray(x) if not isinstance(x, torch.Tensor) else x).detach()
+            if isinstance(x, torch.Tensor):
+                t = x.detach().cpu()
+            else:
+                t = torch.as_tensor(check_array(name, x, dtype="numeric"))
             if t.ndim == 1:
                 t = t[:, None]
             if t.ndim != 2:
                 raise ValueError(f"{name} must be 2-D (n_samples, n_features), got shape {tuple(t.shape)}")
-            if not t.is_floating_point():
-                t = t.double()
+            t = t.double()
             if not torch.isfinite(t).all():
-                raise ValueError(f"{name} contains NaN or inf")
-            return t.to(torch.float32)
+                nan, inf = int(t.isnan().sum()), int(t.isinf().sum())
+                raise ValueError(f"{name} contains NaN or inf ({nan} NaN and {inf} infinite entries)")
+            big = float(t.abs().max()) if t.numel() else 0.0
+            if big > _F32_MAX:
+                raise ValueError(
+                    f"{name} holds values beyond the float32 range (max |x| = {big:.3g} > {_F32_MAX:.3g}); the models"
+                    " run in float32: rescale the features"
+                )
+            return t
 
         t1, t2 = feat(x1, "x1"), feat(x2, "x2")
         ty = torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor) else y).detach().reshape(-1)
@@ -165,7 +180,26 @@ class LSMIEstimator:
         return t1, t2, ty
 
     def _standardize(self, t1: torch.Tensor, t2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return (t1 - self.mean1) / self.std1, (t2 - self.mean2) / self.std2
+        """z-scores in float64, cast to float32; a value that leaves the float32 range is refused, not turned
+        into inf."""
+        out = []
+        for name, t, mean, std in (("x1", t1, self.mean1, self.std1), ("x2", t2, self.mean2, self.std2)):
+            z = (t.double() - mean.double()) / std.double()
+            big = float(z.abs().max()) if z.numel() else 0.0
+            if big > _F32_MAX:
+                raise ValueError(
+                    f"{name} standardised with the fit statistics reaches |z| = {big:.3g}, beyond the float32 range"
+                )
+            out.append(z.float())
+        return out[0], out[1]
+
+    @staticmethod
+    def _scale(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and standard deviation per feature (float64); a constant feature gets scale 1, as scikit-learn's
+        ``StandardScaler`` does, instead of a division by ~0."""
+        mean, std = t.mean(0), t.std(0) if len(t) > 1 else torch.zeros(t.shape[1], dtype=t.dtype)
+        constant = (std == 0) | (std <= 10 * torch.finfo(torch.float64).eps * mean.abs())  # relative rounding
+        return mean, torch.where(constant, torch.ones_like(std), std)
 
     # -- fit -------------------------------------------------------------------------------------------------
     def fit(
@@ -177,16 +211,23 @@ class LSMIEstimator:
         verbose: bool | None = None,
     ) -> LSMIEstimator:
         """Train the classifiers (unless ``classifiers=(f1, f2, f12)`` are given, f12 taking [x1, x2]) and the
-        two KNIFEs on (x1, x2, y)."""
+        two KNIFEs on (x1, x2, y), on ``config.n_threads`` torch threads (the caller's setting is restored)."""
+        with self._threads():
+            return self._fit(x1, x2, y, classifiers, verbose)
+
+    def _threads(self) -> contextlib.AbstractContextManager:
+        n = self.config.n_threads
+        return contextlib.nullcontext() if n is None else torch_threads(n)
+
+    def _fit(self, x1, x2, y, classifiers, verbose) -> LSMIEstimator:
         cfg = self.config
         t1, t2, ty = self._prepare(x1, x2, y, fitting=True)
         self.d1, self.d2 = t1.shape[1], t2.shape[1]
         if cfg.standardize:
-            self.mean1, self.std1 = t1.mean(0), t1.std(0).clamp_min(1e-8)
-            self.mean2, self.std2 = t2.mean(0), t2.std(0).clamp_min(1e-8)
+            (self.mean1, self.std1), (self.mean2, self.std2) = self._scale(t1), self._scale(t2)
         else:
-            self.mean1, self.std1 = torch.zeros(self.d1), torch.ones(self.d1)
-            self.mean2, self.std2 = torch.zeros(self.d2), torch.ones(self.d2)
+            self.mean1, self.std1 = torch.zeros(self.d1, dtype=torch.float64), torch.ones(self.d1, dtype=torch.float64)
+            self.mean2, self.std2 = torch.zeros(self.d2, dtype=torch.float64), torch.ones(self.d2, dtype=torch.float64)
         z1, z2 = self._standardize(t1, t2)
         counts = torch.bincount(ty, minlength=cfg.n_classes).double()
         if cfg.prior == "empirical":
@@ -198,17 +239,134 @@ class LSMIEstimator:
             self.log_prior = torch.full((cfg.n_classes,), -math.log(cfg.n_classes))
         torch.manual_seed(cfg.seed)
         gen = torch.Generator().manual_seed(cfg.seed)
-        if classifiers is None:
-            self.heads: nn.Module = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
-            self._train_classifiers(z1, z2, ty, gen, verbose)
-        else:
+        if classifiers is not None:
             if len(classifiers) != 3:
                 raise ValueError(f"classifiers must be (f1, f2, f12), got {len(classifiers)} modules")
-            self.heads = _Heads(*classifiers).to(self.device).eval()
-        self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
-        self._train_knifes(z1, z2, gen, verbose)
+            self.heads: nn.Module = _Heads(*classifiers).to(self.device).eval()
+            self._check_heads(z1[:2], z2[:2])
+        if cfg.validation_fraction > 0:
+            if classifiers is None:
+                self.heads = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
+            self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
+            self._train_early_stopping(z1, z2, ty, gen, classifiers is None, verbose)
+        else:  # the paper's recipe: fixed epochs, classifiers first, then the KNIFEs
+            self.history_ = {}
+            if classifiers is None:
+                self.heads = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
+                self._train_classifiers(z1, z2, ty, gen, verbose)
+            self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
+            self._train_knifes(z1, z2, gen, verbose)
         self.fitted = True
         return self
+
+    def _train_early_stopping(self, z1, z2, ty, gen, train_heads: bool, verbose: bool | None) -> None:
+        """All five models in one loop with one fused Adam step per batch, stopped on held-out loss.
+
+        A random ``validation_fraction`` of the fit samples is held out. After every epoch the held-out mean
+        cross-entropy of each head and mean NLL of each KNIFE is measured; each of the five keeps its best state
+        (the heads are slices of one stacked model, snapshotted slice by slice), and training stops once none of
+        them has improved for ``patience`` epochs (or after ``max(epochs_clf, epochs_entropy)`` epochs; a model
+        past its own epoch budget stops improving by definition). The best states are restored at the end.
+        """
+        cfg = self.config
+        distributed, rank, world = _dist()
+        n = len(ty)
+        perm = torch.randperm(n, generator=gen)
+        n_val = min(n - 1, max(1, round(cfg.validation_fraction * n)))
+        val, train = perm[:n_val], perm[n_val:]
+        v1, v2, vy = (t[val].to(self.device) for t in (z1, z2, ty))
+        a1, a2, ay = z1[train], z2[train], ty[train]
+        knifes = [self.knife1, self.knife2]
+        modules = ([self.heads] if train_heads else []) + knifes
+        for m in modules:
+            m.to(self.device).train()
+        wrapped = [nn.parallel.DistributedDataParallel(m) for m in modules] if distributed else modules
+        groups, budgets = [], []
+        if train_heads:
+            groups.append({"params": list(self.heads.parameters())})
+            budgets.append((cfg.epochs_clf, cfg.clf_lr_step))
+        groups.append({"params": [p for k in knifes for p in k.parameters()]})
+        budgets.append((cfg.epochs_entropy, cfg.entropy_lr_step))
+        opt = torch.optim.Adam(groups, lr=cfg.lr, fused=self.device.type in ("cpu", "cuda") or None)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, [lambda e, s=s: 0.1 ** (e // s) if s else 1.0 for _, s in budgets]
+        )
+        ce = nn.functional.cross_entropy
+        best = torch.full((5,), math.inf)  # f1, f2, f12, knife1, knife2
+        stale = torch.zeros(5, dtype=torch.long)
+        if not train_heads:
+            stale[:3] = cfg.patience
+        snap = {id(m): {k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules}
+        limits = torch.tensor([cfg.epochs_clf] * 3 + [cfg.epochs_entropy] * 2)
+        disable = (None if verbose is None else not verbose) or rank != 0
+        epochs = 0
+        for epoch in track(range(int(limits.max())), "LSMI fit", disable=disable):
+            active = epoch < limits
+            for idx in torch.randperm(len(ay), generator=gen).split(cfg.batch_size):
+                local = idx[rank::world]  # this rank's shard of the global batch
+                b1, b2, by = a1[local].to(self.device), a2[local].to(self.device), ay[local].to(self.device)
+                # sums over the shard, scaled by world / |global batch|: DDP's average over ranks is then exactly
+                # the gradient of the global-batch mean (empty shards included)
+                loss = torch.zeros(())
+                for j, (k, b) in enumerate(((wrapped[-2], b1), (wrapped[-1], b2))):
+                    if active[3 + j]:  # a model past its epoch budget is not run (nor synchronised under DDP)
+                        loss = loss + k(b).sum()
+                if train_heads and active[:3].any():
+                    logits = wrapped[0](b1, b2)  # (3, B, C)
+                    per_head = ce(logits.reshape(-1, logits.shape[-1]), by.repeat(3), reduction="none")
+                    loss = loss + (per_head.view(3, -1).sum(1) * active[:3]).sum()
+                if not loss.requires_grad:
+                    continue
+                opt.zero_grad(set_to_none=True)
+                (loss * (world / len(idx))).backward()
+                opt.step()
+            sched.step()
+            epochs += 1
+            held_out = self._held_out_losses(v1, v2, vy, train_heads)
+            improved = (held_out < best - cfg.tol) & active
+            best = torch.where(improved, held_out, best)
+            stale = torch.where(improved, torch.zeros_like(stale), stale + 1)
+            if train_heads and improved[:3].any():
+                head_state = self.heads.state_dict()
+                for i in torch.nonzero(improved[:3]).flatten().tolist():
+                    for k, v in head_state.items():  # every StackedMLP tensor has the head on dim 0
+                        snap[id(self.heads)][k][i] = v[i]
+            for j, k in enumerate(knifes):
+                if improved[3 + j]:
+                    snap[id(k)] = {name: v.detach().clone() for name, v in k.state_dict().items()}
+            if bool(((stale >= cfg.patience) | ~(epoch + 1 < limits)).all()):
+                break
+        for m in modules:
+            m.load_state_dict(snap[id(m)])
+            m.eval()
+        self.history_ = {"epochs": epochs, "held_out_loss": best.tolist(), "n_validation": n_val}
+
+    @torch.no_grad()
+    def _held_out_losses(self, v1, v2, vy, heads: bool) -> torch.Tensor:
+        """Held-out mean cross-entropy of the three heads and mean NLL of the two KNIFEs, shape (5,)."""
+        out = torch.full((5,), math.inf)
+        if heads:
+            self.heads.eval()
+            logits = self.heads(v1, v2)
+            out[:3] = torch.stack([nn.functional.cross_entropy(logits[i], vy) for i in range(3)]).cpu()
+            self.heads.train()
+        out[3], out[4] = float(self.knife1(v1).mean()), float(self.knife2(v2).mean())
+        return out
+
+    @torch.no_grad()
+    def _check_heads(self, z1: torch.Tensor, z2: torch.Tensor) -> None:
+        """User heads must map n samples to (n, n_classes) logits: a wider head would silently be read as a
+        posterior over classes that do not exist."""
+        c = self.config.n_classes
+        heads = self.heads
+        for name, f, x in (("f1", heads.f1, z1), ("f2", heads.f2, z2), ("f12", heads.f12, torch.cat([z1, z2], 1))):
+            out = f(x.to(self.device))
+            if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(x), c):
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise ValueError(
+                    f"classifier {name} must return logits of shape (n_samples, n_classes={c}), got {got} for"
+                    f" {len(x)} samples"
+                )
 
     def _batches(self, n: int, gen: torch.Generator) -> list[torch.Tensor]:
         perm = torch.randperm(n, generator=gen)
@@ -235,7 +393,7 @@ class LSMIEstimator:
         params = [p for m in modules for p in m.parameters()]
         # fused Adam: one kernel per step instead of ~10 per parameter (about 25% of fit time on CPU); same update
         opt = torch.optim.Adam(params, lr=self.config.lr, fused=self.device.type in ("cpu", "cuda") or None)
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step, gamma=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step or epochs + 1, gamma=0.1)
         n = len(tensors[0])
         disable = None if verbose is None else not verbose
         for _ in track(range(epochs), desc, disable=disable or rank != 0):
@@ -285,10 +443,15 @@ class LSMIEstimator:
         )
 
     # -- scoring ---------------------------------------------------------------------------------------------
-    @torch.no_grad()
     def terms(self, x1: Any, x2: Any, y: Any, batch_size: int = 4096) -> dict[str, torch.Tensor]:
-        """The five per-sample terms i1, i2, i12, h1, h2 (nats) in one aligned pass over the samples."""
+        """The five per-sample terms i1, i2, i12, h1, h2 (nats) in one aligned pass over the samples (on
+        ``config.n_threads`` torch threads)."""
         self._check_fitted()
+        with self._threads():
+            return self._terms(x1, x2, y, batch_size)
+
+    @torch.no_grad()
+    def _terms(self, x1: Any, x2: Any, y: Any, batch_size: int) -> dict[str, torch.Tensor]:
         t1, t2, ty = self._prepare(x1, x2, y, fitting=False)
         z1, z2 = self._standardize(t1, t2)
         distributed, rank, world = _dist()
@@ -310,6 +473,19 @@ class LSMIEstimator:
             torch.distributed.all_gather_object(gathered, res)
             res = {k: torch.cat([g[k] for g in gathered]) for k in res}
         return res
+
+    def log_posteriors(self, x1: Any, x2: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Standardised features z1, z2 and the three heads' log p(y | x1), log p(y | x2), log p(y | x1, x2),
+        shape (3, N, C) (no gradient)."""
+        self._check_fitted()
+        with self._threads(), torch.no_grad():
+            n = len(x1)
+            t1, t2, _ = self._prepare(x1, x2, np.zeros(n, dtype=np.int64), fitting=False)
+            z1, z2 = self._standardize(t1, t2)
+            logp = torch.cat(
+                [torch.log_softmax(self.heads(z1[s : s + 4096], z2[s : s + 4096]), -1) for s in range(0, n, 4096)], 1
+            )
+            return z1, z2, logp
 
     def transform(self, x1: Any, x2: Any, y: Any) -> Interactions:
         """Per-sample (r, u1, u2, s); with ``adjust="mean_shift"`` shifted by the dataset-level delta of these

@@ -37,6 +37,8 @@ __all__ = [
     "plot_gates",
     "plot_gaussian",
     "plot_efficiency",
+    "accuracy_joint",
+    "time_to_accuracy",
 ]
 
 GATE_NAMES = ("xor", "or")
@@ -222,3 +224,97 @@ def plot_efficiency(out_dir: Path, rows: list[dict[str, Any]]) -> str:
     ax.set_title(f"efficiency at N = {rows[0]['n']}")
     ax.legend()
     return str(save_figure(fig, out_dir, "efficiency"))
+
+
+def accuracy_joint(n_classes: int, n_codes: int = 4, seed: int = 0) -> np.ndarray:
+    """The joint pmf P[a, b, y] of the time-to-accuracy runs: a sparse random (Dirichlet 0.3) n_codes x n_codes x C
+    table, so that R, U and S are all present."""
+    return (
+        np.random.default_rng(seed)
+        .dirichlet(np.full(n_codes * n_codes * n_classes, 0.3))
+        .reshape(n_codes, n_codes, n_classes)
+    )
+
+
+def time_to_accuracy(
+    n_classes: int,
+    n: int,
+    *,
+    n_codes: int = 4,
+    tol: float = 0.05,
+    pid_batch_epochs: int = 8,
+    seed: int = 0,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """CPU seconds and error of LSMI, PID-Batch and PID-CVX on the same N samples of :func:`noisy_discrete` (codes
+    + 0.1 N(0, I)), each against its own exact reference: LSMI's exact plug-in on the samples, and BROJA of the
+    generating table for PID-Batch and PID-CVX. Error = max over (R, U1, U2, S) of |estimate - reference|, nats.
+
+    LSMI: defaults, fit and scored on the N samples. PID-Batch: error after every encoder epoch (its classifier
+    training counted), the CPU time of its scoring passes excluded; ``time_to_tol`` is the first time its error is
+    <= ``tol`` (None if never). PID-CVX: K-means with k = n_codes per modality and the sparse BROJA program. One
+    torch thread."""
+    from lsmi.baselines import PIDBatch, broja_discrete
+    from lsmi.datasets import noisy_discrete, noisy_discrete_exact_terms
+
+    say = log or (lambda s: None)
+    p = accuracy_joint(n_classes, n_codes, seed)
+    x1, x2, y = noisy_discrete(p, n, seed=seed)
+    t = noisy_discrete_exact_terms(p, x1, x2, y)
+    lsmi_ref = [
+        float(v.mean()) for v in mean_shift(*lsmi_from_terms(*(t[k] for k in ("i1", "i2", "i12", "h1", "h2"))))[:4]
+    ]
+    broja = broja_discrete(p)
+    broja_ref = [broja[k] for k in ("R", "U1", "U2", "S")]
+
+    def err(m: Any, ref: list[float]) -> float:
+        return float(max(abs(a - b) for a, b in zip(m, ref)))
+
+    out: dict[str, Any] = {"C": n_classes, "n": n, "n_codes": n_codes, "tol": tol}
+    with torch_threads(1):
+        c0 = time.process_time()
+        est = LSMIEstimator(LSMIConfig(n_classes=n_classes, seed=seed)).fit(x1, x2, y, verbose=False)
+        m = est.score(x1, x2, y)
+        cpu = time.process_time() - c0
+        out["lsmi"] = {
+            "cpu_s": cpu,
+            "means": m,
+            "reference": lsmi_ref,
+            "error": err(m, lsmi_ref),
+            "epochs": est.history_.get("epochs"),
+        }
+        out["lsmi"]["time_to_tol"] = cpu if out["lsmi"]["error"] <= tol else None
+        say(f"C={n_classes} N={n} LSMI {cpu:.1f} CPU-s error {out['lsmi']['error']:.3f}")
+
+        curve: list[tuple[float, float]] = []
+        excluded = [0.0]
+        c0 = time.process_time()
+
+        def on_epoch(epoch: int, model: Any) -> None:
+            s0 = time.process_time()
+            e = err(model.score(x1, x2), broja_ref)
+            curve.append((s0 - c0 - excluded[0], e))
+            excluded[0] += time.process_time() - s0
+
+        pb = PIDBatch(n_classes, epochs=pid_batch_epochs, seed=seed).fit(x1, x2, y, callback=on_epoch)
+        reached = [c for c, e in curve if e <= tol]
+        out["pid_batch"] = {
+            "curve": curve,
+            "means": pb.score(x1, x2),
+            "reference": broja_ref,
+            "error": curve[-1][1],
+            "cpu_s": curve[-1][0],
+            "time_to_tol": reached[0] if reached else None,
+        }
+        say(f"C={n_classes} N={n} PID-Batch curve " + ", ".join(f"{c:.1f}s:{e:.3f}" for c, e in curve))
+
+        c0 = time.process_time()
+        cvx = broja_cvx(x1, x2, y, k=n_codes, n_classes=n_classes, seed=seed)
+        cpu = time.process_time() - c0
+        m = [cvx[k] for k in ("R", "U1", "U2", "S")]
+        out["pid_cvx"] = {"cpu_s": cpu, "means": m, "reference": broja_ref, "error": err(m, broja_ref)}
+        out["pid_cvx"]["time_to_tol"] = cpu if out["pid_cvx"]["error"] <= tol else None
+        say(f"C={n_classes} N={n} PID-CVX {cpu:.2f} CPU-s error {out['pid_cvx']['error']:.3f}")
+    a, b = out["lsmi"]["time_to_tol"], out["pid_batch"]["time_to_tol"]
+    out["ratio_pid_batch_over_lsmi"] = b / a if a and b else None
+    return out

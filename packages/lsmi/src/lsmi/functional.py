@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from icml25_shared.validate import check_array, check_tensor
+
 __all__ = ["lsmi_from_terms", "mean_shift", "lsmi_discrete", "DiscreteLSMI", "pmi"]
 
 
@@ -21,9 +23,17 @@ def lsmi_from_terms(i1: Any, i2: Any, i12: Any, h1: Any, h2: Any) -> tuple[Any, 
     """Per-sample (r, u1, u2, s) from pointwise MIs i1 = i(x1;y), i2, i12 = i(x1,x2;y) and surprisals h1, h2.
 
     r = min(h1, h2) - min(h1 - i1, h2 - i2) (specificity minus ambiguity); u_m = i_m - r; s = i12 - i1 - i2 + r.
-    Works elementwise on torch tensors or numpy arrays.
+    Works elementwise on torch tensors (all five) or array-likes (numpy); the five must have the same shape.
     """
-    xp = torch if isinstance(i1, torch.Tensor) else np
+    names = ("i1", "i2", "i12", "h1", "h2")
+    terms = (i1, i2, i12, h1, h2)
+    if isinstance(i1, torch.Tensor):
+        xp = torch
+        for name, t in zip(names, terms):  # equal shapes: (3,) against (4, 1) must not broadcast to (4, 3)
+            check_tensor(name, t, shape=tuple(i1.shape))
+    else:
+        xp = np
+        i1, i2, i12, h1, h2 = (check_array(n, t, shape=np.shape(i1)) for n, t in zip(names, terms))
     r = xp.minimum(h1, h2) - xp.minimum(h1 - i1, h2 - i2)
     return r, i1 - r, i2 - r, i12 - i1 - i2 + r
 

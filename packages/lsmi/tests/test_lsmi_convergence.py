@@ -1,0 +1,43 @@
+"""The default estimator against the exact plug-in of the official Gaussian generator at C = 10 (and, slow, 30).
+
+The generator's (x1, x2) | y is Gaussian, so p(y | x) and h(x) have closed forms (``gaussian_exact_terms``): the
+exact plug-in LSMI of the scored samples is the reference. Fit on 3,200 samples, score the other 800.
+"""
+
+import numpy as np
+import pytest
+
+from lsmi import LSMIConfig, LSMIEstimator
+from lsmi.datasets import gaussian_exact_terms, gaussian_modalities
+from lsmi.functional import lsmi_from_terms, mean_shift
+
+TOL = 0.05  # nats, on each of R, U1, U2, S
+
+
+def _errors(c: int, n: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+    x1, x2, y = gaussian_modalities(n, c, 0.5, 0.5, seed=0)
+    nf = int(0.8 * n)
+    est = LSMIEstimator(LSMIConfig(n_classes=c)).fit(x1[:nf], x2[:nf], y[:nf], verbose=False)
+    measured = np.array(est.score(x1[nf:], x2[nf:], y[nf:]))
+    t = gaussian_exact_terms(x1[nf:], x2[nf:], y[nf:], c, 0.5, 0.5)
+    exact = np.array([float(v.mean()) for v in mean_shift(*lsmi_from_terms(*(t[k] for k in TERMS)))[:4]])
+    return measured, exact
+
+
+TERMS = ("i1", "i2", "i12", "h1", "h2")
+
+
+def test_defaults_converge_at_ten_classes():
+    measured, exact = _errors(10)
+    np.testing.assert_allclose(measured, exact, atol=TOL)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="not met: at C = 30, N = 4,000 the held-out classifiers are ~0.4 nats below the exact PMIs (their "
+    "held-out KL to the true posteriors), so R and S are ~0.4 nats off; see the README",
+)
+def test_defaults_converge_at_thirty_classes():
+    measured, exact = _errors(30)
+    np.testing.assert_allclose(measured, exact, atol=TOL)

@@ -1,0 +1,104 @@
+"""Inputs that used to give silent garbage now raise or are handled; the estimator's thread policy."""
+
+import numpy as np
+import pytest
+import torch
+
+from icml25_shared.device import torch_threads
+from lsmi import LSMIConfig, LSMIEstimator, lsmi_from_terms, mlp_classifier
+from lsmi.datasets import logic_gate
+
+FAST = dict(n_classes=2, epochs_clf=2, epochs_entropy=2, seed=0)
+
+
+def test_zero_variance_column_is_scaled_by_one():
+    """A constant feature at fit used to be divided by 1e-8: any other value at transform gave ~1e7 nats."""
+    x1, x2, y = logic_gate("or", 200, seed=0)
+    x1 = np.concatenate([x1, np.full((200, 1), 3.0, np.float32)], 1)
+    est = LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, verbose=False)
+    assert torch.all(est.std1 > 0) and est.std1[-1] == 1.0
+    moved = x1.copy()
+    moved[:, -1] += 0.5  # the constant column takes another value at transform
+    inter = est.transform(moved, x2, y)
+    for v in (inter.r, inter.u1, inter.u2, inter.s):
+        assert torch.isfinite(v).all() and v.abs().max() < 100  # nats, not 1e7
+
+
+def test_float64_beyond_float32_range_is_refused():
+    x1, x2, y = logic_gate("or", 100, seed=0)
+    big = x1.astype(np.float64)
+    big[5, 1] = 1e39  # finite in float64, inf in float32
+    est = LSMIEstimator(LSMIConfig(**FAST))
+    with pytest.raises(ValueError, match="x1 holds values beyond the float32 range"):
+        est.fit(big, x2, y)
+    est.fit(x1, x2, y, verbose=False)
+    with pytest.raises(ValueError, match="x1 holds values beyond the float32 range"):
+        est.transform(big, x2, y)
+    # in range but standardised beyond it: refused, not turned into inf
+    tiny = np.concatenate([x1, 1e-30 * np.arange(100, dtype=np.float64)[:, None]], 1)
+    est2 = LSMIEstimator(LSMIConfig(**FAST)).fit(tiny, x2, y, verbose=False)
+    far = tiny.copy()
+    far[0, -1] = 1e12
+    with pytest.raises(ValueError, match="x1 standardised"):
+        est2.transform(far, x2, y)
+
+
+def test_non_finite_lr_and_bad_options_are_refused():
+    for lr in (float("inf"), float("nan"), np.float64("inf"), 0.0, -1e-3):
+        with pytest.raises(ValueError, match="lr"):
+            LSMIConfig(n_classes=2, lr=lr)
+    for kw in ({"validation_fraction": 0.9}, {"patience": 0}, {"n_threads": 0}, {"tol": -1.0}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            LSMIConfig(n_classes=2, **kw)
+
+
+@pytest.mark.parametrize("bad", ["f1", "f2", "f12"])
+def test_user_heads_of_the_wrong_width_are_refused(bad):
+    x1, x2, y = logic_gate("or", 100, seed=0)
+    widths = {"f1": 2, "f2": 2, "f12": 2}
+    widths[bad] = 3  # a 3-class head for a 2-class problem used to be read as a posterior silently
+    heads = (mlp_classifier(2, widths["f1"]), mlp_classifier(2, widths["f2"]), mlp_classifier(4, widths["f12"]))
+    with pytest.raises(ValueError, match=rf"classifier {bad} must return logits of shape \(n_samples, n_classes=2\)"):
+        LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, classifiers=heads, verbose=False)
+
+
+def test_lsmi_from_terms_does_not_broadcast():
+    good = [np.zeros(3)] * 5
+    assert lsmi_from_terms(*good)[0].shape == (3,)
+    for i, name in enumerate(("i1", "i2", "i12", "h1", "h2")):
+        terms = list(good)
+        terms[i] = np.zeros((4, 1))  # (3,) with (4, 1) used to broadcast to (4, 3)
+        named = name if i else "i2"  # a bad i1 sets the reference shape, so i2 is the first that disagrees
+        with pytest.raises(ValueError, match=named):
+            lsmi_from_terms(*terms)
+        t = [torch.zeros(3)] * 5
+        t[i] = torch.zeros(4, 1)
+        with pytest.raises(ValueError, match=named):
+            lsmi_from_terms(*t)
+
+
+class _ThreadProbe(torch.nn.Module):
+    """A classifier head that records the torch thread count it runs under."""
+
+    def __init__(self, d: int, seen: list[int]) -> None:
+        super().__init__()
+        self.f, self.seen = mlp_classifier(d, 2), seen
+
+    def forward(self, x):
+        self.seen.append(torch.get_num_threads())
+        return self.f(x)
+
+
+@pytest.mark.parametrize(("n_threads", "outer"), [(1, 2), (None, 2), (2, 1)])
+def test_fit_and_transform_run_on_n_threads_and_restore(n_threads, outer):
+    x1, x2, y = logic_gate("xor", 64, seed=0)
+    seen: list[int] = []
+    heads = (_ThreadProbe(2, seen), _ThreadProbe(2, seen), _ThreadProbe(4, seen))
+    est = LSMIEstimator(LSMIConfig(**FAST, n_threads=n_threads))
+    with torch_threads(outer):
+        est.fit(x1, x2, y, classifiers=heads, verbose=False)
+        assert torch.get_num_threads() == outer
+        est.transform(x1, x2, y)
+        assert torch.get_num_threads() == outer
+    assert seen and set(seen) == {outer if n_threads is None else n_threads}
+    assert LSMIConfig(n_classes=2).n_threads == 1  # the default: one thread for the tiny models
