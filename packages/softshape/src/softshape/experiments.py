@@ -412,9 +412,7 @@ def layer_step_times(
     return res
 
 
-def efficiency(
-    name: str, rounds: int, depths: tuple[int, ...] = (2, 3), moe_reference: bool = True
-) -> dict[str, Any]:
+def efficiency(name: str, rounds: int, depths: tuple[int, ...] = (2, 3), moe_reference: bool = True) -> dict[str, Any]:
     """Claim 1's measurements on ``name``: whole-model and per-layer step times at each depth (soft rho = 0.5 vs
     dense rho = 0; per layer also vs dense + MoE with ``moe_reference``)."""
     rates = {"dense": 0.0, "soft": 0.5}
