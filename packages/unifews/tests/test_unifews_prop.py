@@ -62,6 +62,18 @@ def test_drop_prefix_form_equals_per_entry_definition(kind, impl):
         assert all(a >= b for a, b in zip(stats.kept, stats.kept[1:]))  # regime only shrinks (progressive)
 
 
+@pytest.mark.parametrize("kind", ["sgc", "appnp"])
+def test_drop_push_counts_only_nonzero_messages_in_both_executions(kind):
+    x = _sparse_features(seed=5)
+    _, ei = random_graph(n=40, m=200, f=6, seed=25)
+    _, dense = unifews_propagate(x, ei, 5, 0.0, kind=kind)  # counts the non-zero messages of every hop
+    for delta_a in (0.05, 0.6):
+        _, sp = unifews_propagate(x, ei, 5, delta_a, kind=kind, push="drop", impl="prefix")
+        _, sm = unifews_propagate(x, ei, 5, delta_a, kind=kind, push="drop", impl="masked")
+        assert sp.macs == sm.macs and sp.deterministic_pushes == sm.deterministic_pushes and sp.kept == sm.kept
+        assert all(a <= b for a, b in zip(sm.macs, dense.macs))  # a dropped run never executes more than dense
+
+
 def test_prefix_and_masked_executions_agree_with_random_push():
     x = _sparse_features(seed=2)
     _, ei = random_graph(n=40, m=200, f=6, seed=24)

@@ -356,7 +356,7 @@ def _hop_masked(out, cp, G: PropGraph, theta, c_prev, nz, u):
         # exact pushes carry τ, the others sign(τ) · θ: that is sign(τ) · max(|τ|, θ) up to rounding at |τ| = θ
         val = tau.abs().clamp_min_(theta).copysign_(tau).mul_(fire)
     else:
-        fire = G.pos.unsqueeze(1) < c[G.src]
+        fire = (G.pos.unsqueeze(1) < c[G.src]) & nz[G.src]  # zero entries are skipped, not counted as pushes
         val = tau.mul_(fire)
     out.add_(s_dst @ val)
     c_full = (s_src @ fire.to(cp.dtype)).round_().to(c_prev.dtype)
