@@ -26,7 +26,14 @@ def test_sinkhorn_projection_meets_both_marginals():
     torch.testing.assert_close(log_q.exp().sum(0), b)
 
 
-@pytest.mark.parametrize("joint", [_joint(36), _joint(1), np.random.default_rng(1).random((2, 4, 3))])
+@pytest.mark.parametrize(
+    "joint",
+    [
+        _joint(36),
+        pytest.param(_joint(1), marks=pytest.mark.slow),
+        pytest.param(np.random.default_rng(1).random((2, 4, 3)), marks=pytest.mark.slow),
+    ],
+)
 def test_free_coupling_optimum_equals_the_broja_program(joint):
     """PID-Batch's objective and projection with a free coupling reach the convex program's optimum."""
     exact = broja_discrete(joint)
