@@ -53,6 +53,7 @@ def _same_state(a, b, path="state"):
         assert a == b or (a != a and b != b), path  # NaN == NaN here (no eval estimate)
 
 
+@pytest.mark.slow  # two fresh interpreters (torch imports): ≈ 10 s idle, 36 s at load 9
 def test_kill_after_round_3_and_resume_in_a_new_process_is_bit_identical(tmp_path):
     ck, final = tmp_path / "run.ckpt", tmp_path / "resumed.ckpt"
     # process 1: checkpoint after every round, killed (os._exit) right after round 3's checkpoint
