@@ -211,3 +211,116 @@ def test_row_mode_triton_masked_spmm_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     res = subprocess.run([sys.executable, "-c", _TRITON_CHECK], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-3000:]
+
+
+# ---- the one-pass pruned hop (impl="fused") and impl="auto"'s measured cost model (issue 20) -------------------------
+
+
+def _cora_like(n=300, f=40, seed=0, dtype=torch.float32):
+    """A power-law graph with sparse binary bag-of-words features, as Cora."""
+    from unifews.experiments import synthetic_powerlaw_graph
+
+    ei = synthetic_powerlaw_graph(n, 4.0, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(n, f, generator=g) < 0.05).to(dtype)
+    return x, ei
+
+
+def _assert_same_runs(x, ei, hops, delta_a, kind, push, impls, chunk_size=None):
+    runs = {
+        impl: unifews_propagate(x, ei, hops, delta_a, kind=kind, push=push, impl=impl, generator=5, chunk_size=cs)
+        for impl in impls
+        for cs in ([None] if chunk_size is None else [chunk_size])
+    }
+    ref_p, ref_st = runs["masked"]
+    for impl, (p, st) in runs.items():
+        torch.testing.assert_close(p, ref_p, msg=f"{impl} features")
+        assert st.kept == ref_st.kept and st.macs == ref_st.macs, impl
+        assert st.deterministic_pushes == ref_st.deterministic_pushes and st.random_pushes == ref_st.random_pushes
+    return ref_st
+
+
+@pytest.mark.parametrize("graph", ["cora_like", "random"])
+@pytest.mark.parametrize("push", ["random", "drop"])
+@pytest.mark.parametrize("kind", ["sgc", "appnp"])
+def test_fused_hop_equals_masked_and_prefix(graph, push, kind):
+    """The one-pass hop gives the masked/prefix hops' features and every per-hop count (kept, deterministic,
+    random, executed), for both pushes and kinds, on a Cora-like graph (float32, sparse binary features) and a
+    random graph (float64, dense Gaussian features), chunked or not, and at δa = 0 / ∞ (paths without pruning).
+    The prefix hop compares in float64 search keys, so in float32 it can differ from the masked hop by a push at a
+    rounding tie (seen: 1 in 28,298); it is compared in float64 only."""
+    pytest.importorskip("numba")
+    if graph == "cora_like":
+        x, ei = _cora_like()
+    else:
+        x, ei = random_graph(n=60, m=300, f=7, seed=30)
+    impls = ("masked", "fused") if x.dtype == torch.float32 else ("masked", "prefix", "fused")
+    for delta_a in (0.1, 0.5, 2.0):
+        st = _assert_same_runs(x, ei, 4, delta_a, kind, push, impls)
+        assert st.total_macs < st.full_macs and (delta_a > 0.1 or sum(st.kept) > 0)  # pruned, not all removed
+        if push == "random":
+            assert sum(st.random_pushes) > 0
+        # chunking: the fused hop on column blocks equals one masked call
+        p, s = unifews_propagate(x, ei, 4, delta_a, kind=kind, push=push, impl="fused", generator=5, chunk_size=3)
+        q, t = unifews_propagate(x, ei, 4, delta_a, kind=kind, push=push, impl="masked", generator=5)
+        torch.testing.assert_close(p, q)
+        assert s.macs == t.macs and s.kept == t.kept and s.random_pushes == t.random_pushes
+    for delta_a in (0.0, float("inf")):
+        _assert_same_runs(x, ei, 3, delta_a, kind, push, impls)
+
+
+def test_fused_hop_equals_masked_on_cora():
+    pytest.importorskip("numba")
+    from icml25_shared.data import DataNotFoundError
+    from unifews.experiments import load_planetoid_lcc
+
+    try:
+        data = load_planetoid_lcc("Cora")
+    except DataNotFoundError as err:
+        pytest.skip(str(err))
+    x = data.x[:, :200]
+    for push in ("random", "drop"):
+        _assert_same_runs(x, data.edge_index, 3, 0.25, "sgc", push, ("masked", "fused"))
+
+
+def test_choose_impl_picks_the_cheapest_under_injected_costs():
+    from unifews.prop import choose_impl, hop_work
+
+    n, m, K = 100, 1000, 10
+    assert hop_work("masked", n, m, K, 50) == m * K and hop_work("fused", n, m, K, 50) == n * K + 50
+    costs = {"masked": 1.0, "prefix": 1.0, "fused": 1.0}
+    assert choose_impl(costs, n, m, K, pushes=50) == "fused"  # few pushes: enumerating them wins
+    assert choose_impl(costs, n, m, K, pushes=m * K) == "masked"  # every message fires: m·K < n·K + m·K
+    assert choose_impl({"masked": 1.0, "prefix": 0.5, "fused": 2.0}, n, m, K, 50) == "prefix"
+    assert choose_impl({"masked": 0.01, "prefix": 1.0, "fused": 1.0}, n, m, K, 50) == "masked"
+    assert choose_impl({"masked": 1.0, "prefix": 1.0}, n, m, K, 50) == "prefix"  # without numba
+    # the break-even follows the costs: masked is chosen exactly when its predicted time is the least
+    for pushes in (0, 500, 5000, 9000):
+        c = {"masked": 0.3, "fused": 1.0}
+        want = "masked" if 0.3 * m * K < n * K + pushes else "fused"
+        assert choose_impl(c, n, m, K, pushes) == want
+
+
+def test_auto_measures_once_per_graph_and_runs_the_chosen_execution(monkeypatch):
+    import unifews.prop as prop
+
+    x, ei = _cora_like(n=120, f=6, seed=3, dtype=torch.float64)
+    G = PropGraph(ei, 120, 0.5, x.dtype)
+    key = (G.n, G.m, x.dtype, "cpu")
+    monkeypatch.setattr(prop, "HOP_COSTS", {})
+    calls = []
+    real = prop._run_hop
+    monkeypatch.setattr(prop, "_run_hop", lambda impl, *a: calls.append(impl) or real(impl, *a))
+    ref, _ = unifews_propagate(x, ei, 4, 0.3, graph=G, generator=1, impl="masked")
+    calls.clear()
+    p, _ = unifews_propagate(x, ei, 4, 0.3, graph=G, generator=1)  # first auto call: every execution is timed once
+    torch.testing.assert_close(p, ref)
+    cands = prop.available_impls(x)
+    assert set(prop.HOP_COSTS[key]) == set(cands) and all(v > 0 for v in prop.HOP_COSTS[key].values())
+    assert len(calls) == len(cands) + ("fused" in cands) + 3  # calibration (fused warmed up once), then 3 hops
+    for cheap in cands:  # injected costs: auto runs whichever is cheapest, and nothing is re-measured
+        prop.HOP_COSTS[key] = {i: (1e-12 if i == cheap else 1.0) for i in cands}
+        calls.clear()
+        p, _ = unifews_propagate(x, ei, 4, 0.3, graph=G, generator=1)
+        assert calls == [cheap] * 4
+        torch.testing.assert_close(p, ref)

@@ -25,6 +25,7 @@ of the hop (``"relative"``, loops included in the mean); self-loops are never re
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -32,6 +33,7 @@ import torch
 from torch import Tensor
 
 from icml25_shared.validate import check_choice, check_float, check_int
+from unifews import _fused
 from unifews.config import THRESHOLDS, Threshold
 from unifews.functional import _csr, check_edge_index, check_x, spmm
 
@@ -40,7 +42,7 @@ __all__ = ["PropStats", "PropGraph", "unifews_propagate", "propagate_entry_refer
 Kind = Literal["sgc", "appnp"]
 Mode = Literal["entry", "row"]
 Push = Literal["random", "drop"]
-Impl = Literal["auto", "prefix", "masked"]
+Impl = Literal["auto", "prefix", "masked", "fused"]
 KINDS: tuple[str, ...] = get_args(Kind)
 MODES: tuple[str, ...] = get_args(Mode)
 PUSHES: tuple[str, ...] = get_args(Push)
@@ -162,12 +164,18 @@ def _hash32(x: Tensor) -> Tensor:
     return x.bitwise_xor_(x >> 16)
 
 
-def hashed_uniform(seed: int, hop: int, n: int, columns: Tensor) -> Tensor:
-    """Uniforms in (0, 1), float64, of shape ``[n, len(columns)]``, a pure function of (seed, hop, node, column)."""
+def uniform_parts(seed: int, hop: int, n: int, columns: Tensor) -> tuple[Tensor, Tensor]:
+    """The node and column hashes (int64, < 2**32) that :func:`hashed_uniform` combines."""
     dev = columns.device
     base = _hash32(torch.tensor(seed * 0x27D4EB2F + hop * 0x165667B1 + 0x9E3779B9, device=dev))
     hv = _hash32(torch.arange(n, device=dev) * 0x2545F49 ^ base)
     hk = _hash32(columns * 0x61C88647 + 0x632BE5AB)
+    return hv, hk
+
+
+def hashed_uniform(seed: int, hop: int, n: int, columns: Tensor) -> Tensor:
+    """Uniforms in (0, 1), float64, of shape ``[n, len(columns)]``, a pure function of (seed, hop, node, column)."""
+    hv, hk = uniform_parts(seed, hop, n, columns)
     # hv and hk are already well mixed: one multiply-xorshift round on the n × K combination is enough
     h = hv.unsqueeze(1) ^ hk.unsqueeze(0)
     h.mul_(0x45D9F3B).bitwise_and_(_M32)
@@ -236,8 +244,10 @@ def unifews_propagate(
         column_offset: global index of ``x``'s first column (column shards draw the same uniforms).
         chunk_size: columns processed at once (memory bound, >= 1); default (None) keeps ``m × chunk`` near 4 M.
         graph: a :class:`PropGraph` prepared earlier for the same ``edge_index`` and ``r`` (saves the sort).
-        impl: entry mode execution, ``"prefix"`` (pushes enumerated, cost ∝ pushes), ``"masked"`` (the same
-            prefixes as an ``m × chunk`` comparison) or ``"auto"`` (by density, per hop). Same result.
+        impl: entry mode execution of a pruned hop, ``"prefix"`` (pushes enumerated, cost ∝ pushes),
+            ``"masked"`` (the same prefixes as an ``m × chunk`` comparison), ``"fused"`` (numba, one pass over the
+            firing pushes) or ``"auto"``: per hop, the least predicted time under a cost model measured once per
+            ``graph`` and dtype (:func:`calibrate_hop`, :func:`choose_impl`). Same result to rounding.
         spmm_impl: row mode: ``"auto"`` runs CUDA tensors through the shared Triton masked SpMM
             (``icml25_shared.kernels.masked_spmm``: one CSR of the graph, removed edges masked in the kernel, no
             per-hop compaction) and CPU tensors through a compacted edge list and a CSR SpMM; ``"torch"`` /
@@ -284,9 +294,10 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     theta = torch.where(scale > 0, delta_a * scale, torch.zeros_like(scale)) if delta_a > 0 else torch.zeros_like(scale)
     c_prev = G.out_deg.to(torch.int32).unsqueeze(1).expand(n, K).clone()
     for hop in range(hops):
-        cp = coef * p
-        nz = cp != 0
-        loop_pushes = int(torch.count_nonzero(nz))
+        cp = p if coef == 1.0 else coef * p
+        if delta_a == 0 or delta_a == float("inf"):
+            nz = cp != 0
+            loop_pushes = int(torch.count_nonzero(nz))
         if delta_a == 0:
             t_off = G.matrices(p.dtype)[0]
             nxt = torch.addmm((coef * G.w_loop).unsqueeze(1) * p, t_off, p, alpha=coef)
@@ -303,7 +314,10 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
             st.random_pushes.append(0)
             st.macs.append(loop_pushes)
         else:
-            nxt, kept, det, rnd, c_prev = _entry_hop(cp, G, theta, c_prev, push, seed, hop, cols, impl)
+            est = st.macs[-1] if st.macs else G.m * K  # pushes expected this hop (impl="auto"): the last hop's
+            nxt, kept, det, rnd, c_prev, loop_pushes = _entry_hop(
+                cp, G, theta, c_prev, push, seed, hop, cols, impl, est
+            )
             st.kept.append(kept)
             st.deterministic_pushes.append(det + loop_pushes)
             st.random_pushes.append(rnd)
@@ -316,27 +330,92 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     return p, st
 
 
-def _entry_hop(cp: Tensor, G: PropGraph, theta: Tensor, c_prev: Tensor, push: str, seed: int, hop: int, cols, impl):
+HOP_COSTS: dict[tuple, dict[str, float]] = {}
+"""``impl="auto"``'s measured cost models, per graph size ``(n, m, dtype, device type)``: seconds per unit of
+:func:`hop_work` of each execution (:func:`calibrate_hop`). Clear it to re-measure."""
+
+
+def available_impls(cp: Tensor) -> tuple[str, ...]:
+    """The executions of an entry-mode hop that can run on ``cp``: ``"fused"`` needs numba, CPU tensors and no
+    autograd graph through ``cp``."""
+    fused_ok = _fused.AVAILABLE and not cp.is_cuda and not (cp.requires_grad and torch.is_grad_enabled())
+    return ("prefix", "masked", "fused") if fused_ok else ("prefix", "masked")
+
+
+def hop_work(impl: str, n: int, m: int, K: int, pushes: int) -> int:
+    """The unit of work each execution's time is taken proportional to: ``m · K`` (masked: every edge × feature
+    is visited) or the executed pushes plus one visit per (node, feature) (prefix, fused: only firing pushes are
+    enumerated)."""
+    return m * K if impl == "masked" else n * K + max(0, pushes)
+
+
+def choose_impl(per_unit: dict[str, float], n: int, m: int, K: int, pushes: int) -> str:
+    """``impl="auto"``: the execution with the least predicted time ``per_unit[impl] · hop_work(impl, ...)``
+    (``per_unit``: seconds per unit of work, measured once per graph size by :func:`calibrate_hop`; ties go to
+    the first in the order masked, fused, prefix)."""
+    order = [i for i in ("masked", "fused", "prefix") if i in per_unit]
+    return min(order, key=lambda i: per_unit[i] * hop_work(i, n, m, K, pushes))
+
+
+def _entry_hop(cp: Tensor, G: PropGraph, theta, c_prev, push: str, seed: int, hop: int, cols, impl, est: int = 0):
     """One hop of the prefix form; ``cp`` = c · P_l (n × K), ``c_prev`` the deterministic prefix lengths.
 
-    Returns ``(P_{l+1}, kept, deterministic pushes, random pushes, c)``. Two executions of the same hop:
-    ``"prefix"`` (searchsorted per non-zero (source, feature), then the pushes one by one: cost ∝ pushes) and
-    ``"masked"`` (the same prefixes evaluated as an ``m × K`` comparison: cheaper per push when most entries are
-    non-zero); ``"auto"`` picks by the fraction of non-zero entries.
+    Returns ``(P_{l+1}, kept, deterministic pushes, random pushes, c, non-zero entries of cp)``. Three executions
+    of the same hop: ``"prefix"`` (searchsorted per non-zero (source, feature), then the pushes one by one: cost ∝ pushes, about ten
+    passes over them), ``"masked"`` (the same prefixes evaluated as an ``m × K`` comparison, then SpMMs: about ten
+    passes over ``m × K``) and ``"fused"`` (numba: threshold, select and scatter in one pass over the firing pushes).
+    ``"auto"`` picks by the measured cost model (:func:`choose_impl`), calibrated on the first pruned hop a graph
+    size sees in a dtype (:func:`calibrate_hop`).
     """
     n, K = cp.shape
-    nz = cp != 0
-    frac = float(nz.sum()) / max(1, nz.numel())
-    use_masked = impl == "masked" or (impl == "auto" and frac > 0.02)
-    u = hashed_uniform(seed, hop, n, cols).to(cp.dtype) if push == "random" else None
+    rnd = (seed, hop, n, cols) if push == "random" else None
+    if impl == "auto":
+        key = (G.n, G.m, cp.dtype, cp.device.type)  # the graph's size: a new PropGraph of the same graph reuses it
+        costs = HOP_COSTS.get(key)
+        cands = available_impls(cp)
+        if costs is None or any(i not in costs for i in cands):
+            res, costs = calibrate_hop(cp, G, theta, c_prev, rnd, cands)
+            HOP_COSTS[key] = costs
+            return res[choose_impl(costs, n, G.m, K, est)]
+        impl = choose_impl({i: costs[i] for i in cands}, n, G.m, K, est)
+    if impl == "fused" and "fused" not in available_impls(cp):
+        raise ModuleNotFoundError("impl='fused' needs numba, CPU tensors and no autograd through x")
+    return _run_hop(impl, cp, G, theta, c_prev, rnd)
+
+
+def _run_hop(impl, cp, G, theta, c_prev, rnd):
+    """One pruned hop with execution ``impl``: ``(P_{l+1}, kept, det, random, c, non-zero entries)``."""
     out = G.w_loop.unsqueeze(1) * cp  # self-loops: always deterministic
-    if use_masked:
+    if impl == "fused":
+        parts = uniform_parts(*rnd) if rnd is not None else None
+        c, kept, det, executed, nnz = _fused.pruned_hop(cp.detach(), G, theta, c_prev, parts, out)
+        return out, kept, det, executed - det, c.to(c_prev.dtype), nnz
+    u = hashed_uniform(*rnd).to(cp.dtype) if rnd is not None else None
+    nz = cp != 0
+    if impl == "masked":
         c_det, c_full, c = _hop_masked(out, cp, G, theta, c_prev, nz, u)
     else:
         c_det, c_full, c = _hop_prefix(out, cp, G, theta, c_prev, nz, u)
     det = int(torch.minimum(c, c_full).sum())
     executed = int(c_full.sum())
-    return out, int(c.sum()), det, executed - det, c
+    return out, int(c.sum()), det, executed - det, c, int(torch.count_nonzero(nz))
+
+
+def calibrate_hop(cp, G: PropGraph, theta, c_prev, rnd, cands) -> tuple[dict, dict[str, float]]:
+    """Run one hop with every execution in ``cands`` and time it: seconds per unit of :func:`hop_work`, the cost
+    model of ``impl="auto"`` for this graph (kept in :data:`HOP_COSTS` by graph size and dtype: measured once).
+    ``"fused"`` runs once untimed first (numba compiles on its first call). Returns the hop's results by
+    execution and the costs."""
+    res, costs = {}, {}
+    for impl in cands:
+        if impl == "fused":
+            _run_hop(impl, cp, G, theta, c_prev, rnd)
+        t0 = time.perf_counter()
+        res[impl] = _run_hop(impl, cp, G, theta, c_prev, rnd)
+        dt = time.perf_counter() - t0
+        pushes = res[impl][2] + res[impl][3]
+        costs[impl] = dt / hop_work(impl, G.n, G.m, cp.size(1), pushes)
+    return res, costs
 
 
 def _hop_masked(out, cp, G: PropGraph, theta, c_prev, nz, u):
