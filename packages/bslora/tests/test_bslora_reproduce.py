@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from bslora import BSLoRAConfig
@@ -50,6 +51,7 @@ def test_teacher_forced_score_equals_greedy_decoding():
     assert bool((logits[:, sl.start - 1 : sl.stop - 1].argmax(-1) == lines[:, sl]).all())
 
 
+@pytest.mark.slow  # the package's slowest default test (27 s at load 7): keeps the default suite near 60 s idle
 def test_finetune_runs_and_calibration_stops_early():
     from transformers import LlamaForCausalLM
 
