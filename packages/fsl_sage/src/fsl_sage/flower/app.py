@@ -102,7 +102,7 @@ def _cifar10_task(rc: dict[str, Any]) -> FlowerTask:
     try:
         from torchvision import datasets, transforms
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError('task "cifar10" needs torchvision (pip install torchvision)') from e
+        raise ImportError('task "cifar10" needs torchvision (pip install "icml25-fsl-sage[vision]")') from e
     alpha = float(rc.get("alpha", 1.0)) or None
     seed = int(rc.get("seed", 0))
     to_tensor = transforms.ToTensor()
