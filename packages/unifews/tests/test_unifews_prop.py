@@ -269,6 +269,7 @@ def test_fused_hop_equals_masked_and_prefix(graph, push, kind):
         _assert_same_runs(x, ei, 3, delta_a, kind, push, impls)
 
 
+@pytest.mark.slow
 def test_fused_hop_equals_masked_on_cora():
     pytest.importorskip("numba")
     from icml25_shared.data import DataNotFoundError

@@ -361,9 +361,10 @@ def _entry_hop(cp: Tensor, G: PropGraph, theta, c_prev, push: str, seed: int, ho
     """One hop of the prefix form; ``cp`` = c · P_l (n × K), ``c_prev`` the deterministic prefix lengths.
 
     Returns ``(P_{l+1}, kept, deterministic pushes, random pushes, c, non-zero entries of cp)``. Three executions
-    of the same hop: ``"prefix"`` (searchsorted per non-zero (source, feature), then the pushes one by one: cost ∝ pushes, about ten
-    passes over them), ``"masked"`` (the same prefixes evaluated as an ``m × K`` comparison, then SpMMs: about ten
-    passes over ``m × K``) and ``"fused"`` (numba: threshold, select and scatter in one pass over the firing pushes).
+    of the same hop: ``"prefix"`` (searchsorted per non-zero (source, feature), then the pushes one by one: cost
+    ∝ pushes, about ten passes over them), ``"masked"`` (the same prefixes as an ``m × K`` comparison, then SpMMs:
+    about ten passes over ``m × K``) and ``"fused"`` (numba: threshold, select and scatter in one pass over the
+    firing pushes).
     ``"auto"`` picks by the measured cost model (:func:`choose_impl`), calibrated on the first pruned hop a graph
     size sees in a dtype (:func:`calibrate_hop`).
     """
@@ -414,7 +415,7 @@ def calibrate_hop(cp, G: PropGraph, theta, c_prev, rnd, cands) -> tuple[dict, di
         res[impl] = _run_hop(impl, cp, G, theta, c_prev, rnd)
         dt = time.perf_counter() - t0
         pushes = res[impl][2] + res[impl][3]
-        costs[impl] = dt / hop_work(impl, G.n, G.m, cp.size(1), pushes)
+        costs[impl] = max(dt, 1e-9) / max(1, hop_work(impl, G.n, G.m, cp.size(1), pushes))  # an edgeless graph
     return res, costs
 
 
