@@ -23,7 +23,13 @@ class LSMIConfig:
     Attributes:
         n_classes: number of label values C (>= 2).
         hidden: width of the three MLP classifiers (Linear-ReLU-Linear-ReLU-Linear).
-        n_kernels: Gaussian kernels per KNIFE entropy estimator.
+        n_kernels: Gaussian kernels per density (KNIFE kernels, or the GMM's components with ``density="gmm"``).
+        density: ``"knife"`` (KNIFE trained by Adam, the paper) or ``"gmm"`` (a Gaussian mixture of the same size
+            fitted by EM with scikit-learn's ``GaussianMixture``, an optional dependency; the heads still train by
+            Adam).
+        gmm_covariance: covariance type of the GMM: ``"full"`` (default, as KNIFE), ``"tied"``, ``"diag"`` or
+            ``"spherical"``.
+        gmm_max_iter: most EM iterations per GMM.
         epochs_clf, epochs_entropy: training epochs of the classifiers and of the KNIFEs (with early stopping:
             the most epochs each may run).
         batch_size: minibatch size of both trainings.
@@ -50,6 +56,9 @@ class LSMIConfig:
     n_classes: int
     hidden: int = 64
     n_kernels: int = 5
+    density: Literal["knife", "gmm"] = "knife"
+    gmm_covariance: Literal["full", "tied", "diag", "spherical"] = "full"
+    gmm_max_iter: int = 100
     epochs_clf: int = 200
     epochs_entropy: int = 200
     batch_size: int = 256
@@ -72,6 +81,9 @@ class LSMIConfig:
         self.n_classes = check_int("n_classes", self.n_classes, min=2)
         self.hidden = check_int("hidden", self.hidden, min=1)
         self.n_kernels = check_int("n_kernels", self.n_kernels, min=1)
+        self.density = check_choice("density", self.density, ("knife", "gmm"))
+        self.gmm_covariance = check_choice("gmm_covariance", self.gmm_covariance, ("full", "tied", "diag", "spherical"))
+        self.gmm_max_iter = check_int("gmm_max_iter", self.gmm_max_iter, min=1)
         self.epochs_clf = check_int("epochs_clf", self.epochs_clf, min=0)
         self.epochs_entropy = check_int("epochs_entropy", self.epochs_entropy, min=0)
         self.batch_size = check_int("batch_size", self.batch_size, min=1)

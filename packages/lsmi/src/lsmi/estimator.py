@@ -23,7 +23,7 @@ from icml25_shared.progress import track
 from icml25_shared.validate import check_array
 from lsmi.config import LSMIConfig
 from lsmi.functional import lsmi_from_terms, mean_shift, pmi
-from lsmi.knife import KNIFE
+from lsmi.knife import KNIFE, GaussianMixtureDensity, StackedKNIFE
 
 __all__ = ["LSMIEstimator", "Interactions", "StackedMLP", "mlp_classifier"]
 
@@ -244,23 +244,39 @@ class LSMIEstimator:
                 raise ValueError(f"classifiers must be (f1, f2, f12), got {len(classifiers)} modules")
             self.heads: nn.Module = _Heads(*classifiers).to(self.device).eval()
             self._check_heads(z1[:2], z2[:2])
+        gmm = cfg.density == "gmm"
         if cfg.validation_fraction > 0:
             if classifiers is None:
                 self.heads = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
-            self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
-            self._train_early_stopping(z1, z2, ty, gen, classifiers is None, verbose)
+            if not gmm:
+                self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
+            self._train_early_stopping(z1, z2, ty, gen, classifiers is None, not gmm, verbose)
         else:  # the paper's recipe: fixed epochs, classifiers first, then the KNIFEs
             self.history_ = {}
             if classifiers is None:
                 self.heads = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
                 self._train_classifiers(z1, z2, ty, gen, verbose)
-            self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
-            self._train_knifes(z1, z2, gen, verbose)
+            if not gmm:
+                self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
+                self._train_knifes(z1, z2, gen, verbose)
+        if gmm:  # EM on all fit samples (no held-out split needed: EM has no step size or epoch count to choose)
+            self.knife1, self.knife2 = (
+                GaussianMixtureDensity.fit(z, cfg.n_kernels, cfg.gmm_covariance, cfg.gmm_max_iter, cfg.seed)
+                .to(self.device)
+                .eval()
+                for z in (z1, z2)
+            )
+            self.history_["gmm_converged"] = [self.knife1.converged_, self.knife2.converged_]
         self.fitted = True
         return self
 
-    def _train_early_stopping(self, z1, z2, ty, gen, train_heads: bool, verbose: bool | None) -> None:
+    def _train_early_stopping(
+        self, z1, z2, ty, gen, train_heads: bool, train_knifes: bool, verbose: bool | None
+    ) -> None:
         """All five models in one loop with one fused Adam step per batch, stopped on held-out loss.
+
+        The two KNIFEs train as one :class:`StackedKNIFE` (as the three heads are one :class:`StackedMLP`).
+        With ``train_knifes=False`` (``density="gmm"``) only the heads train here.
 
         A random ``validation_fraction`` of the fit samples is held out. After every epoch the held-out mean
         cross-entropy of each head and mean NLL of each KNIFE is measured; each of the five keeps its best state
@@ -276,8 +292,11 @@ class LSMIEstimator:
         val, train = perm[:n_val], perm[n_val:]
         v1, v2, vy = (t[val].to(self.device) for t in (z1, z2, ty))
         a1, a2, ay = z1[train], z2[train], ty[train]
-        knifes = [self.knife1, self.knife2]
-        modules = ([self.heads] if train_heads else []) + knifes
+        stacked = StackedKNIFE(self.knife1, self.knife2) if train_knifes else None
+        modules = ([self.heads] if train_heads else []) + ([stacked] if train_knifes else [])
+        if not modules:
+            self.history_ = {"epochs": 0, "held_out_loss": [math.inf] * 5, "n_validation": n_val}
+            return
         for m in modules:
             m.to(self.device).train()
         wrapped = [nn.parallel.DistributedDataParallel(m) for m in modules] if distributed else modules
@@ -285,8 +304,9 @@ class LSMIEstimator:
         if train_heads:
             groups.append({"params": list(self.heads.parameters())})
             budgets.append((cfg.epochs_clf, cfg.clf_lr_step))
-        groups.append({"params": [p for k in knifes for p in k.parameters()]})
-        budgets.append((cfg.epochs_entropy, cfg.entropy_lr_step))
+        if train_knifes:
+            groups.append({"params": list(stacked.parameters())})
+            budgets.append((cfg.epochs_entropy, cfg.entropy_lr_step))
         opt = torch.optim.Adam(groups, lr=cfg.lr, fused=self.device.type in ("cpu", "cuda") or None)
         sched = torch.optim.lr_scheduler.LambdaLR(
             opt, [lambda e, s=s: 0.1 ** (e // s) if s else 1.0 for _, s in budgets]
@@ -296,8 +316,12 @@ class LSMIEstimator:
         stale = torch.zeros(5, dtype=torch.long)
         if not train_heads:
             stale[:3] = cfg.patience
+        if not train_knifes:
+            stale[3:] = cfg.patience
         snap = {id(m): {k: v.detach().clone() for k, v in m.state_dict().items()} for m in modules}
-        limits = torch.tensor([cfg.epochs_clf] * 3 + [cfg.epochs_entropy] * 2)
+        limits = torch.tensor(
+            [cfg.epochs_clf if train_heads else 0] * 3 + [cfg.epochs_entropy if train_knifes else 0] * 2
+        )
         disable = (None if verbose is None else not verbose) or rank != 0
         epochs = 0
         for epoch in track(range(int(limits.max())), "LSMI fit", disable=disable):
@@ -308,9 +332,8 @@ class LSMIEstimator:
                 # sums over the shard, scaled by world / |global batch|: DDP's average over ranks is then exactly
                 # the gradient of the global-batch mean (empty shards included)
                 loss = torch.zeros(())
-                for j, (k, b) in enumerate(((wrapped[-2], b1), (wrapped[-1], b2))):
-                    if active[3 + j]:  # a model past its epoch budget is not run (nor synchronised under DDP)
-                        loss = loss + k(b).sum()
+                if train_knifes and active[3]:  # past its epoch budget a model is not run (nor synchronised)
+                    loss = loss + wrapped[-1](b1, b2).sum()  # both KNIFEs in one batched pass
                 if train_heads and active[:3].any():
                     logits = wrapped[0](b1, b2)  # (3, B, C)
                     per_head = ce(logits.reshape(-1, logits.shape[-1]), by.repeat(3), reduction="none")
@@ -322,7 +345,7 @@ class LSMIEstimator:
                 opt.step()
             sched.step()
             epochs += 1
-            held_out = self._held_out_losses(v1, v2, vy, train_heads)
+            held_out = self._held_out_losses(v1, v2, vy, train_heads, stacked)
             improved = (held_out < best - cfg.tol) & active
             best = torch.where(improved, held_out, best)
             stale = torch.where(improved, torch.zeros_like(stale), stale + 1)
@@ -331,18 +354,24 @@ class LSMIEstimator:
                 for i in torch.nonzero(improved[:3]).flatten().tolist():
                     for k, v in head_state.items():  # every StackedMLP tensor has the head on dim 0
                         snap[id(self.heads)][k][i] = v[i]
-            for j, k in enumerate(knifes):
-                if improved[3 + j]:
-                    snap[id(k)] = {name: v.detach().clone() for name, v in k.state_dict().items()}
+            if train_knifes and improved[3:].any():
+                knife_state = stacked.state_dict()
+                for i in torch.nonzero(improved[3:]).flatten().tolist():
+                    for k, v in knife_state.items():  # parameters have the KNIFE on dim 0; buffers are fixed
+                        snap[id(stacked)][k][i] = v[i]
             if bool(((stale >= cfg.patience) | ~(epoch + 1 < limits)).all()):
                 break
         for m in modules:
             m.load_state_dict(snap[id(m)])
             m.eval()
+        if train_knifes:
+            for g, k in enumerate((self.knife1, self.knife2)):
+                k.load_state_dict(stacked.knife_state(g))
+                k.eval()
         self.history_ = {"epochs": epochs, "held_out_loss": best.tolist(), "n_validation": n_val}
 
     @torch.no_grad()
-    def _held_out_losses(self, v1, v2, vy, heads: bool) -> torch.Tensor:
+    def _held_out_losses(self, v1, v2, vy, heads: bool, stacked: StackedKNIFE | None) -> torch.Tensor:
         """Held-out mean cross-entropy of the three heads and mean NLL of the two KNIFEs, shape (5,)."""
         out = torch.full((5,), math.inf)
         if heads:
@@ -350,7 +379,8 @@ class LSMIEstimator:
             logits = self.heads(v1, v2)
             out[:3] = torch.stack([nn.functional.cross_entropy(logits[i], vy) for i in range(3)]).cpu()
             self.heads.train()
-        out[3], out[4] = float(self.knife1(v1).mean()), float(self.knife2(v2).mean())
+        if stacked is not None:
+            out[3:] = stacked(v1, v2).mean(1).cpu()
         return out
 
     @torch.no_grad()
@@ -426,12 +456,12 @@ class LSMIEstimator:
 
     def _train_knifes(self, z1, z2, gen, verbose) -> None:
         def loss_fn(mods, b):
-            k1, k2 = mods
-            return k1(b[0]).sum() + k2(b[1]).sum()
+            return mods[0](b[0], b[1]).sum()  # both KNIFEs in one batched pass
 
         cfg = self.config
+        stacked = StackedKNIFE(self.knife1, self.knife2)
         self._loop(
-            [self.knife1, self.knife2],
+            [stacked],
             loss_fn,
             (z1, z2),
             cfg.epochs_entropy,
@@ -441,6 +471,9 @@ class LSMIEstimator:
             "LSMI entropies",
             verbose,
         )
+        for g, k in enumerate((self.knife1, self.knife2)):
+            k.load_state_dict(stacked.knife_state(g))
+            k.to(self.device).eval()
 
     # -- scoring ---------------------------------------------------------------------------------------------
     def terms(self, x1: Any, x2: Any, y: Any, batch_size: int = 4096) -> dict[str, torch.Tensor]:
@@ -535,7 +568,8 @@ class LSMIEstimator:
         for k in ("mean1", "std1", "mean2", "std2"):
             setattr(self, k, sd[k])
         self.heads = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
-        self.knife1, self.knife2 = KNIFE(self.d1, cfg.n_kernels), KNIFE(self.d2, cfg.n_kernels)
+        density = GaussianMixtureDensity if cfg.density == "gmm" else KNIFE
+        self.knife1, self.knife2 = density(self.d1, cfg.n_kernels), density(self.d2, cfg.n_kernels)
         for k in ("heads", "knife1", "knife2"):
             m = getattr(self, k)
             m.load_state_dict(sd[k])

@@ -1,0 +1,107 @@
+"""density="knife" (Adam) vs density="gmm" (EM, scikit-learn's GaussianMixture): accuracy and CPU cost.
+
+On the official Gaussian generator (sigma 0.5, rho 0.5, N = 4,000: fit on 3,200, score the other 800) at each C,
+the defaults with each density against the exact plug-in (``gaussian_exact_terms``): the error of each of
+(R, U1, U2, S) and of the mean surprisals h1, h2 (the part the density decides), the CPU seconds of ``fit`` and,
+for the GMM, of the two EM fits alone. One torch thread. Writes benchmarks/results/bench_lsmi_density.json and .log.
+
+    python packages/lsmi/benchmarks/bench_lsmi_density.py [--cs 2,10]
+
+One fit per (C, density), run one after the other for each C (not repeated): a single small measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lsmi import LSMIConfig, LSMIEstimator
+from lsmi.datasets import gaussian_exact_terms, gaussian_modalities
+from lsmi.functional import lsmi_from_terms, mean_shift
+from lsmi.knife import GaussianMixtureDensity
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TERMS = ("i1", "i2", "i12", "h1", "h2")
+
+
+def run(c: int, density: str, n: int = 4000) -> dict:
+    x1, x2, y = gaussian_modalities(n, c, 0.5, 0.5, seed=0)
+    nf = int(0.8 * n)
+    est = LSMIEstimator(LSMIConfig(n_classes=c, density=density))
+    w, t = time.perf_counter(), time.process_time()
+    est.fit(x1[:nf], x2[:nf], y[:nf], verbose=False)
+    wall, cpu = time.perf_counter() - w, time.process_time() - t
+    measured = np.array(est.score(x1[nf:], x2[nf:], y[nf:]))
+    got = est.terms(x1[nf:], x2[nf:], y[nf:])
+    ex = gaussian_exact_terms(x1[nf:], x2[nf:], y[nf:], c, 0.5, 0.5)
+    exact = np.array([float(v.mean()) for v in mean_shift(*lsmi_from_terms(*(ex[k] for k in TERMS)))[:4]])
+    # the estimator's surprisals are of standardised features: h(z) = h(x) - sum log std
+    h_err = [
+        float(got[h].double().mean()) - (float(np.mean(ex[h])) - float(est_std.log().sum()))
+        for h, est_std in (("h1", est.std1), ("h2", est.std2))
+    ]
+    row = {
+        "C": c,
+        "density": density,
+        "fit_wall_s": wall,
+        "fit_cpu_s": cpu,
+        "epochs": est.history_["epochs"],
+        "measured": measured.tolist(),
+        "exact": exact.tolist(),
+        "abs_err": np.abs(measured - exact).tolist(),
+        "max_err": float(np.abs(measured - exact).max()),
+        "h_err": h_err,
+    }
+    if density == "gmm":
+        z1, z2 = est._standardize(*est._prepare(x1[:nf], x2[:nf], y[:nf], fitting=True)[:2])
+        t = time.process_time()
+        for z in (z1, z2):
+            GaussianMixtureDensity.fit(z, 5, "full", 100, 0)
+        row["em_cpu_s"] = time.process_time() - t
+        row["gmm_converged"] = est.history_["gmm_converged"]
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cs", default="2,10")
+    ap.add_argument("--out", default=str(RESULTS / "bench_lsmi_density.json"))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    load0 = os.getloadavg()
+    say(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
+    rows = []
+    for c in (int(v) for v in args.cs.split(",")):
+        for density in ("knife", "gmm"):
+            r = run(c, density)
+            rows.append(r)
+            say(
+                f"C={c:3d} {density:5s} fit {r['fit_cpu_s']:6.2f} CPU-s ({r['fit_wall_s']:6.2f} wall, "
+                f"{r['epochs']} epochs) max err {r['max_err']:.3f} err R,U1,U2,S "
+                + ", ".join(f"{v:.3f}" for v in r["abs_err"])
+                + " h1,h2 err "
+                + ", ".join(f"{v:+.3f}" for v in r["h_err"])
+                + (f" EM alone {r['em_cpu_s']:.2f} CPU-s" if "em_cpu_s" in r else "")
+            )
+    load1 = os.getloadavg()
+    say(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
+    out.write_text(json.dumps({"rows": rows, "load_before": load0, "load_after": load1}, indent=1))
+    out.with_suffix(".log").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
