@@ -367,7 +367,7 @@ class LSMIEstimator:
         if train_knifes:
             for g, k in enumerate((self.knife1, self.knife2)):
                 k.load_state_dict(stacked.knife_state(g))
-                k.eval()
+                k.to(self.device).eval()
         self.history_ = {"epochs": epochs, "held_out_loss": best.tolist(), "n_validation": n_val}
 
     @torch.no_grad()
