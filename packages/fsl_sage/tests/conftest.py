@@ -2,6 +2,15 @@ import pytest
 import torch
 
 from fsl_sage import digits_cnn_split
+from icml25_shared.device import torch_threads
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Tiny models: one torch thread, as the reproduction runs (two threads on a loaded 2-core machine mostly add
+    synchronisation)."""
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture
