@@ -14,6 +14,7 @@ from fsl_sage import (
     SplitFedV1,
     weighted_average,
 )
+from icml25_shared.device import torch_threads
 
 
 def _params(m):
@@ -177,3 +178,21 @@ def test_every_algorithm_learns_something(tiny_data, digits_models, small_cfg):
     for name, cls in ALGORITHMS.items():
         h = cls(c, s, a, FSLConfig(**{**small_cfg, "rounds": 3})).fit(data, ev)
         assert h.records[-1].loss < h.records[0].loss or h.records[-1].accuracy > 0.5, name
+
+
+def test_fit_runs_on_n_threads_and_restores_the_callers_setting(tiny_data, digits_models, small_cfg):
+    data, ev = tiny_data
+    c, s, a = digits_models
+    algo = ALGORITHMS["fsl_sage"](c, s, a, FSLConfig(**{**small_cfg, "rounds": 2}))
+    for n_threads, inside in ((1, 1), (None, 2)):
+        seen: list[int] = []
+
+        def record(alg, rec, seen=seen):
+            seen.append(torch.get_num_threads())
+
+        with torch_threads(2):
+            algo.fit(data, ev, n_threads=n_threads, callback=record)
+            assert torch.get_num_threads() == 2
+        assert seen == [inside, inside], n_threads
+    with pytest.raises(ValueError, match="n_threads"):
+        algo.fit(data, ev, n_threads=0)

@@ -34,7 +34,9 @@ from fsl_sage.config import FSLConfig
 from fsl_sage.data import ClientData, as_client_data, batch_order, check_client_data
 from fsl_sage.metrics import gradient_agreement
 from fsl_sage.models import as_aux, check_split_shapes
+from icml25_shared.device import torch_threads
 from icml25_shared.progress import track
+from icml25_shared.validate import check_int
 
 __all__ = [
     "Dataset",
@@ -267,6 +269,7 @@ class FederatedSplitAlgorithm:
         resume: str | Path | dict[str, Any] | None = None,
         checkpoint: str | Path | None = None,
         callback: Any = None,
+        n_threads: int | None = 1,
     ) -> History:
         """Run ``config.rounds`` rounds (or until ``comm_budget_bytes``) and return the :class:`History`.
 
@@ -280,7 +283,16 @@ class FederatedSplitAlgorithm:
                 call starts afresh from the initial models (and a fresh ledger).
             checkpoint: write the full training state here after every round (atomically), for ``resume``.
             callback: ``callback(algorithm, record)`` after every round (after the checkpoint is written).
+            n_threads: torch threads during the run (default 1: split models this small only add synchronisation
+                with more), the caller's setting restored after; ``None`` keeps torch's setting (large models).
         """
+        if n_threads is not None:
+            n_threads = check_int("n_threads", n_threads, min=1)
+            with torch_threads(n_threads):
+                return self.fit(
+                    client_datasets, eval_data, transform=transform, resume=resume, checkpoint=checkpoint,
+                    callback=callback, n_threads=None,
+                )  # fmt: skip
         data = self._validate(client_datasets, eval_data, transform)
         if resume is None:
             if self._loaded_weights:
