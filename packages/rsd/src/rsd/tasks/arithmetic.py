@@ -261,12 +261,12 @@ class FixtureSpec:
 #: The shipped fixtures: a 1 x 48 draft and a 2 x 96 target (7.9x the draft's non-embedding parameters).
 FIXTURE_SPECS = {
     "draft": FixtureSpec("draft", n_layer=1, n_embd=48, n_head=2, steps=3000, seed=1),
-    "target": FixtureSpec("target", n_layer=2, n_embd=96, n_head=4, steps=2500, seed=2),
+    "target": FixtureSpec("target", n_layer=2, n_embd=96, n_head=4, steps=6000, seed=2),
 }
 #: sha256 of each fixture's ``model.safetensors`` (written by ``scripts/train_fixtures.py``).
 FIXTURE_SHA256 = {
     "draft": "245030128170aa8fa5f6e612d30d16e4e31b26ad14ab21bc7b230a5301b9ebd5",
-    "target": "78cc77ceb6d7a79b3f0bf136a86624a7f33618d038d3ea49d0599d8c38e6f612",
+    "target": "277d84bc96a19bb5dd438607dfb08b2e917bb364a9548085bbd13bf0e00a3a32",
 }
 
 
