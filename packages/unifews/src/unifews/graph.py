@@ -231,6 +231,22 @@ class LayerGraph:
         return cached[1]
 
 
+def check_cached_graph(
+    graph: LayerGraph, source: object, edge_index: object, num_nodes: int, owner: str, hint: str
+) -> object:
+    """``cached=True``: the cached ``graph`` (built from ``source``) may serve ``edge_index`` only if it is the same
+    object or the same edge list in the same order (equal fingerprints); otherwise ``ValueError``. Returns the
+    object to remember as the cache's source."""
+    if edge_index is not source:  # not the same object: prove it is the same graph
+        ei, _, _ = as_edge_list(edge_index, None, num_nodes)
+        if not torch.equal(graph_fingerprint(ei, num_nodes), graph.fingerprint):
+            raise ValueError(
+                f"cached=True: the {owner} cached the graph of its first forward and got a different edge list "
+                f"(other edges or another order); {hint}"
+            )
+    return edge_index
+
+
 class _KeptSpMM(torch.autograd.Function):
     """``out = (A ⊙ M) @ Z`` over a :class:`LayerGraph`: forward through the target-sorted CSR, backward through the
     source-sorted one, both selected by the mask ``M`` (no m × f message tensor)."""

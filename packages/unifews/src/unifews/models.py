@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from typing import Any, Literal, get_args
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 from unifews.config import Scheme, UnifewsConfig
 from unifews.functional import check_lock, check_x
-from unifews.graph import LayerGraph, as_edge_list, graph_fingerprint
+from unifews.graph import LayerGraph, as_edge_list, check_cached_graph
 from unifews.macs import Convention, LayerOps, count_macs
 from unifews.nn import UnifewsGATv2Conv, UnifewsGCN2Conv, UnifewsGCNConv, UnifewsSAGEConv
 
@@ -147,14 +146,10 @@ class UnifewsGNN(nn.Module):
     def _prepare_graph(self, x: Tensor, edge_index: Any, edge_weight: Tensor | None) -> LayerGraph:
         n = x.size(0)
         if self.cached and self._cached_graph is not None:
-            if edge_index is not self._cache_source:
-                ei, _, _ = as_edge_list(edge_index, None, n)
-                if not torch.equal(graph_fingerprint(ei, n), self._cached_graph.fingerprint):
-                    raise ValueError(
-                        "cached=True: the model cached the graph of its first forward and got a different edge list; "
-                        "call reset_parameters() or build a new model for a new graph"
-                    )
-                self._cache_source = edge_index
+            self._cache_source = check_cached_graph(
+                self._cached_graph, self._cache_source, edge_index, n, "model",
+                "call reset_parameters() or build a new model for a new graph",
+            )  # fmt: skip
             return self._cached_graph
         gcn = self.conv_type in ("gcn", "gcn2")
         g = LayerGraph.prepare(

@@ -44,7 +44,7 @@ from unifews.functional import (
     edge_threshold,
     weight_mask,
 )
-from unifews.graph import LayerGraph, as_edge_list, graph_fingerprint, kept_spmm_csr
+from unifews.graph import LayerGraph, as_edge_list, check_cached_graph, graph_fingerprint, kept_spmm_csr
 
 from torch_geometric.nn import MessagePassing  # isort: skip
 from torch_geometric.nn.dense.linear import Linear  # isort: skip
@@ -204,14 +204,9 @@ class UnifewsConvMixin:
                 raise ValueError(f"the LayerGraph has {edge_index.n} nodes but x has {n} rows")
             return edge_index
         if self.cached and self._cached_graph is not None:
-            if edge_index is not self._cache_source:  # not the same object: prove it is the same graph
-                ei, _, _ = as_edge_list(edge_index, None, n)
-                if not torch.equal(graph_fingerprint(ei, n), self._cached_graph.fingerprint):
-                    raise ValueError(
-                        "cached=True: the layer cached the graph of its first forward and got a different edge list "
-                        "(other edges or another order); call reset_cache() to use a new graph"
-                    )
-                self._cache_source = edge_index
+            self._cache_source = check_cached_graph(
+                self._cached_graph, self._cache_source, edge_index, n, "layer", "call reset_cache() to use a new graph"
+            )
             return self._cached_graph
         g = LayerGraph.prepare(
             edge_index,
