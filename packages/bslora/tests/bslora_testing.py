@@ -78,3 +78,18 @@ class ToyDecoder(nn.Module):
         for block in self.layers:
             x = block(x)
         return x
+
+
+def assert_mixed_equals_rows_alone(m, ids, rows, tol: float = 1e-5) -> None:
+    """A mixed batch (``adapter_names=rows``) gives, row by row, what that row's adapter alone gives
+    (``"__base__"``: the model with its adapters disabled)."""
+    with torch.no_grad():
+        mixed = m(input_ids=ids, adapter_names=rows).logits
+        for i, name in enumerate(rows):
+            if name == "__base__":
+                with m.disable_adapter():
+                    alone = m(input_ids=ids[i : i + 1]).logits
+            else:
+                m.set_adapter(name)
+                alone = m(input_ids=ids[i : i + 1]).logits
+            torch.testing.assert_close(mixed[i : i + 1], alone, rtol=tol, atol=tol)

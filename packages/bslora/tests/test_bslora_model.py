@@ -6,7 +6,14 @@ import copy
 
 import pytest
 import torch
-from bslora_testing import ToyDecoder, bs_config, randomize, tiny_llama, tiny_llama_config
+from bslora_testing import (
+    ToyDecoder,
+    assert_mixed_equals_rows_alone,
+    bs_config,
+    randomize,
+    tiny_llama,
+    tiny_llama_config,
+)
 
 from bslora import (
     BSLoRAConfig,
@@ -260,16 +267,7 @@ def test_mixed_batch_equals_each_row_alone(mode):
     m.eval()
     ids = torch.randint(0, 64, (5, 6), generator=torch.Generator().manual_seed(5))
     rows = ["a", "__base__", "c", "b", "a"]
-    with torch.no_grad():
-        mixed = m(input_ids=ids, adapter_names=rows).logits
-        for i, name in enumerate(rows):
-            if name == "__base__":
-                with m.disable_adapter():
-                    alone = m(input_ids=ids[i : i + 1]).logits
-            else:
-                m.set_adapter(name)
-                alone = m(input_ids=ids[i : i + 1]).logits
-            torch.testing.assert_close(mixed[i : i + 1], alone, rtol=1e-5, atol=1e-5)
+    assert_mixed_equals_rows_alone(m, ids, rows)
 
 
 def test_mixed_batch_factor_cache_follows_weight_updates():

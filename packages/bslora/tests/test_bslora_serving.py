@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 import torch
-from bslora_testing import bs_config, randomize, tiny_llama
+from bslora_testing import assert_mixed_equals_rows_alone, bs_config, randomize, tiny_llama
 
 from bslora import BSLoRAConfig, get_bslora_model
 
@@ -164,16 +164,7 @@ def test_mixed_batch_over_different_targets_equals_each_row_alone(mode):
     m.eval()
     ids = torch.randint(0, 64, (6, 5), generator=torch.Generator().manual_seed(5))
     rows = ["b", "a", "__base__", "c", "d", "b"]
-    with torch.no_grad():
-        mixed = m(input_ids=ids, adapter_names=rows).logits
-        for i, name in enumerate(rows):
-            if name == "__base__":
-                with m.disable_adapter():
-                    alone = m(input_ids=ids[i : i + 1]).logits
-            else:
-                m.set_adapter(name)
-                alone = m(input_ids=ids[i : i + 1]).logits
-            torch.testing.assert_close(mixed[i : i + 1], alone, rtol=1e-5, atol=1e-5)
+    assert_mixed_equals_rows_alone(m, ids, rows)
 
 
 def _live_tensor_bytes() -> int:
