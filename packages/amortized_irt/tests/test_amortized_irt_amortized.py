@@ -128,14 +128,9 @@ def test_transformers_featurizer_equals_unpadded_forward_per_text():
     model.train()
     threads = torch.get_num_threads()
     one = TransformersFeaturizer(model, tokenizer, batch_size=1)(texts)
-    np.testing.assert_allclose(one, feat_mean(model, tokenizer, texts), atol=1e-5)
+    whole = TransformersFeaturizer(model, tokenizer, batch_size=len(texts))(texts)
+    np.testing.assert_allclose(one, whole, atol=1e-5)
     assert model.training and torch.get_num_threads() == threads
-
-
-def feat_mean(model, tokenizer, texts):
-    from amortized_irt import TransformersFeaturizer
-
-    return TransformersFeaturizer(model, tokenizer, batch_size=len(texts))(texts)
 
 
 def test_transformers_featurizer_feeds_the_amortized_fit_and_rejects_bad_input():
