@@ -102,7 +102,16 @@ class Setup:
 
 
 QUICK = Setup()
-FULL = replace(QUICK, large_steps=300, val_batches=16)
+FULL = replace(
+    QUICK,
+    large_steps=200,
+    val_batches=16,
+    full_budgets=(5e10, 1.5e11, 4.5e11),
+    pipeline_steps=240,
+    selection_steps=150,
+)
+"""--full, sized to run in about five CPU-minutes on one torch thread (the sweep dominates: its nine runs cost
+3 x the sum of the budgets)."""
 
 
 def llama_config(size: ModelSize, seq_len: int, vocab: int = 65) -> Any:
