@@ -87,7 +87,8 @@ def test_profile_fields_and_estimate_marked(monkeypatch):
 def test_profile_uses_counter_when_readable(monkeypatch):
     clock = iter([100.0, 103.0])
     monkeypatch.setattr(profile_mod, "read_energy_counter", lambda: next(clock))
-    monkeypatch.setattr(profile_mod, "_codecarbon_joules", lambda fn: None)
+    monkeypatch.setattr(profile_mod, "_codecarbon_joules", lambda fn: (None, "codecarbon stubbed"))
+    monkeypatch.setattr(profile_mod, "_zeus_joules", lambda fn, dev: (None, "zeus stubbed"))
     p = profile(tiny_llama(), tokens(2, 8), n_runs=3, energy="measure")
     assert p.measured and p.energy_source == "rapl"
     assert p.joules_per_token == pytest.approx(3.0 / (16 * 3))
@@ -95,7 +96,8 @@ def test_profile_uses_counter_when_readable(monkeypatch):
 
 def test_profile_frozen_counter_is_not_zero(monkeypatch):
     monkeypatch.setattr(profile_mod, "read_energy_counter", lambda: 5.0)
-    monkeypatch.setattr(profile_mod, "_codecarbon_joules", lambda fn: None)
+    monkeypatch.setattr(profile_mod, "_codecarbon_joules", lambda fn: (None, "codecarbon stubbed"))
+    monkeypatch.setattr(profile_mod, "_zeus_joules", lambda fn, dev: (None, "zeus stubbed"))
     p = profile(tiny_llama(), tokens(2, 8), n_runs=2)
     assert not p.measured and p.joules_per_token > 0
 

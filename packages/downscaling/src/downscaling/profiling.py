@@ -1,10 +1,13 @@
 """Cost of serving a model: parameters, FLOPs per token (FlopCounterMode), weight bytes, latency, throughput and
 energy per token, measured or estimated, with operational CO2e (:mod:`downscaling.carbon`).
 
-Energy is **measured** when a counter can be read -- codecarbon's ``OfflineEmissionsTracker`` when installed
-(``icml25-downscaling[energy]``), else the Linux RAPL counter ``/sys/class/powercap/intel-rapl:0/energy_uj`` -- and
-**estimated** otherwise as E = P · t with P an assumed power (``power_w``; default 15 W per CPU thread in use or
-300 W for a CUDA device). ``Profile.measured`` says which; an energy that could not be read is never reported as 0.
+Energy is **measured** when a hardware counter can be read, tried in this order: zeus's ``ZeusMonitor`` (NVML on
+GPUs, RAPL on CPUs; when installed), codecarbon's ``OfflineEmissionsTracker`` (offline: no network; both in
+``icml25-downscaling[energy]``) when it reads its CPU or GPU from a counter, and the Linux RAPL counter
+``/sys/class/powercap/intel-rapl:0/energy_uj``. codecarbon without a counter only *models* power (TDP x CPU load,
+RAM from its size); that is an estimate, so it is not reported as a measurement. Otherwise energy is **estimated**
+as E = P · t with P an assumed power (``power_w``; default 15 W per CPU thread in use or 300 W for a CUDA device).
+``Profile.measured`` says which; an energy that could not be read is never reported as 0.
 """
 
 from __future__ import annotations
@@ -23,7 +26,15 @@ from downscaling.carbon import co2e, joules_to_kwh
 from downscaling.flops import _forward, count_flops, count_train_flops, param_counts
 from icml25_shared.validate import check_choice, check_float, check_int, check_tensor
 
-__all__ = ["Profile", "profile", "weight_bytes", "linear_weight_bytes", "read_energy_counter"]
+__all__ = [
+    "CODECARBON_COUNTER_MODES",
+    "Profile",
+    "codecarbon_reads_counter",
+    "linear_weight_bytes",
+    "profile",
+    "read_energy_counter",
+    "weight_bytes",
+]
 
 WATTS_PER_CPU_THREAD = 15.0
 """Assumed power per busy CPU thread for estimates (about a 200 W, 14-core server part per core)."""
@@ -126,19 +137,70 @@ def read_energy_counter() -> float | None:
         return None
 
 
-def _codecarbon_joules(fn: Any) -> float | None:
+CODECARBON_COUNTER_MODES = frozenset({"intel_rapl", "intel_power_gadget", "windows_emi"})
+"""codecarbon CPU modes that read a hardware counter (its ``cpu_load`` and ``constant`` modes model power from TDP)."""
+
+
+def codecarbon_reads_counter(hardware: Any) -> bool:
+    """Whether a codecarbon tracker's ``_hardware`` list reads energy from a counter: a GPU (NVML), an Apple chip
+    (powermetrics), or a CPU in one of :data:`CODECARBON_COUNTER_MODES`. RAM is always modelled, so it never
+    counts."""
+    for h in hardware or ():
+        kind = type(h).__name__
+        if (
+            kind in ("GPU", "AppleSiliconChip")
+            or kind == "CPU"
+            and getattr(h, "_mode", None) in CODECARBON_COUNTER_MODES
+        ):
+            return True
+    return False
+
+
+def _codecarbon_joules(fn: Any) -> tuple[float | None, str]:
+    """Run ``fn`` under codecarbon's offline tracker; joules when it read a counter, else ``None`` and why."""
     try:
         from codecarbon import OfflineEmissionsTracker
     except ImportError:
-        return None
+        return None, "codecarbon not installed"
     tracker = OfflineEmissionsTracker(country_iso_code="USA", log_level="error", save_to_file=False)
     tracker.start()
     try:
         fn()
     finally:
         tracker.stop()
+    hardware = getattr(tracker, "_hardware", [])
+    found = ", ".join(str(h.description()) if hasattr(h, "description") else type(h).__name__ for h in hardware)
+    if not codecarbon_reads_counter(hardware):
+        return None, f"codecarbon has no counter here, only a power model ({found or 'no hardware'})"
     kwh = getattr(getattr(tracker, "final_emissions_data", None), "energy_consumed", None)
-    return None if kwh is None or not kwh > 0 else float(kwh) * 3.6e6
+    if kwh is None or not kwh > 0:
+        return None, f"codecarbon read no energy ({found})"
+    return float(kwh) * 3.6e6, f"codecarbon ({found})"
+
+
+def _zeus_joules(fn: Any, device: torch.device) -> tuple[float | None, str]:
+    """Run ``fn`` inside one zeus measurement window (``ZeusMonitor.begin_window``/``end_window``): the GPU of
+    ``device`` when it is CUDA, else the CPU packages (RAPL); ``None`` and why when zeus is missing or has no
+    counter here."""
+    try:
+        from zeus.monitor import ZeusMonitor
+    except ImportError:
+        return None, "zeus not installed"
+    try:
+        if device.type == "cuda":
+            monitor = ZeusMonitor(gpu_indices=[device.index or 0], cpu_indices=[])
+        else:
+            monitor = ZeusMonitor(gpu_indices=[])
+    except Exception as err:  # zeus raises its own errors when no NVML / RAPL is available
+        return None, f"zeus has no counter here ({type(err).__name__}: {err})"
+    window = "downscaling.profile"
+    monitor.begin_window(window)
+    try:
+        fn()
+    finally:
+        measurement = monitor.end_window(window)
+    joules = float(getattr(measurement, "total_energy", 0.0) or 0.0)
+    return (joules, "zeus") if joules > 0 else (None, "zeus read no energy")
 
 
 def profile(
@@ -201,21 +263,24 @@ def profile(
                         torch.cuda.synchronize(dev)
                     times.append(time.perf_counter() - t0)
 
-            joules, source = None, "estimate"
+            joules, source, why = None, "estimate", ""
             if energy != "estimate":
-                joules, source = _measure(run)
-                if joules is None and energy == "measure":
-                    raise RuntimeError(
-                        "energy='measure' but no energy counter is readable (codecarbon not installed and RAPL "
-                        f"{RAPL} unreadable); use energy='estimate' or 'auto'"
-                    )
+                joules, source = _measure(run, dev)
+                if joules is None:
+                    why = source
+                    if energy == "measure":
+                        raise RuntimeError(
+                            f"energy='measure' but no energy counter is readable ({why}); use energy='estimate' "
+                            "or 'auto'"
+                        )
             if joules is None:
                 times.clear()
                 run()
                 watts = power_w or (
                     WATTS_CUDA if dev.type == "cuda" else WATTS_PER_CPU_THREAD * torch.get_num_threads()
                 )
-                joules, source = watts * sum(times), f"estimate ({watts:g} W x time)"
+                joules = watts * sum(times)
+                source = f"estimate ({watts:g} W x time" + (f"; {why})" if why else ")")
     finally:
         model.train(was_training)
     pc = param_counts(twin)
@@ -238,17 +303,21 @@ def profile(
     )
 
 
-def _measure(run: Any) -> tuple[float | None, str]:
-    j = _codecarbon_joules(run)
-    if j is not None:
-        return j, "codecarbon"
+def _measure(run: Any, device: torch.device) -> tuple[float | None, str]:
+    """Joules of ``run()`` from the first readable counter (module docstring), else ``None`` and the reasons."""
+    why = []
+    for meter in (lambda: _zeus_joules(run, device), lambda: _codecarbon_joules(run)):
+        j, source = meter()
+        if j is not None:
+            return j, source
+        why.append(source)
     start = read_energy_counter()
     if start is None:
-        return None, "estimate"
+        return None, "; ".join([*why, f"RAPL {RAPL} unreadable"])
     run()
     end = read_energy_counter()
     if end is None or not end > start:  # wrapped or frozen counter: unreadable, never a silent 0
-        return None, "estimate"
+        return None, "; ".join([*why, "RAPL counter did not advance"])
     return end - start, "rapl"
 
 
