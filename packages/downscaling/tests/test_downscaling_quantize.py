@@ -93,8 +93,53 @@ def test_quanto_int8_weight():
         assert _cos(q(input_ids=x).logits, m(input_ids=x).logits) > 0.99
 
 
-@pytest.mark.skipif(importlib.util.find_spec("optimum") is not None, reason="optimum-quanto is installed")
-def test_quanto_missing_raises_clearly():
+_needs_quanto = pytest.mark.skipif(importlib.util.find_spec("optimum") is None, reason="optimum-quanto not installed")
+
+
+@_needs_quanto
+def test_quanto_int8_weight_half_step_per_row_and_bytes():
+    m = tiny_llama(hidden=64, mlp=128)
+    q, rec = quantize(m, "int8_weight", "quanto")
+    for name, mod in m.named_modules():
+        if isinstance(mod, nn.Linear):
+            qw = q.get_submodule(name).weight
+            scale = qw._scale.float()  # one scale per output row (axis 0)
+            assert torch.all((qw.dequantize() - mod.weight).abs() <= scale / 2 + 1e-7), name
+    # stored size: int8 data + one fp32 scale per row, for every Linear (the 14 block matrices and the head), plus
+    # the two fp32 scalars (input_scale, output_scale) every quanto QLinear keeps as buffers
+    want = sum(mod.out_features * (mod.in_features + 4) + 8 for mod in m.modules() if isinstance(mod, nn.Linear))
+    assert rec["linear_bytes_after"] == want
+    assert rec["size_ratio"] == pytest.approx(rec["linear_bytes_before"] / want)
+
+
+@_needs_quanto
+def test_quanto_int4_weight_bytes_and_cosine():
+    m = tiny_llama(hidden=64, mlp=128)
+    q, rec = quantize(m, "int4_weight", "quanto")
+    # two 4-bit values per byte (quanto packs pairs of rows: 65 head rows take 33), an fp32 scale and an fp32
+    # shift per row, and QLinear's two fp32 scalar buffers
+    want = sum(
+        (mod.out_features + 1) // 2 * mod.in_features + 8 * mod.out_features + 8
+        for mod in m.modules()
+        if isinstance(mod, nn.Linear)
+    )
+    assert rec["linear_bytes_after"] == want and rec["size_ratio"] > 6
+    x = tokens()
+    with torch.no_grad():
+        assert _cos(q(input_ids=x).logits, m(input_ids=x).logits) > 0.98
+
+
+def test_torchao_int4_on_cpu_is_refused_naming_the_alternative():
+    """torchao's int4 weight-only kernels need CUDA and bfloat16 (tinygemm / tile-packed) or the mslk package; on
+    a CPU the pair is refused up front, pointing at quanto's int4."""
+    with pytest.raises(ValueError, match="int4_weight.*torchao.*bfloat16.*CUDA.*quanto"):
+        quantize(tiny_llama(), "int4_weight", "torchao")
+
+
+def test_quanto_missing_raises_clearly(monkeypatch):
+    import downscaling.quantize as quantize_mod
+
+    monkeypatch.setattr(quantize_mod, "_has_quanto", lambda: False)  # as if optimum-quanto were not installed
     with pytest.raises(ValueError, match="backend='quanto' is not supported"):
         quantize(tiny_llama(), "int8_weight", "quanto")
 

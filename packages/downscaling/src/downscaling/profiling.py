@@ -74,6 +74,11 @@ def _tensor_bytes(t: torch.Tensor) -> int:
     names = getattr(t, "tensor_data_names", None)
     if names:  # torchao tensor subclasses (Int8Tensor: qdata + scale)
         return sum(_tensor_bytes(getattr(t, n)) for n in names if getattr(t, n, None) is not None)
+    if type(t) not in (torch.Tensor, nn.Parameter) and hasattr(t, "__tensor_flatten__"):
+        # other tensor subclasses (optimum-quanto's WeightQBytesTensor: int8 data + scale; its int4 tensors: packed
+        # uint8 data + scale + shift): the bytes of the inner tensors they store
+        inner, _ = t.__tensor_flatten__()
+        return sum(_tensor_bytes(getattr(t, n)) for n in inner if getattr(t, n, None) is not None)
     if t.is_quantized:
         extra = 16 if t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric) else 0
         if not extra:

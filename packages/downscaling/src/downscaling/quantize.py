@@ -91,6 +91,12 @@ def quantize(model: nn.Module, scheme: Scheme = "int8_dynamic", backend: Backend
     dev = _device(model)
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     here = supported_schemes(dev, dtype)
+    if (scheme, backend) == ("int4_weight", "torchao") and (dev.type != "cuda" or dtype != torch.bfloat16):
+        raise ValueError(
+            f"scheme='int4_weight' with backend='torchao' needs a bfloat16 model on CUDA (torchao's int4 weight-only "
+            f"kernels: tinygemm / tile-packed), got a {dtype} model on {dev.type}; for int4 weights on this device "
+            f"use backend='quanto'; supported here: {here}"
+        )
     if (scheme, backend) not in here:
         raise ValueError(
             f"scheme={scheme!r} with backend={backend!r} is not supported for a {dtype} model on {dev.type} "
