@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 
 import pytest
@@ -137,8 +138,7 @@ def test_torchao_int4_on_cpu_is_refused_naming_the_alternative():
 
 
 def test_quanto_missing_raises_clearly(monkeypatch):
-    import downscaling.quantize as quantize_mod
-
+    quantize_mod = importlib.import_module("downscaling.quantize")  # the module (the package exports the function)
     monkeypatch.setattr(quantize_mod, "_has_quanto", lambda: False)  # as if optimum-quanto were not installed
     with pytest.raises(ValueError, match="backend='quanto' is not supported"):
         quantize(tiny_llama(), "int8_weight", "quanto")
