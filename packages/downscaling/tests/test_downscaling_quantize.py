@@ -152,3 +152,21 @@ def test_weight_bytes_of_quantized_model_adds_up():
     rest = 4 * sum(p.numel() for p in m.parameters() if p.ndim == 1) + 65 * 64 * 4  # norms + fp32 embedding
     buffers = sum(b.numel() * b.element_size() for b in m.buffers())
     assert weight_bytes(q) == rec["linear_bytes_after"] + rest + buffers
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_torch_ao_bytes_recorded_without_unpacking(monkeypatch, bias):
+    """``quantize`` records the int8 Linear bytes from the layout, not by unpacking every packed weight; the figure
+    equals the unpacking count of ``linear_weight_bytes``."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynLinear
+
+    m = tiny_llama(hidden=64, mlp=128)
+    if bias:
+        m.model.layers[0].mlp.up_proj = nn.Linear(64, 128, bias=True)
+    calls = []
+    unpack = DynLinear._weight_bias
+    monkeypatch.setattr(DynLinear, "_weight_bias", lambda self: calls.append(1) or unpack(self))
+    q, rec = quantize(m, "int8_dynamic", "torch.ao")
+    assert calls == []
+    assert rec["linear_bytes_after"] == linear_weight_bytes(q)
+    assert len(calls) == 15  # the count above unpacks each of the 15 Linear layers once

@@ -40,6 +40,8 @@ WATTS_PER_CPU_THREAD = 15.0
 """Assumed power per busy CPU thread for estimates (about a 200 W, 14-core server part per core)."""
 WATTS_CUDA = 300.0
 """Assumed board power of a busy datacenter GPU for estimates."""
+PER_TENSOR_QPARAMS_BYTES = 16
+"""A per-tensor quantized weight's scale (float64) and zero point (int64)."""
 RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
 
 
@@ -80,7 +82,8 @@ def _tensor_bytes(t: torch.Tensor) -> int:
         inner, _ = t.__tensor_flatten__()
         return sum(_tensor_bytes(getattr(t, n)) for n in inner if getattr(t, n, None) is not None)
     if t.is_quantized:
-        extra = 16 if t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric) else 0
+        per_tensor = t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric)
+        extra = PER_TENSOR_QPARAMS_BYTES if per_tensor else 0
         if not extra:
             extra = t.q_per_channel_scales().nbytes + t.q_per_channel_zero_points().nbytes
         return t.numel() * t.element_size() + extra
