@@ -467,9 +467,17 @@ def _unstructured_masks(
 
 def recover(model: nn.Module, calib: list[torch.Tensor], cfg: Recover, *, seed: int = 0) -> list[float]:
     """``cfg.steps`` AdamW steps of next-token training (or distillation from ``cfg.distill_from``) on random
-    calibration windows; in place; returns the losses. Pruning masks stay applied (they multiply the weight on
-    every forward), so pruned weights stay zero."""
+    calibration windows; in place; returns the losses (this rank's). Pruning masks stay applied (they multiply the
+    weight on every forward), so pruned weights stay zero.
+
+    Under an initialised ``torch.distributed`` group the model is wrapped in DDP and every rank takes rows
+    ``shard_bounds(batch, rank, world)`` of the same seeded global batch; each rank's loss is weighted by its share
+    of the rows, so DDP's gradient average is the gradient of the global batch's mean loss (tested: 2 gloo ranks ==
+    one process)."""
+    import torch.distributed as dist
+
     from downscaling.distill import distill_loss
+    from icml25_shared.distributed import shard_bounds
 
     data = torch.cat(list(calib), 0)
     gen = torch.Generator().manual_seed(seed)
@@ -477,13 +485,18 @@ def recover(model: nn.Module, calib: list[torch.Tensor], cfg: Recover, *, seed: 
     teacher = cfg.distill_from
     if teacher is not None:
         teacher.eval()
+    distributed = dist.is_available() and dist.is_initialized()
+    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+    bs = min(16, data.shape[0])
+    lo, hi = shard_bounds(bs, rank, world)
+    share = (hi - lo) * world / bs  # DDP averages over ranks: weight each rank's mean by its rows
+    train_model = nn.parallel.DistributedDataParallel(model) if distributed else model
     model.train()
     losses = []
-    bs = min(16, data.shape[0])
     for _ in range(cfg.steps):
-        idx = torch.randint(data.shape[0], (bs,), generator=gen).to(data.device)
+        idx = torch.randint(data.shape[0], (bs,), generator=gen)[lo:hi].to(data.device)
         x = data[idx]
-        logits = _model_forward(model, x[:, :-1])
+        logits = _model_forward(train_model, x[:, :-1])
         if teacher is None:
             loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1))
         else:
@@ -491,7 +504,7 @@ def recover(model: nn.Module, calib: list[torch.Tensor], cfg: Recover, *, seed: 
                 t_logits = _model_forward(teacher, x[:, :-1])
             loss = distill_loss(logits, t_logits, x[:, 1:])
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * share).backward()
         opt.step()
         losses.append(loss.item())
     model.eval()
