@@ -182,3 +182,37 @@ def test_cli_profile_and_plan(tmp_path, capsys):
     from transformers import LlamaForCausalLM
 
     assert LlamaForCausalLM.from_pretrained(tmp_path / "out").config.num_attention_heads == 2
+
+
+def test_cli_report_equals_report_on_the_same_models(tmp_path, capsys):
+    import json
+
+    from downscaling.cli import main
+    from downscaling.config import PruneConfig
+    from downscaling.prune import prune
+    from downscaling.report import bpc_evaluator
+
+    base = tiny_llama(kv=2)
+    heads = prune(base, PruneConfig("heads", 0.5)).model
+    base.save_pretrained(tmp_path / "base")
+    heads.save_pretrained(tmp_path / "heads-50")
+    ids = torch.randint(0, 65, (400,), generator=torch.Generator().manual_seed(2))
+    torch.save(ids, tmp_path / "val.pt")
+    argv = ["report", str(tmp_path / "base"), str(tmp_path / "heads-50"), f"copy={tmp_path / 'base'}",
+            "--data", str(tmp_path / "val.pt"), "--windows", "3", "--seq-len", "16"]  # fmt: skip
+    assert main([*argv, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["model"] for r in rows] == ["baseline", "heads-50", "copy"]
+    # the same windows by hand: seeded starts into the id stream
+    starts = torch.randint(400 - 17, (3,), generator=torch.Generator().manual_seed(0)).tolist()
+    win = torch.stack([ids[s : s + 17] for s in starts])
+    want = bpc_evaluator([(win[:, :-1], win[:, 1:])])
+    assert rows[0]["quality"] == pytest.approx(want(base)["all"], rel=1e-6)
+    assert rows[1]["quality"] == pytest.approx(want(heads)["all"], rel=1e-6)
+    assert rows[2]["quality"] == pytest.approx(rows[0]["quality"], rel=1e-12)
+    assert rows[1]["flops_per_token"] < rows[0]["flops_per_token"] == rows[2]["flops_per_token"]
+    assert main([*argv, "--format", "markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "heads-50" in md and "pareto" in md
+    with pytest.raises(ValueError, match="unique"):
+        main(["report", str(tmp_path / "base"), f"a={tmp_path / 'base'}", f"a={tmp_path / 'heads-50'}"])
