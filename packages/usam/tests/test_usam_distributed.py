@@ -1,8 +1,10 @@
-"""Row extraction split over two gloo processes equals the single-process rows."""
+"""Row extraction split over two gloo processes (accelerate's ``split_between_processes`` and plain
+``torch.distributed``) equals the single-process rows, each process extracting half of the images."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from usam_testing import IMAGE, tiny_sam
 
@@ -23,17 +25,34 @@ def _data():
     return images, masks
 
 
-def _rank(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+def _rank_split(rank: int, world_size: int, split: str) -> tuple[dict[str, torch.Tensor], int, int]:
+    from accelerate import PartialState
+
     images, masks = _data()
-    return extract_rows({"large": tiny_sam(0), "tiny": tiny_sam(1)}, images, masks, token_model="large")
+    tiny = tiny_sam(1)
+    seen: list[int] = []
+    hook = tiny.vision_encoder.register_forward_hook(lambda m, a, o: seen.append(1))
+    rows = extract_rows({"large": tiny_sam(0), "tiny": tiny}, images, masks, token_model="large", split=split)
+    hook.remove()
+    procs = PartialState().num_processes if split == "accelerate" else world_size
+    return rows, len(seen), procs
 
 
-def test_two_processes_equal_one():
+@pytest.mark.parametrize("split", ["accelerate", "torch"])
+def test_split_between_two_processes(split):
     images, masks = _data()
     single = extract_rows({"large": tiny_sam(0), "tiny": tiny_sam(1)}, images, masks, token_model="large")
-    out = launch(_rank, 2)
+    out = launch(_rank_split, 2, (split,))
     assert len(single["iou"]) == 24
-    for rows in out:
+    for rows, images_seen, procs in out:
+        assert procs == 2
+        assert images_seen == 8  # each process runs the Tiny model on its half of the 16 images only
         assert set(rows) == set(single)
         for k in single:
             assert torch.allclose(rows[k].float(), single[k].float(), atol=1e-6), k
+
+
+def test_split_choice_checked():
+    images, masks = _data()
+    with pytest.raises(ValueError, match="split"):
+        extract_rows({"m": tiny_sam(0)}, images[:1], masks[:1], split="mpi")

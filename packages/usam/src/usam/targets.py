@@ -5,7 +5,8 @@
 - :func:`sample_prompts` — the centre point of the eroded GT mask plus 7 random foreground points;
 - :func:`extract_rows` — batch inference over images × GT instances: tokens, SamScores, IoUs and every target of
   the paper (``iou``, ``iou_<model>``, ``unsupervised_iou``, ``iou_dense_prompt``, the three gaps) as a table
-  saved with :func:`save_rows` (safetensors); rows can be split over processes (``torch.distributed``).
+  saved with :func:`save_rows` (safetensors); the images can be split over processes (accelerate's
+  ``PartialState.split_between_processes``, or plain ``torch.distributed``) and the rows gathered on every rank.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as tF
 
-from icml25_shared.validate import check_array, check_bool, check_float, check_int
+from icml25_shared.validate import check_array, check_bool, check_choice, check_float, check_int
 from usam.config import GAP_PAIRS
 from usam.entropy import mask_entropy, mixture_entropy
 
@@ -160,6 +161,7 @@ def extract_rows(
     seed: int = 0,
     entropies: bool = True,
     distributed: bool | None = None,
+    split: Literal["auto", "accelerate", "torch"] = "auto",
 ) -> dict[str, torch.Tensor]:
     """Tokens and every target of Sec. 3.2 for each GT instance, one centre-point prompt each (batch inference).
 
@@ -172,8 +174,11 @@ def extract_rows(
         token_model: whose tokens, SamScores and IoUs fill ``tokens``/``iou``/… (default: the first model).
         dense_prompt: also run the 8-point prompt of the token model (``iou_dense_prompt``, ``prompt_gap``).
         entropies: add ``h_std`` (entropy of the SamScore-selected map) and ``h_a`` (Sec. 3.1).
-        distributed: split the images over the ranks of the initialised ``torch.distributed`` group and gather the
-            rows on every rank (default: when a group is initialised).
+        distributed: split the images over the processes and gather the rows on every rank (default: when a
+            ``torch.distributed`` group is initialised, e.g. under ``accelerate launch`` or ``torchrun``).
+        split: how the images are split: ``"accelerate"`` (``PartialState().split_between_processes``, the
+            ``distributed`` extra), ``"torch"`` (contiguous shards by ``torch.distributed`` rank), ``"auto"``
+            (accelerate when installed). Both give contiguous shards in rank order, so the rows equal one process's.
 
     Returns:
         Columns of R rows: ``image``, ``instance``, ``points`` (R, n_points, 2), ``tokens`` (R, 3, 2d), ``scores``
@@ -189,18 +194,28 @@ def extract_rows(
         raise ValueError(f"gt_masks must have one entry per image ({images.shape[0]}), got {len(gt_masks)}")
     check_bool("dense_prompt", dense_prompt)
     n_points = check_int("n_points", n_points, min=1)
+    split = check_choice("split", split, ("auto", "accelerate", "torch"))
     token_model = token_model or next(iter(models))
     if token_model not in models:
         raise ValueError(f"token_model must be one of {list(models)}, got {token_model!r}")
     wrapped = {k: _as_wrapped(m) for k, m in models.items()}
     n_img = images.shape[0]
-    lo, hi = 0, n_img
+    indices: Sequence[int] = range(n_img)
     if distributed is None:
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    check_bool("distributed", distributed)
+    state = None
     if distributed:
-        from icml25_shared.distributed import shard_bounds
+        if split == "accelerate" or (split == "auto" and _has_accelerate()):
+            state = _accelerate_state()
+            with state.split_between_processes(list(range(n_img))) as mine:
+                indices = mine
+        else:
+            from icml25_shared.distributed import shard_bounds
 
-        lo, hi = shard_bounds(n_img, torch.distributed.get_rank(), torch.distributed.get_world_size())
+            if not torch.distributed.is_initialized():
+                raise ValueError("distributed=True with split='torch' needs an initialised torch.distributed group")
+            indices = range(*shard_bounds(n_img, torch.distributed.get_rank(), torch.distributed.get_world_size()))
 
     cols: dict[str, list[torch.Tensor]] = {}
 
@@ -209,7 +224,7 @@ def extract_rows(
 
     try:
         skipped = _extract(
-            wrapped, images, gt_masks, range(lo, hi), token_model, dense_prompt, n_points, seed, entropies, add
+            wrapped, images, gt_masks, indices, token_model, dense_prompt, n_points, seed, entropies, add
         )
     finally:  # the hooks of wrappers made here for raw SAM models
         for k, m in wrapped.items():
@@ -219,7 +234,7 @@ def extract_rows(
         log.warning("extract_rows: skipped %d GT instances with an empty mask", skipped)
     rows = {k: torch.cat(v) for k, v in cols.items()}
     if distributed:
-        rows = _gather_rows(rows)
+        rows = _gather_rows(rows, state)
     if not rows or rows["iou"].numel() == 0:
         raise ValueError("gt_masks: every GT mask is empty, no rows to extract")
     _add_gaps(rows)
@@ -230,7 +245,7 @@ def _extract(
     wrapped: Mapping[str, Any],
     images: torch.Tensor,
     gt_masks: Sequence[Any],
-    indices: range,
+    indices: Sequence[int],
     token_model: str,
     dense_prompt: bool,
     n_points: int,
@@ -296,11 +311,51 @@ def _add_gaps(rows: dict[str, torch.Tensor]) -> None:
             rows[gap] = rows[a] - rows[b]
 
 
-def _gather_rows(rows: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _has_accelerate() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("accelerate") is not None
+
+
+def _accelerate_state() -> Any:
+    """accelerate's ``PartialState`` for the running group (a gloo group is accelerate's CPU mode).
+
+    ``PartialState`` sets torch's thread count on CPU when ``OMP_NUM_THREADS`` is unset; the caller's is restored.
+    """
+    import warnings
+
+    try:
+        from accelerate import PartialState
+    except ImportError as e:
+        raise ImportError("split='accelerate' needs accelerate: pip install 'icml25-usam[distributed]'") from e
+    dist = torch.distributed
+    cpu = dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo"
+    threads = torch.get_num_threads()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="OMP_NUM_THREADS/MKL_NUM_THREADS unset")
+            state = PartialState(cpu=cpu)
+    finally:
+        torch.set_num_threads(threads)
+    if state.num_processes == 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        raise RuntimeError(
+            f"accelerate sees one process but torch.distributed has {dist.get_world_size()}: launch with "
+            "`accelerate launch` or pass split='torch'"
+        )
+    return state
+
+
+def _gather_rows(rows: dict[str, torch.Tensor], state: Any = None) -> dict[str, torch.Tensor]:
     """Concatenate every rank's rows in rank order (ranks hold contiguous image shards)."""
-    world = torch.distributed.get_world_size()
-    parts: list[Any] = [None] * world
-    torch.distributed.all_gather_object(parts, rows)
+    if state is not None and state.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        parts: list[Any] = gather_object([rows])
+    elif state is not None or not torch.distributed.is_initialized():
+        parts = [rows]
+    else:
+        parts = [None] * torch.distributed.get_world_size()
+        torch.distributed.all_gather_object(parts, rows)
     parts = [p for p in parts if p]  # a rank without images contributes nothing
     return {k: torch.cat([p[k] for p in parts]) for k in parts[0]} if parts else {}
 
