@@ -1,8 +1,16 @@
-"""Lean REPL backend against a recorded transcript of the REPL's JSON protocol (no Lean binaries here)."""
+"""Lean 4: the REPL backend against a recorded transcript of its JSON protocol, and ProofAug's algorithm (MCSP,
+cuts, repair, idempotence) against a fake REPL replaying recorded tactic outcomes (no Lean binaries here)."""
 
 from __future__ import annotations
 
-from proofaug import Problem
+import os
+import shutil
+
+import pytest
+from lean_fake import FakeLeanRepl
+
+from proofaug import Problem, ProofAug, ProofAugConfig
+from proofaug.augment import Cut
 from proofaug.backends.lean import LeanReplBackend
 
 HEADER = "import Mathlib"
@@ -57,3 +65,107 @@ def test_lean_transcript():
     assert lean.check(PROB, ":= by\n  rw [h]\n  omega").ok
     assert not lean.check(PROB, ":= by\n  sorry").ok
     assert lean.calls == 6 and not replay.pairs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ProofAug's algorithm on Lean 4, against a fake REPL replaying recorded tactic outcomes (tests/lean_fake.py)
+
+STMT = "theorem t2 (a b : ℕ) (h₀ : a = 2) (h₁ : b = 3) : a * b = 6 ∧ a + b = 5"
+P2 = Problem("t2", HEADER, STMT, language="lean")
+HYPS = "a b : ℕ\nh₀ : a = 2\nh₁ : b = 3"
+EFFECTS = {
+    ("a * b = 6", "subst h₀"): ["2 * b = 6"],
+    ("2 * b = 6", "subst h₁"): ["2 * 3 = 6"],
+    ("2 * b = 6", "rw [h4]"): ["2 * 4 = 6"],
+    ("2 * b = 6", "omega"): [],
+    ("2 * 3 = 6", "omega"): [],
+    ("a + b = 5", "omega"): [],
+    ("a * b = 6", "norm_num [h₀, h₁]"): [],
+    ("a * b = 6 ∧ a + b = 5", "exact ⟨h2, h3⟩"): [],
+    ("b = 4", "omega"): "omega could not prove the goal",
+    ("2 * 4 = 6", "norm_num"): "norm_num failed to prove the goal",
+}
+LEAN_LADDER2 = ProofAugConfig(hammers=("omega", "norm_num [h₀, h₁]"), hammer_timeout=1.0)
+
+H2 = ":= by\n  have h2 : a * b = 6 := by\n"
+REST = "  have h3 : a + b = 5 := by omega\n  exact ⟨h2, h3⟩"
+GOOD = H2 + "    subst h₀\n    subst h₁\n    omega\n" + REST
+WRONG_LEAF = GOOD.replace("    omega\n", "    exact bogus\n")
+MISSING = H2 + "    subst h₀\n" + REST
+FALSE_CLAIM = H2 + "    subst h₀\n    have h4 : b = 4 := by omega\n    rw [h4]\n    norm_num\n" + REST
+BY_PARTIAL = H2 + "    subst h₀\n    omega\n" + REST  # also MISSING repaired
+BY_ENTRY = H2 + "    norm_num [h₀, h₁]\n" + REST
+
+
+def fake_lean():
+    accepted = {f"{STMT} {p}" for p in (GOOD, BY_PARTIAL, BY_ENTRY)}
+    return LeanReplBackend(transport=FakeLeanRepl(HYPS, "a * b = 6 ∧ a + b = 5", EFFECTS, accepted))
+
+
+def test_lean_mcsp_one_wrong_leaf_one_sorry_and_missing_case():
+    pa = ProofAug(fake_lean(), LEAN_LADDER2)
+    semi = pa.mcsp(P2, WRONG_LEAF)
+    assert semi.text == WRONG_LEAF.replace("exact bogus", "sorry") and len(semi.holes) == 1
+    assert semi.body[semi.holes[0]].code == "sorry"
+    semi = pa.mcsp(P2, MISSING)  # R4: the `have` block ends with its goal open -> one sorry at the body's indent
+    assert semi.text == MISSING.replace("subst h₀\n", "subst h₀\n    sorry\n") and len(semi.holes) == 1
+    assert pa.mcsp(P2, GOOD).holes == [] and pa.mcsp(P2, GOOD).text == GOOD
+
+
+def test_lean_augment_repairs_and_is_idempotent():
+    lean = fake_lean()
+    pa = ProofAug(lean, LEAN_LADDER2)
+    assert pa.augment(P2, GOOD).stage == "init_proof"
+    res = pa.augment(P2, WRONG_LEAF)
+    assert res.success and res.stage == "init_atp" and res.proof == GOOD and res.checker_calls > 0
+    again = pa.augment(P2, res.proof)
+    assert again.success and again.proof == res.proof and again.stage == "init_proof"
+    res = pa.augment(P2, MISSING)
+    assert res.success and res.proof == BY_PARTIAL
+    assert not pa.run_method(P2, WRONG_LEAF, "plain").success
+    calls = lean.calls
+    res = ProofAug(lean, LEAN_LADDER2).augment(P2, FALSE_CLAIM)
+    assert res.checker_calls == lean.calls - calls  # accounting equals the backend's call log
+
+
+@pytest.mark.parametrize(
+    "mode, want, proof",
+    [
+        ("partial_first", [Cut(2, 3, "have h4 : b = 4"), Cut(2, 5), Cut(1, 5), Cut(0, 8)], BY_PARTIAL),
+        ("entry", [Cut(2, 3, "have h4 : b = 4"), Cut(1, 5), Cut(0, 8)], BY_ENTRY),
+        ("entry_then_partial", [Cut(2, 3, "have h4 : b = 4"), Cut(1, 5), Cut(2, 5), Cut(0, 8)], BY_ENTRY),
+    ],
+)
+def test_lean_cuts_order_and_coarsening(mode, want, proof):
+    pa = ProofAug(fake_lean(), ProofAugConfig(hammers=LEAN_LADDER2.hammers, cuts=mode))
+    semi = pa.mcsp(P2, FALSE_CLAIM)
+    # body: 0 have h2 (open) 1 subst 2 have h4 := by sorry 3 rw 4 sorry 5 (close) 6 have h3 7 exact
+    assert semi.holes == [2, 4] and semi.body[2].code == "have h4 : b = 4 := by sorry"
+    cuts = pa.cuts(semi, 2)
+    assert cuts == want and cuts[-1] == Cut(0, len(semi.body))  # the theorem last, no duplicates
+    res = pa.augment(P2, FALSE_CLAIM)
+    assert res.success and res.stage == "coarse_atp" and res.proof == proof
+    assert len(set(res.semi_proofs)) == len(res.semi_proofs)
+
+
+def test_lean_theorem_ladder_and_dsp_holes():
+    pa = ProofAug(fake_lean(), LEAN_LADDER2)
+    assert not pa.run_method(P2, GOOD, "theorem_ladder").success  # no ladder tactic proves the conjunction
+    sketch = GOOD.replace("    omega\n", "    sorry\n")
+    res = pa.run_method(P2, sketch, "dsp_holes")
+    assert res.success and res.proof == GOOD
+
+
+LEAN_PROJECT = os.environ.get("PROOFAUG_LEAN_PROJECT")
+
+
+@pytest.mark.skipif(
+    shutil.which("lake") is None or not LEAN_PROJECT,
+    reason="live Lean needs `lake` and PROOFAUG_LEAN_PROJECT (a Lean project with Mathlib and the REPL)",
+)
+def test_lean_live_repair():
+    prob = Problem("t3", "import Mathlib", "theorem t3 (a : ℕ) (h : a = 2) : a + a = 4", language="lean")
+    with LeanReplBackend(project_dir=LEAN_PROJECT) as lean:
+        pa = ProofAug(lean, ProofAugConfig(hammers=("omega",), hammer_timeout=30.0, step_timeout=60.0))
+        res = pa.augment(prob, ":= by\n  have h2 : a = 2 := by\n    exact bogus\n  omega")
+        assert res.success and "exact bogus" not in res.proof

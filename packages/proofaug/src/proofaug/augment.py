@@ -17,6 +17,11 @@ Coq transfer (our contract; the paper's Isar modes do not exist in Coq):
 Granularities (cuts) for a hole in blocks B0 ⊂ B1 ⊂ … ⊂ root: the hole itself, then for each block its last
 single-goal partial state and its entry (``cuts="partial_first"``), only entries (``"entry"``, the paper's
 Isabelle granularity) or entry then partial (``"entry_then_partial"``, the order of the paper's Lean code).
+
+The same algorithm runs on Lean 4 and Isabelle: :mod:`proofaug.dialects` supplies each language's steps and
+blocks (Lean ``have … := by`` bodies, Isar ``proof … qed``), its hole (``sorry``) and its messages; the problem's
+``language`` picks the dialect. On Lean a ``have`` block is closed when its goal count is back to the count
+before it (R4 inserts ``sorry`` until it is); on Isar a failing ``proof m`` makes its whole block one ``sorry``.
 """
 
 from __future__ import annotations
@@ -31,15 +36,8 @@ from typing import Any, Literal
 from icml25_shared.validate import check_choice
 from proofaug.backends.base import BackendError, ProverBackend, StatementError, normalize_goals
 from proofaug.config import Problem, ProofAugConfig
-from proofaug.structure import (
-    ProofScript,
-    Sentence,
-    build_blocks,
-    innermost,
-    parse_proof,
-    split_inline,
-    split_sentences,
-)
+from proofaug.dialects import Dialect, dialect_for, focused_goals
+from proofaug.structure import ProofScript, Sentence, innermost, split_sentences
 
 __all__ = ["ProofAug", "ProofAugResult", "SemiProof", "Cut", "focused_goals", "Stage", "Proposer"]
 
@@ -48,16 +46,7 @@ log = logging.getLogger(__name__)
 Stage = Literal["init_proof", "init_atp", "coarse_atp", "erp", "failed", "backend_error"]
 Proposer = Callable[..., list[str]]
 
-_ORPHAN = re.compile(r"No such goal|No more goals|The proof is not focused|No focused proof")
-_UNCLOSED = re.compile(r"cannot be unfocused this way|is not finished|incomplete proof|is mandatory here|Expecting")
 _NEXT_BULLET = re.compile(r"bullet ([-+*]+)")
-_ADMIT = re.compile(r"^admit\s*\.$|\sby\s+admit\s*\.$")
-
-
-def focused_goals(goals: str) -> int:
-    """Number of focused goals in a coqtop goal display (0 for ``No more goals`` and completed sub-proofs)."""
-    m = re.match(r"\s*(\d+) goals?\b", goals)
-    return int(m.group(1)) if m else 0
 
 
 @dataclass
@@ -153,7 +142,7 @@ class ProofAug:
     def mcsp(self, problem: Problem, proposal: str) -> SemiProof | None:
         """The maximal compatible semi-proof of ``proposal`` (rules R1–R5), or None when it is abandoned."""
         _check_args(problem, proposal)
-        return self._mcsp(problem, _parse(proposal), "mcsp")
+        return self._mcsp(problem, _parse(proposal, problem.language), "mcsp")
 
     def run_method(
         self,
@@ -172,7 +161,7 @@ class ProofAug:
         t0 = time.perf_counter()
         self._calls0 = self.backend.calls
         self._proposer_calls = 0
-        script = _parse(proposal)
+        script = _parse(proposal, problem.language)
         tried: list[str] = []
         used: list[int] = []
         try:
@@ -184,7 +173,7 @@ class ProofAug:
                     return self._result(False, text, "failed", tried, used, False, t0)
                 return self._final(problem, text, "init_proof", tried, used, False, t0)
             if method == "theorem_ladder":
-                script = ProofScript(script.head, [], script.tail)
+                script = replace(script, body=[], dropped="")
                 semi = self._mcsp(problem, script, "mcsp")
             else:
                 mode = {"proofaug": "mcsp", "dsp_holes": "holes", "first_error": "truncate"}[method]
@@ -192,7 +181,7 @@ class ProofAug:
             if semi is None:
                 return self._result(False, script.render(), "failed", tried, used, False, t0)
             coarse_ok = method in ("proofaug", "theorem_ladder")
-            filled = self._fill(problem, semi, coarse_ok, tried, used)
+            filled = self._fill(problem, semi, coarse_ok, tried, used, dialect_for(problem.language))
             if filled is None:
                 return self._result(False, semi.text, "failed", tried, used, semi.has_timeout, t0)
             semi, stage = filled
@@ -220,8 +209,10 @@ class ProofAug:
         start = self.backend.start(problem)
         if not start.ok:
             raise StatementError(f"statement of {problem.name!r} fails: {start.message}")
+        d = dialect_for(problem.language)
         src = script.body
-        _, blocks = build_blocks(src)
+        _, blocks = d.blocks(src)
+        expect: list[int] = []  # Lean: goal count before each open `have` block
         body: list[Sentence] = []
         states, goals, holes = [], [], []
         state, shown = start.state, start.goals
@@ -240,19 +231,32 @@ class ProofAug:
         def close_one(indent: str) -> str:
             """R4: insert ``admit.`` (or the bullet / ``}`` Coq asks for first) before a closing sentence;
             ``"orphan"`` when no goal is left at all (the closing sentence itself is then an orphan, R3)."""
-            r = self._run(state, "admit.")
+            r = self._run(state, d.hole)
             if r.ok:
-                emit(Sentence(indent + "admit.", "tactic"), r, True)
+                emit(d.at(indent, d.hole), r, True)
                 return "inserted"
+            if d.name != "coq":
+                return "orphan" if d.orphan(r.message) else "fail"
             m = _NEXT_BULLET.search(r.message)
             code = m.group(1) if m else ("}" if "unfocusing" in r.message or "}" in r.message else None)
             if code is None:
-                return "orphan" if _ORPHAN.search(r.message) else "fail"
+                return "orphan" if d.orphan(r.message) else "fail"
             r = self._run(state, code)
             if not r.ok:
                 return "fail"
             emit(Sentence(indent + code, "bullet" if code != "}" else "close"), r, False)
             return "inserted"
+
+        def close_block(indent: str) -> bool:
+            """Lean: close the innermost open ``have`` block (R4: ``sorry`` until its goals are proved)."""
+            nonlocal modified
+            g = expect.pop()
+            while d.n_goals(shown) > g:
+                if mode in ("plain", "holes") or close_one(indent) != "inserted":
+                    return False
+                modified = True
+            emit(Sentence("", "close", exec=""), _Res(state, shown), False)
+            return True
 
         i = 0
         while i < len(src):
@@ -260,9 +264,17 @@ class ProofAug:
             if s.kind == "blank":
                 i += 1
                 continue
+            if s.kind == "close" and d.virtual_close:
+                if not expect or not close_block(d.insert_indent(body, None)):
+                    return None
+                i += 1
+                continue
+            before = d.n_goals(shown)
             res = self._run(state, s.code) if s.terminated else None
             if res is not None and res.ok:
-                emit(s, res, s.kind == "tactic" and bool(_ADMIT.search(s.code)))
+                emit(s, res, s.kind == "tactic" and d.is_hole(s.code))
+                if s.kind == "open" and d.virtual_close:
+                    expect.append(before)
                 i += 1
                 continue
             msg = res.message if res is not None else "unterminated sentence"
@@ -272,42 +284,58 @@ class ProofAug:
             modified = True
             if mode == "truncate":
                 break
-            indent = _indent(s)
-            if _UNCLOSED.search(msg) and s.kind in ("close", "bullet"):  # R4
+            indent = d.insert_indent(body, s)
+            if d.unclosed(msg) and s.kind in ("close", "bullet"):  # R4
                 done = close_one(indent)
                 if done == "fail":
                     return None
                 if done == "orphan":  # R3: an unmatched `}` with nothing left to prove
                     i += 1
                 continue
-            if _ORPHAN.search(msg):  # R3
+            if d.orphan(msg):  # R3
                 i = _subtree_end(blocks, i, src) if s.kind in ("open", "bullet") else i + 1
                 continue
+            if s.kind == "open" and d.open_fail_hole:  # Isar: a failing `proof m` -> its block is one hole
+                r = self._run(state, d.hole)
+                if r.ok:
+                    emit(d.replace(s, d.hole), r, True)
+                    i = next((b.end for b in blocks if b.kind == "proof" and b.start == i), i + 1)
+                    continue
             if s.kind == "tactic":
-                inline = split_inline(s.code) if s.terminated else None
+                inline = d.inline(s.code) if s.terminated else None
                 if inline is not None:  # R1
-                    code = f"{inline[0]} by admit."
+                    code = d.inline_hole(inline[0])
                     r = self._run(state, code)
                     has_timeout |= r.timed_out
                     if r.ok:
-                        emit(s.replaced(code), r, True)
+                        emit(d.replace(s, code), r, True)
                         i += 1
                         continue
-                r = self._run(state, "admit.")  # R2
+                r = self._run(state, d.hole)  # R2
                 if r.ok:
-                    emit(s.replaced("admit."), r, True)
+                    emit(d.replace(s, d.hole), r, True)
                     i += 1
                     continue
-                if _ORPHAN.search(r.message):  # R3 after all
+                if d.orphan(r.message):  # R3 after all
                     i += 1
                     continue
             log.debug("R5: %r failed with %s", s.code, msg)
             return None
-        for _ in range(4 * len(src) + 20):  # Qed, with R4 until the proof can be saved
-            r = self._run(state, "Qed.")
-            if r.ok or "given up goals" in r.message:
-                break
-            if mode in ("plain", "holes") or not _UNCLOSED.search(r.message) or close_one("\n  ") != "inserted":
+        while expect:  # Lean: blocks left open by truncation
+            if not close_block(d.insert_indent(body, None)):
+                return None
+        for _ in range(4 * len(src) + 20):  # Qed (Lean: no goal left), with R4 until the proof can be saved
+            if d.end is None:
+                if d.n_goals(shown) == 0:
+                    break
+                msg = "goals remain"
+            else:
+                r = self._run(state, d.end)
+                if r.ok or "given up goals" in r.message:
+                    break
+                msg = r.message if d.unclosed(r.message) else ""
+            indent = d.insert_indent(body, None)
+            if mode in ("plain", "holes") or not msg or close_one(indent) != "inserted":
                 return None
             modified = True
         else:
@@ -319,14 +347,15 @@ class ProofAug:
     # ------------------------------------------------------------------------------------------------ cuts
     def cuts(self, semi: SemiProof, hole: int) -> list[Cut]:
         """Candidate cuts for ``hole``, finest first, the theorem last, deduplicated (see the module docstring)."""
+        d = dialect_for(semi.script.language)
         body = semi.body
-        inline = split_inline(body[hole].code)
+        inline = d.inline(body[hole].code)
         out = [Cut(hole, hole + 1, inline[0] if inline else None)]
-        _, blocks = build_blocks(body)
+        _, blocks = d.blocks(body)
         b = innermost(blocks, hole)
         while b is not None:
             elem = b.element_of(hole)
-            partial = [k for k in b.direct() if k <= elem and focused_goals(semi.goals[k]) == 1]
+            partial = [k for k in b.direct() if k <= elem and d.single_goal(semi.goals, b, k)]
             entry = Cut(b.start, b.end) if b.start < b.end else None
             part = Cut(max(partial), b.end) if partial else None
             order = {
@@ -341,7 +370,7 @@ class ProofAug:
         return out
 
     def _fill(
-        self, problem: Problem, semi: SemiProof, coarse_ok: bool, tried: list[str], used: list[int]
+        self, problem: Problem, semi: SemiProof, coarse_ok: bool, tried: list[str], used: list[int], d: Dialect
     ) -> tuple[SemiProof, Stage] | None:
         seen: set[str] = set()
         coarsened = erp_used = False
@@ -349,15 +378,15 @@ class ProofAug:
             hole = semi.holes[0]
             cands = self.cuts(semi, hole) if coarse_ok else self.cuts(semi, hole)[:1]
             for ci, cut in enumerate(cands):
-                text = _render_cut(semi, cut)
+                text = _render_cut(semi, cut, d)
                 if text in seen:
                     continue
                 seen.add(text)
                 tried.append(text)
                 if self.config.max_rounds is not None and len(tried) > self.config.max_rounds:
                     raise _Budget
-                new = self._ladder(problem, semi, cut, used)
-                if new is None and self.config.erp and ci == 0 and cut.inline is None:
+                new = self._ladder(problem, semi, cut, used, d)
+                if new is None and self.config.erp and ci == 0 and cut.inline is None and d.name == "coq":
                     new = self._erp(problem, semi, cut)
                     erp_used |= new is not None
                 if new is not None:
@@ -368,11 +397,11 @@ class ProofAug:
                 return None
         return semi, ("coarse_atp" if coarsened else "erp" if erp_used else "init_atp")
 
-    def _ladder(self, problem: Problem, semi: SemiProof, cut: Cut, used: list[int]) -> SemiProof | None:
+    def _ladder(self, problem: Problem, semi: SemiProof, cut: Cut, used: list[int], d: Dialect) -> SemiProof | None:
         """Each ladder tactic from the cut's state; accepted when the goal list after it equals the goal list
         after ``admit`` from the same state, and the rest of the semi-proof replays."""
         state = semi.states[cut.start]
-        hole_code = f"{cut.inline} by admit." if cut.inline else "admit."
+        hole_code = d.inline_hole(cut.inline) if cut.inline else d.hole
         ref = self._run(state, hole_code)
         if not ref.ok:
             return None
@@ -391,22 +420,25 @@ class ProofAug:
             if cut.inline is None:
                 r = self.backend.run_hammer(state, tac, self.config.hammer_timeout)
             else:
-                r = self.backend.run(state, f"{cut.inline} by (solve [ {tac} ]).", self.config.hammer_timeout)
-            ok = r.ok and normalize_goals(r.goals) == want
+                r = self.backend.run(state, d.inline_hammer(cut.inline, tac), self.config.hammer_timeout)
+            ok = r.ok and (not d.compare_goals or normalize_goals(r.goals) == want)
             self.memo[key] = ok
             if not ok:
                 continue
-            code = f"{tac}." if cut.inline is None else f"{cut.inline} by {_paren(tac)}."
-            new = self._splice(semi, cut, code, r)
+            code = d.fill(tac) if cut.inline is None else d.inline_fill(cut.inline, tac)
+            new = self._splice(semi, cut, code, r, d=d)
             if new is not None:
                 used.append(k)
                 return new
         return None
 
-    def _splice(self, semi: SemiProof, cut: Cut, code: str, res: Any, extra_holes: int = 0) -> SemiProof | None:
+    def _splice(
+        self, semi: SemiProof, cut: Cut, code: str, res: Any, extra_holes: int = 0, d: Dialect | None = None
+    ) -> SemiProof | None:
         """Replace the cut by ``code`` (already executed: ``res``) and replay the rest of the semi-proof."""
+        d = d or dialect_for(semi.script.language)
         first = semi.body[cut.start]
-        filled = Sentence(_indent(first) + code, "tactic") if not cut.inline else first.replaced(code)
+        filled = d.at(d.indent(first), code) if not cut.inline else d.replace(first, code)
         body = semi.body[: cut.start] + [filled]
         states = semi.states[: cut.start + 1]
         goals = semi.goals[: cut.start + 1]
@@ -416,6 +448,9 @@ class ProofAug:
         for s in semi.body[cut.end :]:
             states.append(state)
             goals.append(shown)
+            if s.kind == "close" and d.virtual_close:
+                body.append(s)
+                continue
             r = self._run(state, s.code)
             if not r.ok:
                 return None
@@ -502,18 +537,6 @@ class _Res:
     goals: str
 
 
-def _paren(tac: str) -> str:
-    return tac if re.fullmatch(r"[\w']+", tac) else f"({tac})"
-
-
-def _indent(s: Sentence) -> str:
-    lead = s.lead
-    k = lead.rfind("\n")
-    if k < 0:
-        return " "
-    return "\n" + "".join(c for c in lead[k + 1 :] if c in " \t")
-
-
 def _subtree_end(blocks: list, i: int, src: list[Sentence]) -> int:
     for b in blocks:
         if b.opener == i:
@@ -523,13 +546,13 @@ def _subtree_end(blocks: list, i: int, src: list[Sentence]) -> int:
     return i + 1
 
 
-def _render_cut(semi: SemiProof, cut: Cut) -> str:
-    hole = Sentence(" " + (f"{cut.inline} by admit." if cut.inline else "admit."), "tactic")
+def _render_cut(semi: SemiProof, cut: Cut, d: Dialect) -> str:
+    hole = d.render_hole(semi.body[cut.start], d.inline_hole(cut.inline) if cut.inline else d.hole)
     return semi.script.render(semi.body[: cut.start] + [hole] + semi.body[cut.end :])
 
 
-def _parse(proposal: str) -> ProofScript:
-    script = parse_proof(proposal)
+def _parse(proposal: str, language: str = "coq") -> ProofScript:
+    script = dialect_for(language).parse(proposal)
     if script.dropped.strip():
         log.info("proposal cut at its first top-level command; dropped %r", script.dropped.strip()[:80])
     return script

@@ -31,6 +31,11 @@ __all__ = [
     "IsarBlock",
     "match_isar",
     "normalize_isar",
+    "lean_script",
+    "split_lean_inline",
+    "split_isar",
+    "isar_script",
+    "isar_blocks",
 ]
 
 SentenceKind = Literal["bullet", "open", "close", "tactic", "proof", "end", "command", "blank"]
@@ -55,10 +60,14 @@ class Sentence:
     text: str
     kind: SentenceKind
     terminated: bool = True
+    exec: str | None = None
+    """What is sent to the prover when it differs from the rendered text (Lean steps keep their line breaks)."""
 
     @property
     def code(self) -> str:
         """The sentence without its leading whitespace and comments, on one line (what is sent to coqtop)."""
+        if self.exec is not None:
+            return self.exec
         return " ".join(_skip_leading(self.text).split())
 
     @property
@@ -218,13 +227,14 @@ def split_sentences(text: str) -> list[Sentence]:
 
 @dataclass(eq=False)
 class Block:
-    """A block of a proof body: ``root``, ``brace`` (``{ … }``) or ``bullet`` (a bullet's body).
+    """A block of a proof body: ``root``, ``brace`` (``{ … }`` or a Lean ``have … := by`` body), ``bullet`` (a
+    bullet's body) or ``proof`` (an Isar ``proof … qed``, both included).
 
     ``start`` is the first body sentence, ``end`` the first sentence after the body (the ``}``, the next bullet
     of the same or an outer level, or the end of the proof); ``opener`` is the ``{`` or bullet sentence.
     """
 
-    kind: Literal["root", "brace", "bullet"]
+    kind: Literal["root", "brace", "bullet", "proof"]
     start: int
     end: int
     depth: int
@@ -316,11 +326,15 @@ class ProofScript:
     tail: str
     dropped: str = ""
     ended: bool = False
+    language: Literal["coq", "lean", "isabelle"] = "coq"
 
     def render(self, body: list[Sentence] | None = None) -> str:
         """The proof text with ``body`` (default: the parsed one) between head and tail."""
         sents = self.body if body is None else body
-        return (self.head or "Proof.") + "".join(s.text for s in sents) + (self.tail or "\nQed.")
+        text = "".join(s.text for s in sents)
+        if self.language != "coq":
+            return self.head + text + self.tail
+        return (self.head or "Proof.") + text + (self.tail or "\nQed.")
 
 
 def parse_proof(text: str) -> ProofScript:
@@ -509,6 +523,78 @@ def parse_lean(text: str) -> LeanBlock:
     return root
 
 
+_LEAN_HEAD = re.compile(r"\s*(:=\s*by|by)\b[ \t]*")
+_LEAN_TOP = re.compile(r"(theorem|lemma|example|def|abbrev|instance|namespace|section|end|open|#)\b|#")
+
+
+def lean_script(text: str) -> ProofScript:
+    """A Lean 4 proposal as ProofAug steps (what :func:`parse_lean`'s tree executes as, in order).
+
+    The head is the leading ``:= by`` (added when the proposal is tactic lines only; a repeated ``theorem …
+    := by`` line is dropped). A snippet is one ``tactic`` step; a one-line ``have h : P := by tac`` is a tactic
+    with an inline proof; a ``have h : P := by`` block with lines below it is an ``open`` step executed as
+    Mathlib's ``have h : P`` (which puts the goal ``P`` first), its body, and a ``close`` step without text (the
+    block is closed once ``P`` is proved: the goal count is back to what it was before the ``have``). Blocks the
+    parser flags as not analysable and other nested declarations run as one step. The text after the proof's
+    first top-level command (column 0) is dropped. Comments and blank lines are not kept.
+    """
+    lines = text.split("\n")
+    head, first = ":= by", 0
+    m = _LEAN_HEAD.match(text)
+    if m:
+        head = m.group(0).rstrip(" \t")
+        lines = text[m.end() :].split("\n")
+    else:
+        for k, ln in enumerate(lines):
+            if ln.strip():
+                if ln.lstrip().split(" ", 1)[0] in _LEAN_OPENERS[1:]:
+                    j = next((j for j in range(k, len(lines)) if lines[j].rstrip().endswith(":= by")), None)
+                    if j is not None:
+                        first = j + 1
+                break
+    dropped = "\n".join(lines[:first]) + ("\n" if first else "")
+    body_lines = lines[first:]
+    for k, ln in enumerate(body_lines):
+        if k > 0 and ln[:1] not in (" ", "\t", "") and _LEAN_TOP.match(ln):
+            dropped += "\n".join(body_lines[k:])
+            body_lines = body_lines[:k]
+            break
+    steps: list[Sentence] = []
+
+    def render(part: LeanBlock | LeanSnippet) -> str:
+        if isinstance(part, LeanSnippet):
+            return part.text
+        return "\n".join([part.statement] + [render(p) for p in part.parts])
+
+    def walk(parts: list[LeanBlock | LeanSnippet]) -> None:
+        for p in parts:
+            if isinstance(p, LeanBlock) and p.analysable and not p.term and p.statement.lstrip().startswith("have"):
+                stmt = p.statement.rstrip()
+                stmt = stmt[: -len(":= by")] if stmt.endswith(":= by") else stmt[: -len(":=by")]
+                steps.append(Sentence("\n" + p.statement, "open", exec=_dedent(stmt)))
+                walk(p.parts)
+                steps.append(Sentence("", "close", exec=""))
+            else:
+                code = render(p)
+                steps.append(Sentence("\n" + code, "tactic", exec=_dedent(code)))
+
+    walk(parse_lean("\n".join(body_lines)).parts)
+    return ProofScript(head, steps, "", dropped.strip("\n") if dropped.strip() else "", True, "lean")
+
+
+def _dedent(code: str) -> str:
+    import textwrap
+
+    lines = code.split("\n")
+    return (lines[0].strip() + ("\n" + textwrap.dedent("\n".join(lines[1:])) if len(lines) > 1 else "")).rstrip()
+
+
+def split_lean_inline(code: str) -> tuple[str, str] | None:
+    """``("have h : P", "tac")`` for a one-line ``have h : P := by tac``, else None."""
+    m = re.fullmatch(r"(have\b[^\n]*?)\s*:=\s*by\s+(\S[^\n]*)", code.strip())
+    return (m.group(1), m.group(2)) if m else None
+
+
 # ----------------------------------------------------------------------------------------------------- Isar
 
 _ISAR_SORRY = re.compile(r"\bsledgehammer\b|\boops\b|\\<proof>")
@@ -542,3 +628,133 @@ def match_isar(steps: list[str]) -> list[IsarBlock]:
     if stack:
         raise ValueError(f"steps: 'proof' at step {stack[-1]} is never closed by 'qed'")
     return out
+
+
+# Isar commands that start a new step (paper, Alg. 1 splits a proof into such steps)
+_ISAR_COMMANDS = frozenset(
+    [
+        "proof",
+        "qed",
+        "have",
+        "show",
+        "hence",
+        "thus",
+        "then",
+        "from",
+        "with",
+        "using",
+        "unfolding",
+        "by",
+        "apply",
+        "apply_end",
+        "done",
+        "next",
+        "case",
+        "fix",
+        "assume",
+        "presume",
+        "obtain",
+        "moreover",
+        "ultimately",
+        "also",
+        "finally",
+        "note",
+        "let",
+        "define",
+        "consider",
+        "sorry",
+        "oops",
+    ]
+)
+_ISAR_TACTICS = frozenset(["by", "apply", "apply_end", "done", "sorry", "oops", ".", ".."])
+
+
+def split_isar(text: str) -> list[Sentence]:
+    """Split an Isar proof into steps; ``"".join(s.text for s in result) == text`` exactly.
+
+    A step starts at a command keyword (``have``, ``show``, ``proof``, ``qed``, ``by``, ``apply``, …) or a
+    standalone ``.``/``..`` outside quotes, cartouches, comments and parentheses; its text includes the whitespace
+    before it. Kinds: ``open`` (``proof``), ``close`` (``qed``), ``tactic`` (terminal or ``apply`` steps and
+    ``sorry``), ``command`` (statements and context steps).
+    """
+    starts, i, n, depth = [], 0, len(text), 0
+    while i < n:
+        if text.startswith("(*", i):
+            i = _skip_comment(text, i)
+            continue
+        if text[i] == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            i = j + 1
+            continue
+        for o, c in (("\\<open>", "\\<close>"), ("\u2039", "\u203a")):
+            if text.startswith(o, i):
+                d, i = 1, i + len(o)
+                while i < n and d:
+                    if text.startswith(o, i):
+                        d, i = d + 1, i + len(o)
+                    elif text.startswith(c, i):
+                        d, i = d - 1, i + len(c)
+                    else:
+                        i += 1
+                break
+        else:
+            ch = text[i]
+            if ch in "([":
+                depth += 1
+            elif ch in ")]":
+                depth -= 1
+            elif depth == 0 and (i == 0 or text[i - 1].isspace()):
+                m = re.match(r"\.\.?(?=\s|$)|[A-Za-z_]\w*", text[i:])
+                if m and (m.group(0) in _ISAR_COMMANDS or m.group(0) in (".", "..")):
+                    starts.append(i)
+                if m:
+                    i += len(m.group(0))
+                    continue
+            i += 1
+    out: list[Sentence] = []
+    bounds = [0] + [len(text[:k].rstrip()) for k in starts[1:]] + [n]
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        piece = text[a:b]
+        word = piece.split(None, 1)[0] if piece.strip() else ""
+        word = word if word in (".", "..") else re.match(r"\w*", word).group(0) if word else ""
+        kind: SentenceKind = (
+            "blank"
+            if not word
+            else "open"
+            if word == "proof"
+            else "close"
+            if word == "qed"
+            else "tactic"
+            if word in _ISAR_TACTICS
+            else "command"
+        )
+        out.append(Sentence(piece, kind))
+    return out
+
+
+def isar_script(text: str) -> ProofScript:
+    """An Isar proposal (after :func:`normalize_isar`) as ProofAug steps; trailing whitespace is the tail."""
+    sents = split_isar(normalize_isar(text).rstrip())
+    body = [s for s in sents if s.kind != "blank" or s.text.strip()]
+    return ProofScript("", body, "", "", True, "isabelle")
+
+
+def isar_blocks(sentences: list[Sentence]) -> tuple[Block, list[Block]]:
+    """Blocks of an Isar step list: the root and each ``proof … qed`` (both steps inside the block, so that a cut
+    at its entry replaces the whole sub-proof of the statement before it by one ``sorry``). Unbalanced steps are
+    left to the prover (an unmatched ``qed`` closes nothing here)."""
+    n = len(sentences)
+    root = Block("root", 0, n, 0)
+    blocks, stack = [root], [root]
+    for i, s in enumerate(sentences):
+        if s.kind == "open":
+            parent = stack[-1]
+            b = Block("proof", i, n, parent.depth + 1, opener=i, parent=parent)
+            parent.children.append(b)
+            blocks.append(b)
+            stack.append(b)
+        elif s.kind == "close" and len(stack) > 1:
+            stack.pop().end = i + 1
+    return root, blocks
