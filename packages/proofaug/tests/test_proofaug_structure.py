@@ -11,11 +11,15 @@ from proofaug.structure import (
     LeanSnippet,
     build_blocks,
     innermost,
+    isar_blocks,
+    lean_script,
     match_isar,
     normalize_isar,
     parse_lean,
     parse_proof,
     split_inline,
+    split_isar,
+    split_lean_inline,
     split_sentences,
 )
 
@@ -189,3 +193,57 @@ def test_isar_matcher():
         match_isar(["proof -", "show x by simp"])
     with pytest.raises(ValueError, match="no matching"):
         match_isar(["qed"])
+
+
+def test_lean_script_steps():
+    script = lean_script(LEAN + "\ntheorem other : True := trivial\n")
+    assert script.head == ":= by" and script.dropped.startswith(LEAN.split("\n")[0])  # repeated statement dropped
+    assert "theorem other" in script.dropped  # a second declaration ends the proof
+    kinds = [(s.kind, s.code.split("\n")[0]) for s in script.body]
+    assert kinds == [
+        ("open", "have h₁ : a ≥ 2"),  # executed as Mathlib's `have h : P` (goal P first)
+        ("tactic", "rw [h₀]"),
+        ("close", ""),
+        ("open", "have h₂ : b ≥ 0"),
+        ("tactic", "exact Nat.zero_le b"),
+        ("close", ""),
+        ("tactic", "have h₃ := h₁"),
+        ("tactic", "cases b with"),
+        ("tactic", "nlinarith [h₁,"),
+        ("tactic", "norm_num <;>"),
+    ]
+    cases = script.body[7].code
+    assert cases == "cases b with\n| zero => simp\n| succ n =>\n  omega"  # line breaks kept, dedented
+    rendered = script.render()
+    assert rendered.startswith(":= by\n  have h₁ : a ≥ 2 := by\n    rw [h₀]\n") and "comment" not in rendered
+    assert lean_script(rendered).render() == rendered  # a rendered proof parses back to itself
+    assert split_lean_inline("have h : x = 1 := by omega") == ("have h : x = 1", "omega")
+    assert split_lean_inline("have h := foo") is None
+
+
+def test_isar_steps_quotes_cartouches_comments():
+    text = (
+        "proof (induct n)\n  case 0 show ?case by simp\nnext\n  case (Suc k)\n"
+        '  have "x = y by z" (* a by comment proof *) using \\<open>a by b\\<close> \u2039c by d\u203a by auto\n'
+        "  then show ?case ..\nqed"
+    )
+    steps = split_isar(text)
+    assert "".join(s.text for s in steps) == text
+    assert [s.code for s in steps] == [
+        "proof (induct n)",
+        "case 0",
+        "show ?case",
+        "by simp",
+        "next",
+        "case (Suc k)",
+        'have "x = y by z" (* a by comment proof *)',
+        "using \\<open>a by b\\<close> \u2039c by d\u203a",
+        "by auto",
+        "then",
+        "show ?case",
+        "..",
+        "qed",
+    ]
+    assert [s.kind for s in steps][:4] == ["open", "command", "command", "tactic"] and steps[-1].kind == "close"
+    _, blocks = isar_blocks(steps)
+    assert [(b.kind, b.start, b.end) for b in blocks] == [("root", 0, 13), ("proof", 0, 13)]

@@ -8,7 +8,8 @@ from importlib.metadata import version as _version
 from proofaug.augment import ProofAug, ProofAugResult, SemiProof
 from proofaug.backends.base import BackendError, CheckResult, ProverBackend, StatementError, StepResult
 from proofaug.backends.coq import CoqBackend
-from proofaug.backends.lean import LeanReplBackend
+from proofaug.backends.isabelle import ISABELLE_LADDER, IsabelleBackend
+from proofaug.backends.lean import LEAN_LADDER, LeanReplBackend
 from proofaug.config import COQ_LADDER, COQ_QUICK_LADDER, Problem, ProofAugConfig
 from proofaug.pool import Job, ProveResult, ProverPool, prove
 from proofaug.proposers import FileProposals, OpenAIProposer, TransformersProposer
@@ -23,6 +24,9 @@ __all__ = [
     "CheckResult",
     "CoqBackend",
     "FileProposals",
+    "ISABELLE_LADDER",
+    "IsabelleBackend",
+    "LEAN_LADDER",
     "Job",
     "LeanReplBackend",
     "OpenAIProposer",

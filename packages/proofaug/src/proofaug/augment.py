@@ -158,6 +158,8 @@ class ProofAug:
         """
         _check_args(problem, proposal)
         check_choice("method", method, ("proofaug", "plain", "theorem_ladder", "dsp_holes", "first_error"))
+        if self.config.erp and problem.language != "coq":
+            raise ValueError(f"erp is implemented for Coq problems only, got problem.language={problem.language!r}")
         t0 = time.perf_counter()
         self._calls0 = self.backend.calls
         self._proposer_calls = 0

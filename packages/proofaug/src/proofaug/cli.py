@@ -13,12 +13,23 @@ __all__ = ["main"]
 
 
 def _run(args: argparse.Namespace) -> int:
+    from functools import partial
+
     from proofaug.config import COQ_LADDER, Problem, ProofAugConfig
     from proofaug.pool import Job, ProverPool
 
-    if args.backend != "coq":
-        raise SystemExit(f"--backend {args.backend}: only 'coq' runs from the command line; use the Python API")
-    from proofaug.backends.coq import CoqBackend
+    if args.backend == "coq":
+        from proofaug.backends.coq import CoqBackend
+
+        factory, ladder = CoqBackend, COQ_LADDER
+    elif args.backend == "lean":
+        from proofaug.backends.lean import LEAN_LADDER, LeanReplBackend
+
+        factory, ladder = partial(LeanReplBackend, project_dir=args.lean_project), LEAN_LADDER
+    else:
+        from proofaug.backends.isabelle import ISABELLE_LADDER, IsabelleBackend
+
+        factory, ladder = partial(IsabelleBackend, args.isabelle_server), ISABELLE_LADDER
 
     rows = [json.loads(x) for x in Path(args.input).read_text().splitlines() if x.strip()]
     out = Path(args.out)
@@ -32,10 +43,11 @@ def _run(args: argparse.Namespace) -> int:
                 raise SystemExit(f"{args.input}:{no}: missing field {key!r}")
         rid = r.get("id", f"{r['problem']}/{no}")
         if rid not in done:
-            jobs.append(Job(Problem(r["problem"], r["header"], r["statement"]), r["proposal"], args.method, key=rid))
-    hammers = tuple(args.hammers.split(",")) if args.hammers else COQ_LADDER
+            prob = Problem(r["problem"], r["header"], r["statement"], language=args.backend)
+            jobs.append(Job(prob, r["proposal"], args.method, key=rid))
+    hammers = tuple(args.hammers.split(",")) if args.hammers else ladder
     config = ProofAugConfig(hammers=hammers, hammer_timeout=args.hammer_timeout, atp=args.atp)
-    with ProverPool(CoqBackend, args.workers, config=config) as pool:
+    with ProverPool(factory, args.workers, config=config) as pool:
         results = pool.map(jobs)
     with out.open("a") as fh:
         for j, res in zip(jobs, results, strict=True):
@@ -68,9 +80,13 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", required=True, help="JSONL results (appended; rerun resumes)")
     r.add_argument("--workers", type=int, default=1)
     r.add_argument("--method", default="proofaug")
-    r.add_argument("--hammers", default="", help="comma-separated ladder (default: the Coq ladder)")
+    r.add_argument("--hammers", default="", help="comma-separated ladder (default: the backend's ladder)")
     r.add_argument("--hammer-timeout", type=float, default=2.0)
     r.add_argument("--atp", action="store_true", help="add CoqHammer's hammer (needs libcoq-hammer, eprover)")
+    r.add_argument("--lean-project", default=".", help="Lean project with Mathlib and the REPL (--backend lean)")
+    r.add_argument(
+        "--isabelle-server", default=None, help="info line of a running `isabelle server` (default: start one)"
+    )
     c = sub.add_parser("cumulative", help="cumulative pass rate over result files")
     c.add_argument("files", nargs="+")
     args = p.parse_args(argv)
