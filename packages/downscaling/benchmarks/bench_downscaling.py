@@ -7,8 +7,10 @@ int8 dynamic, torchao int8 weight-only, 50 % Wanda (masks made permanent: dense 
 expected), 50 % heads (structured: the model shrinks), the student. Forward latency of a ``(batch, 64)`` input is
 timed round-robin (every model once per round, rotating order); tokens/s follows; J/token is **estimated**
 (15 W per CPU thread x time) unless a counter is readable. Wrapper overhead: ``quantize`` vs
-``torch.ao.quantization.quantize_dynamic`` and ``torchao.quantize_`` on a deep copy, ``prune(heads)`` vs the same
-``torch_pruning.prune_linear_*`` slicing on a deep copy (interleaved, ratio of medians). Usage::
+``torch.ao.quantization.quantize_dynamic`` (which copies the model itself) and ``torchao.quantize_`` on a deep
+copy, ``prune(heads)`` vs the same
+``torch_pruning.prune_linear_*`` slicing on a deep copy (interleaved, ratio of medians). FLOPs/token of the dense
+model: FlopCounterMode vs 2 x fvcore's ``FlopCountAnalysis`` (multiply-adds), with eager and SDPA attention. Usage::
 
     python packages/downscaling/benchmarks/bench_downscaling.py [--batch 8] [--repeats 20] [--threads 1]
 
@@ -42,7 +44,7 @@ def _direct_torch_ao(m: torch.nn.Module) -> Any:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return quantize_dynamic(copy.deepcopy(m).eval(), {torch.nn.Linear}, dtype=torch.qint8)
+        return quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8)  # copies the model itself (inplace=False)
 
 
 def _direct_torchao(m: torch.nn.Module) -> Any:
@@ -120,7 +122,19 @@ def main() -> None:
                 lambda: prune(dense, PruneConfig("heads", 0.5)), names=("direct", "downscaling"), repeats=a.repeats,
             ),
         }  # fmt: skip
-    fv = "installed" if importlib.util.find_spec("fvcore") else "not installed: FLOPs vs fvcore not measured"
+    fv: dict[str, Any] | str = "not installed: FLOPs vs fvcore not measured"
+    if importlib.util.find_spec("fvcore"):
+        from downscaling.flops import fvcore_flops
+
+        eager = copy.deepcopy(dense)
+        eager.config._attn_implementation = "eager"
+        fv = {
+            "flopcounter_per_token": count_flops(dense, x) / x.numel(),
+            "fvcore_sdpa_per_token": fvcore_flops(dense, x)["flops"] / x.numel(),
+            "fvcore_eager_per_token": fvcore_flops(eager, x)["flops"] / x.numel(),
+        }
+        fv["ratio_eager"] = fv["fvcore_eager_per_token"] / fv["flopcounter_per_token"]
+        fv["ratio_sdpa"] = fv["fvcore_sdpa_per_token"] / fv["flopcounter_per_token"]
     lines = [
         f"threads {a.threads}, batch {a.batch} x 64 tokens, repeats {a.repeats}, load {os.getloadavg()[0]:.1f}, "
         f"energy {'RAPL readable' if read_energy_counter() is not None else 'estimated (no counter readable)'}",
@@ -135,7 +149,14 @@ def main() -> None:
     lines.append("wrapper overhead (median downscaling / median direct; aim < 1.05):")
     for k, c in ov.items():
         lines.append(f"  {k:45s} {c.ratio:6.3f}  ({1e3 * c.a.median:.1f} ms direct)")
-    lines.append(f"fvcore: {fv}")
+    if isinstance(fv, dict):
+        lines.append(
+            f"FLOPs/token of dense fp32: FlopCounterMode {fv['flopcounter_per_token']:.0f}, fvcore x 2 (eager "
+            f"attention) {fv['fvcore_eager_per_token']:.0f} (ratio {fv['ratio_eager']:.4f}), fvcore x 2 (SDPA, "
+            f"which fvcore skips) {fv['fvcore_sdpa_per_token']:.0f} (ratio {fv['ratio_sdpa']:.4f})"
+        )
+    else:
+        lines.append(f"fvcore: {fv}")
     print("\n".join(lines))
     results = {"settings": vars(a) | {"out": str(a.out), "load": os.getloadavg()[0]}, "models": rows,
                "overhead": {k: c.to_dict() for k, c in ov.items()}, "fvcore": fv}  # fmt: skip

@@ -91,12 +91,13 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 
 
 def _module_weights(m: nn.Module) -> list[torch.Tensor]:
-    out = list(m.parameters(recurse=False)) + [b for b in m.buffers(recurse=False) if b is not None]
-    if isinstance(getattr(m, "weight_mask", None), torch.Tensor) and hasattr(m, "weight_orig"):
+    # the module's own dicts, not parameters()/getattr: this runs for every module on every quantize/profile call
+    out = [t for t in m._parameters.values() if t is not None] + [b for b in m._buffers.values() if b is not None]
+    if "weight_orig" in m._parameters and isinstance(m._buffers.get("weight_mask"), torch.Tensor):
         # torch.nn.utils.prune masks: count the deployable (finalized) weight, not weight_orig + weight_mask
         skip = {id(m.weight_orig), id(m.weight_mask)}
         out = [t for t in out if id(t) not in skip] + [m.weight]
-    unpack = getattr(m, "_weight_bias", None)
+    unpack = getattr(m, "_weight_bias", None) if hasattr(type(m), "_weight_bias") else None
     if callable(unpack) and callable(getattr(m, "weight", None)) and not isinstance(m.weight, torch.Tensor):
         try:  # torch.ao quantized Linear: unpack weight and bias from the packed params once
             w, b = unpack()

@@ -126,7 +126,7 @@ def quantize(model: nn.Module, scheme: Scheme = "int8_dynamic", backend: Backend
         if backend == "torch.ao":
             from torch.ao.quantization import quantize_dynamic
 
-            q = quantize_dynamic(q, {nn.Linear}, dtype=torch.qint8)
+            q = quantize_dynamic(q, {nn.Linear}, dtype=torch.qint8, inplace=True)  # q is already our copy
         elif backend == "torchao":
             import torchao.quantization as tq
 
