@@ -13,6 +13,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from proofaug.backends.coq import CoqBackend, coq_available
 
+try:
+    from icml25_shared.device import torch_threads
+except ImportError:  # pragma: no cover - torch_threads lives in every icml25-shared
+    torch_threads = None
+
 needs_coq = pytest.mark.skipif(not coq_available(), reason="coqtop not installed (apt-get install coq)")
 
 
@@ -23,3 +28,15 @@ def coq():
     backend = CoqBackend(fresh_check=False)  # warm checker; the fresh-coqc path has its own tests
     yield backend
     backend.close()
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Every test on one torch thread (the proposer tests run a tiny GPT-2), the caller's setting restored."""
+    import importlib.util
+
+    if torch_threads is None or importlib.util.find_spec("torch") is None:
+        yield
+        return
+    with torch_threads(1):
+        yield
