@@ -138,3 +138,41 @@ def test_strategy_is_a_flower_fedavg_and_stops_at_band(tiny_graph):
     assert run.server.selector.has(0.9) and len(run.history) < 30
     assert issubclass(EaglesStrategy, FedAvg)
     assert Message and MessageType and RecordDict
+
+
+def test_a_failing_client_is_left_out_of_its_round_and_the_run_goes_on(tiny_graph):
+    """Flower's semantics: an error reply is dropped from aggregation, the run continues."""
+    from flwr.app import ArrayRecord, Error
+
+    from eagles.client import state_of
+    from eagles.sim import initial_model
+
+    clients = small_clients(tiny_graph, 3)
+    cfg = small_config()
+
+    def run(num_rounds, fail_round=None):
+        app = make_client_app(clients, cfg)
+        grid = LocalGrid(app, 3, seed=1)
+
+        def node_app(msg, context):  # what a SuperNode does with a ClientApp that raises: an error reply
+            train = msg.metadata.message_type == MessageType.TRAIN
+            if train and (context.node_config["partition-id"], msg.content["config"]["server-round"]) == (
+                1,
+                fail_round,
+            ):
+                return Message(Error(code=0, reason="client crashed"), reply_to=msg)
+            return app(msg, context)
+
+        grid._app = node_app
+        init = state_of(initial_model(12, 3, cfg))
+        strategy = EaglesStrategy(cfg, init, 3)
+        strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=num_rounds)
+        return strategy
+
+    failed, clean = run(2, fail_round=2), run(1)
+    assert len(failed.server.history) == 2
+    assert [(r, reason) for r, _, reason in failed.failures] == [(2, "client crashed")] and not clean.failures
+    _same_states(failed.server.personal[1], clean.server.personal[1])  # round 2 left client 1 as round 1 made it
+    key = "gnn.convs.0.lin_l.weight"
+    assert not torch.equal(failed.server.personal[0][key], clean.server.personal[0][key])
+    assert {c for r, c, d, _ in failed.server.comm.records if r == 2 and d == "up"} == {0, 2}

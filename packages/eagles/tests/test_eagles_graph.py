@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 from torch_geometric.utils import softmax as pyg_softmax
@@ -12,6 +14,7 @@ from eagles.graph import (
     prune,
     segment_topk,
     temperature,
+    topological_edge_scores,
 )
 
 
@@ -186,3 +189,69 @@ def test_sparsifier_rejects_bad_input(tiny_graph):
         sp(x[:, :5], ei)
     with pytest.raises(ValueError, match="tau"):
         sp(x, ei, tau=0.0)
+
+
+def _competition_rank_score(graph, key):
+    """Lindner et al.'s exponent score: for each endpoint a of (a, b), rank b among a's neighbours by ``key``
+    (descending, ties share the best rank), 1 − log(rank)/log(deg a) (1 when deg a = 1); max over endpoints."""
+    out = {}
+    for u, v in graph.edges():
+        best = 0.0
+        for a, b in ((u, v), (v, u)):
+            d = graph.degree(a)
+            rank = 1 + sum(1 for w in graph[a] if key(a, w) > key(a, b))
+            best = max(best, 1.0 if d <= 1 else 1.0 - math.log(rank) / math.log(d))
+        out[(u, v)] = best
+    return out
+
+
+def test_topological_edge_scores_equal_networkx_references():
+    nx = pytest.importorskip("networkx")
+    pytest.importorskip("networkit", reason="networkit (extra topo) is not installed")
+    graph = nx.karate_club_graph()
+    edges = torch.tensor(list(graph.edges())).t()
+    ei = torch.cat([edges, edges.flip(0), torch.tensor([[3], [3]])], 1)  # both directions and a self-loop
+    raw = topological_edge_scores(ei, 34, normalize=False)
+    m = edges.size(1)
+    assert raw.shape == (2 * m + 1, 4) and torch.equal(raw[:m], raw[m : 2 * m]) and bool((raw[-1] == 0).all())
+    torch.testing.assert_close(topological_edge_scores(ei, 34), raw / raw.norm(dim=0))
+    torch.testing.assert_close(topological_edge_scores(ei, 34, normalize=False)[:, 1], raw[:, 1])  # seeded
+    deg = dict(graph.degree())
+    common = {(u, v): len(list(nx.common_neighbors(graph, u, v))) for u, v in graph.edges()}
+    common.update({(v, u): t for (u, v), t in list(common.items())})
+    scan = [(common[e] + 1) / math.sqrt((deg[e[0]] + 1) * (deg[e[1]] + 1)) for e in graph.edges()]
+    torch.testing.assert_close(raw[:m, 3], torch.tensor(scan), rtol=1e-6, atol=1e-7)
+    jaccard = {(u, v): j for u, v, j in nx.jaccard_coefficient(graph, list(common))}
+    for col, key in ((0, lambda a, b: deg[b]), (2, lambda a, b: jaccard[(a, b)])):
+        ref = _competition_rank_score(graph, key)
+        # networkit orders tied neighbours arbitrarily: compare the edges whose rank has no tie at either end
+        untied = [
+            i
+            for i, (u, v) in enumerate(graph.edges())
+            if all(sum(key(a, w) == key(a, b) for w in graph[a]) == 1 for a, b in ((u, v), (v, u)))
+        ]
+        assert len(untied) >= 20
+        want = torch.tensor([ref[list(graph.edges())[i]] for i in untied])
+        torch.testing.assert_close(raw[untied, col], want, rtol=1e-6, atol=1e-7)
+    assert bool(((raw[:, 1] >= 0) & (raw[:, 1] <= 1)).all())
+
+
+def test_topo_scores_config_feeds_networkit_scores_to_the_sparsifier(tiny_graph):
+    pytest.importorskip("networkit", reason="networkit (extra topo) is not installed")
+    from eagles_testing import small_clients, small_config
+
+    from eagles.client import edge_scores_for, prepare_client
+    from eagles.sim import initial_model, run_federated
+
+    clients = small_clients(tiny_graph, 2)
+    cfg = small_config(topo_scores="networkit", topo_weight=0.5)
+    g = prepare_client(clients[0])
+    model = initial_model(12, 3, cfg)
+    scores = edge_scores_for(model, g)
+    assert scores is edge_scores_for(model, g)  # computed once per client
+    torch.testing.assert_close(scores, topological_edge_scores(g.edge_index, g.n))
+    assert edge_scores_for(initial_model(12, 3, small_config()), g) is None
+    with_topo = run_federated(clients, cfg, 1)
+    without = run_federated(clients, small_config(topo_weight=0.5), 1)
+    key = "sparsifier.router.w_gate"
+    assert not torch.equal(with_topo.server.personal[0][key], without.server.personal[0][key])

@@ -18,7 +18,7 @@ from torch_geometric.data import Data
 
 import eagles._pyg  # noqa: F401  (before torch_geometric)
 from eagles.config import EaglesConfig
-from eagles.graph import temperature
+from eagles.graph import temperature, topological_edge_scores
 from eagles.metrics import gnn_macs, sparsifier_macs
 from eagles.nn import EaglesModel, masked_layers
 
@@ -32,6 +32,7 @@ __all__ = [
     "optimizer_bytes",
     "load_optimizer",
     "forward_macs",
+    "edge_scores_for",
 ]
 
 SPARSE_BELOW = 0.1
@@ -58,6 +59,21 @@ class ClientGraph:
                 raise ValueError(f"client data must have a {split}_mask (see eagles.partition), got none")
             self.masks[split] = mask.bool()
         self.num_train = int(self.masks["train"].sum())
+        self._topo: dict[int, Tensor] = {}
+
+    def topo_scores(self, seed: int) -> Tensor:
+        """The client's classical edge scores (networkit), computed once per seed and kept."""
+        if seed not in self._topo:
+            self._topo[seed] = topological_edge_scores(self.edge_index, max(1, self.n), seed=seed)
+        return self._topo[seed]
+
+
+def edge_scores_for(model: EaglesModel, g: ClientGraph) -> Tensor | None:
+    """``g``'s classical edge scores when the model's sparsifier uses them (``config.topo_scores``), else None."""
+    sp = model.sparsifier
+    if sp is None or sp.config.topo_scores is None:
+        return None
+    return g.topo_scores(sp.config.seed)
 
 
 def prepare_client(data: Data | ClientGraph) -> ClientGraph:
@@ -132,9 +148,10 @@ def local_train(
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(local_seed(config.seed, partition_id, server_round))
         model.train()
+        topo = edge_scores_for(model, g)
         for step in range(config.local_epochs):
             tau = temperature(server_round, step, config.temp_n, config.temp_r)
-            logp, edge_mask, aux = model(g.x, g.edge_index, tau)
+            logp, edge_mask, aux = model(g.x, g.edge_index, tau, topo)
             loss = tF.nll_loss(logp[g.masks["train"]], g.y[g.masks["train"]])
             loss = loss + config.balance_weight * aux + config.threshold_decay * model.sparsity_loss()
             optimizer.zero_grad(set_to_none=True)
@@ -162,7 +179,7 @@ def local_train(
 def evaluate(model: EaglesModel, g: ClientGraph) -> dict[str, float]:
     """Accuracy on the client's val and test nodes (evaluation mode: no noise; kept edges executed)."""
     model.eval()
-    logp, _, _ = model(g.x, g.edge_index)
+    logp, _, _ = model(g.x, g.edge_index, topo=edge_scores_for(model, g))
     dens = [lin.hard_mask().float() for lin in masked_layers(model).values()]
     density = float(sum(d.sum() for d in dens) / sum(d.numel() for d in dens)) if dens else 1.0
     return {

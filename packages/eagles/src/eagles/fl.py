@@ -81,15 +81,17 @@ def mask_distance(masks: Sequence[MaskDict]) -> Tensor:
     d = torch.zeros(c, c, dtype=torch.float64)
     block = 1 << 23
     for k in keys:
-        flat = torch.stack([m[k].reshape(-1) for m in masks]).bool()  # (C, numel)
-        n = flat.size(1)
+        n = masks[0][k].numel()
         if n == 0:
             continue
         inter = torch.zeros(c, c, dtype=torch.float64)
         for lo in range(0, n, block):
-            f = flat[:, lo : lo + block].to(torch.float32)
+            hi = min(n, lo + block)
+            f = torch.empty(c, hi - lo, dtype=torch.float32)  # 0/1 rows, converted while copied
+            for i, m in enumerate(masks):
+                f[i].copy_(m[k].reshape(-1)[lo:hi])
             inter += (f @ f.t()).to(torch.float64)
-        cnt = flat.sum(1).to(torch.float64)
+        cnt = inter.diagonal().clone()  # |M_i| = M_i · M_i
         d += (cnt[:, None] + cnt[None, :] - 2 * inter) / n
     d.fill_diagonal_(0.0)
     return d

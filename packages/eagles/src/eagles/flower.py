@@ -157,6 +157,7 @@ class EaglesStrategy(FedAvg):
         )
         self.node_to_pid: dict[int, int] = {}
         self._sent: dict[int, dict[str, Tensor]] = {}
+        self.failures: list[tuple[int, int, str | None]] = []
 
     def _messages(self, server_round: int, config: ConfigRecord, grid: Grid, kind: str) -> list[Message]:
         if self.server.stopped:
@@ -186,10 +187,11 @@ class EaglesStrategy(FedAvg):
         return self._messages(server_round, config, grid, MessageType.EVALUATE)
 
     def _checked(self, server_round: int, replies: Iterable[Message], is_train: bool) -> list[Message]:
-        valid, errors = self._check_and_log_replies(replies, is_train=is_train)
-        if errors:
-            reasons = "; ".join(f"node {m.metadata.src_node_id}: {m.error.reason}" for m in errors)
-            raise RuntimeError(f"round {server_round}: {len(errors)} client(s) failed: {reasons}")
+        """The replies without an error. A failed client is left out of this round, as Flower's ``FedAvg`` does:
+        it keeps its last personalised model and is sent it again next round; the failure is logged by Flower
+        and kept in ``failures`` as (round, node id, reason)."""
+        valid, errors = self._check_and_log_replies(list(replies), is_train=is_train)
+        self.failures.extend((server_round, m.metadata.src_node_id, m.error.reason) for m in errors)
         return valid
 
     def aggregate_train(

@@ -20,7 +20,7 @@ from torch_geometric.utils import softmax as segment_softmax
 
 import eagles._pyg  # noqa: F401  (before torch_geometric)
 from eagles.config import EaglesConfig
-from icml25_shared.validate import check_float, check_int, check_tensor
+from icml25_shared.validate import check_bool, check_float, check_int, check_tensor
 
 __all__ = [
     "BinaryStep",
@@ -311,34 +311,49 @@ def prune(edge_index: Tensor, edge_mask: Tensor, edge_attr: Tensor | None = None
     return edge_index[:, keep], edge_attr[keep]
 
 
-def topological_edge_scores(edge_index: Tensor, num_nodes: int) -> Tensor:
+def topological_edge_scores(edge_index: Tensor, num_nodes: int, *, seed: int = 0, normalize: bool = True) -> Tensor:
     """Four classical edge scores (local degree, forest fire (0.6, 5.0), local similarity (e = 0.5), SCAN
-    structural similarity), computed by networkit on the undirected graph, each column L2-normalised; ``(m, 4)``.
+    structural similarity), computed by networkit on the undirected simple graph, one row per column of
+    ``edge_index`` (both directions of an edge share its scores; self-loops score 0); ``(m, 4)`` float32, each
+    column L2-normalised unless ``normalize=False``.
 
-    Needs the ``topo`` extra (networkit).
+    networkit runs on one thread with its seed set to ``seed`` (forest fire is random), so the scores are the same
+    on every engine; the caller's networkit thread count is restored. Needs the ``topo`` extra (networkit).
     """
     try:
         import networkit as nk
-    except ImportError as err:  # pragma: no cover - exercised only with networkit
+    except ImportError as err:  # pragma: no cover - exercised only without networkit
         raise ImportError("topological_edge_scores needs networkit: pip install 'icml25-eagles[topo]'") from err
+    check_tensor("edge_index", edge_index, ndim=2, shape=(2, None), dtype="integer")
+    num_nodes = check_int("num_nodes", num_nodes, min=1)
+    seed = check_int("seed", seed, min=0)
+    normalize = check_bool("normalize", normalize)
+    pairs_list = edge_index.t().tolist()
+    if edge_index.numel() and not (int(edge_index.min()) >= 0 and int(edge_index.max()) < num_nodes):
+        raise ValueError(f"edge_index must hold node ids in [0, {num_nodes}), got {int(edge_index.max())}")
     g = nk.Graph(num_nodes, weighted=False, directed=False)
-    pairs = {(min(u, v), max(u, v)) for u, v in edge_index.t().tolist() if u != v}
-    for u, v in sorted(pairs):
+    for u, v in sorted({(min(u, v), max(u, v)) for u, v in pairs_list if u != v}):
         g.addEdge(u, v)
     g.indexEdges()
-    tri = nk.sparsification.TriangleEdgeScore(g)
-    tri.run()
-    scorers = [
-        nk.sparsification.LocalDegreeScore(g),
-        nk.sparsification.ForestFireScore(g, 0.6, 5.0),
-        nk.sparsification.LocalSimilarityScore(g, tri.scores()),
-        nk.sparsification.SCANStructuralSimilarityScore(g, tri.scores()),
-    ]
-    cols = []
-    for sc in scorers:
-        sc.run()
-        per_edge = sc.scores()
-        vals = [per_edge[g.edgeId(u, v)] if u != v else 0.0 for u, v in edge_index.t().tolist()]
-        cols.append(torch.tensor(vals, dtype=torch.float32))
+    threads = nk.getMaxNumberOfThreads()
+    nk.setNumberOfThreads(1)
+    try:
+        nk.setSeed(seed, False)
+        tri = nk.sparsification.TriangleEdgeScore(g)
+        tri.run()
+        scorers = [
+            nk.sparsification.LocalDegreeScore(g),
+            nk.sparsification.ForestFireScore(g, 0.6, 5.0),
+            nk.sparsification.LocalSimilarityScore(g, tri.scores()),
+            nk.sparsification.SCANStructuralSimilarityScore(g, tri.scores()),
+        ]
+        cols = []
+        for sc in scorers:
+            sc.run()
+            per_edge = sc.scores()
+            vals = [per_edge[g.edgeId(u, v)] if u != v else 0.0 for u, v in pairs_list]
+            cols.append(torch.tensor(vals, dtype=torch.float32))
+    finally:
+        nk.setNumberOfThreads(threads)
     out = torch.stack(cols, 1)
-    return out / out.norm(dim=0, keepdim=True).clamp_min(1e-12)
+    return out / out.norm(dim=0, keepdim=True).clamp_min(1e-12) if normalize else out

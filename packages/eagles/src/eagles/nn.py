@@ -294,7 +294,8 @@ class EaglesGCN(nn.Module):
 class EaglesModel(nn.Module):
     """One client's model: the optional :class:`~eagles.graph.MixtureGraphSparsifier` and the GNN.
 
-    ``forward(x, edge_index, tau=1.0) -> (log_probs, edge_mask or None, aux_loss)``.
+    ``forward(x, edge_index, tau=1.0, topo=None) -> (log_probs, edge_mask or None, aux_loss)``; ``topo``: the
+    classical edge scores the sparsifier adds (``config.topo_scores``, :func:`eagles.graph.topological_edge_scores`).
     """
 
     def __init__(self, gnn: nn.Module, sparsifier: MixtureGraphSparsifier | None = None) -> None:
@@ -302,10 +303,12 @@ class EaglesModel(nn.Module):
         self.gnn = gnn
         self.sparsifier = sparsifier
 
-    def forward(self, x: Tensor, edge_index: Tensor, tau: float = 1.0) -> tuple[Tensor, Tensor | None, Tensor]:
+    def forward(
+        self, x: Tensor, edge_index: Tensor, tau: float = 1.0, topo: Tensor | None = None
+    ) -> tuple[Tensor, Tensor | None, Tensor]:
         if self.sparsifier is None:
             return self.gnn(x, edge_index), None, x.new_zeros(())
-        edge_mask, aux = self.sparsifier(x, edge_index, tau=tau)
+        edge_mask, aux = self.sparsifier(x, edge_index, tau=tau, topo=topo)
         return self.gnn(x, edge_index, edge_mask), edge_mask, aux
 
     def masks(self) -> dict[str, Tensor]:
