@@ -9,6 +9,7 @@ messages mean "no goal left here" (an orphan step, dropped) or "goals remain" (a
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,23 +64,31 @@ class Dialect:
     """Accept a ladder tactic only if the goals after it equal the goals after the hole (False: the prover's own
     terminal proof step guarantees it, as Isar's ``by m``)."""
 
-    _orphan = re.compile(r"No such goal|No more goals|The proof is not focused|No focused proof")
-    _unclosed = re.compile(r"cannot be unfocused this way|is not finished|incomplete proof|is mandatory here|Expecting")
+    parser: Callable[[str], ProofScript] = parse_proof
+    """Proposal text -> head, body steps, tail (:mod:`proofaug.structure`)."""
+    blocker: Callable[[list[Sentence]], tuple[Block, list[Block]]] = build_blocks
+    """Body steps -> (root block, every block)."""
+    hole_re: str = r"^admit\s*\.$|\sby\s+admit\s*\.$"
+    """A step that is a hole (the proposal's own, or inserted)."""
+    orphan_re: str = r"No such goal|No more goals|The proof is not focused|No focused proof"
+    """Prover messages meaning "no goal is focused here" (R3: the step is dropped)."""
+    unclosed_re: str = r"cannot be unfocused this way|is not finished|incomplete proof|is mandatory here|Expecting"
+    """Prover messages meaning "goals remain" at a closing step (R4: a hole is inserted)."""
 
     def parse(self, proposal: str) -> ProofScript:
-        return parse_proof(proposal)
+        return self.parser(proposal)
 
     def blocks(self, body: list[Sentence]) -> tuple[Block, list[Block]]:
-        return build_blocks(body)
+        return self.blocker(body)
 
     def is_hole(self, code: str) -> bool:
-        return bool(re.search(r"^admit\s*\.$|\sby\s+admit\s*\.$", code))
+        return bool(re.search(self.hole_re, code.strip()))
 
     def orphan(self, message: str) -> bool:
-        return bool(self._orphan.search(message))
+        return bool(re.search(self.orphan_re, message))
 
     def unclosed(self, message: str) -> bool:
-        return bool(self._unclosed.search(message))
+        return bool(re.search(self.unclosed_re, message))
 
     def inline(self, code: str) -> tuple[str, str] | None:
         return split_inline(code)
@@ -134,17 +143,10 @@ class LeanDialect(Dialect):
     end: str | None = None
     virtual_close: bool = True
 
-    _orphan = re.compile(r"no goals")
-    _unclosed = re.compile(r"(?!)")
-
-    def parse(self, proposal: str) -> ProofScript:
-        return lean_script(proposal)
-
-    def blocks(self, body: list[Sentence]) -> tuple[Block, list[Block]]:
-        return build_blocks(body)  # Lean `open`/`close` steps nest like Coq braces
-
-    def is_hole(self, code: str) -> bool:
-        return code.strip() == "sorry" or bool(re.search(r":=\s*by\s+sorry$", code))
+    parser: Callable[[str], ProofScript] = lean_script
+    hole_re: str = r"^sorry$|:=\s*by\s+sorry$"
+    orphan_re: str = r"no goals"
+    unclosed_re: str = r"(?!)"  # blocks close by goal count, not by a message
 
     def inline(self, code: str) -> tuple[str, str] | None:
         return split_lean_inline(code)
@@ -207,17 +209,11 @@ class IsarDialect(Dialect):
     open_fail_hole: bool = True
     compare_goals: bool = False
 
-    _orphan = re.compile(r'Illegal application of proof command in "state" mode|No goals|No proof state')
-    _unclosed = re.compile(r'Bad context for command "end"|Failed to finish proof|Unfinished')
-
-    def parse(self, proposal: str) -> ProofScript:
-        return isar_script(proposal)
-
-    def blocks(self, body: list[Sentence]) -> tuple[Block, list[Block]]:
-        return isar_blocks(body)
-
-    def is_hole(self, code: str) -> bool:
-        return code.strip() == "sorry"
+    parser: Callable[[str], ProofScript] = isar_script
+    blocker: Callable[[list[Sentence]], tuple[Block, list[Block]]] = isar_blocks
+    hole_re: str = r"^sorry$"
+    orphan_re: str = r'Illegal application of proof command in "state" mode|No goals|No proof state'
+    unclosed_re: str = r'Bad context for command "end"|Failed to finish proof|Unfinished'
 
     def inline(self, code: str) -> tuple[str, str] | None:
         return None  # `have P by m` is two steps in Isar
