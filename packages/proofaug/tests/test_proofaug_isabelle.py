@@ -120,6 +120,16 @@ def test_isar_augment_repairs_coarsens_and_is_idempotent():
     assert res.success and res.proof.strip() == "by blast"
 
 
+def test_isar_truncated_proposal_is_closed():
+    isa, _ = fake()
+    truncated = GOOD.split("\n  show ?thesis")[0]  # the model stopped before the last `show` and `qed`
+    pa = ProofAug(isa, ProofAugConfig(hammers=("simp", "blast")))
+    semi = pa.mcsp(P, truncated)  # R4 at `end`: show the block's thesis with a hole, then close the block
+    assert semi.text == truncated + "\n  show ?thesis\n  sorry\n  qed" and len(semi.holes) == 1
+    res = pa.augment(P, truncated)
+    assert res.success and res.stage == "init_atp" and res.proof == truncated + "\n  show ?thesis\n  by blast\n  qed"
+
+
 @pytest.mark.skipif(not isabelle_available(), reason="isabelle not installed (live Isabelle server test)")
 def test_isabelle_live():
     prob = Problem("t", "Main", 'theorem t: "(2::nat) + 2 = 4"', language="isabelle")

@@ -237,6 +237,16 @@ class ProofAug:
             if r.ok:
                 emit(d.at(indent, d.hole), r, True)
                 return "inserted"
+            if d.name == "isabelle" and d.orphan(r.message):  # state mode: end the block, or show its thesis
+                r = self._run(state, "qed")
+                if r.ok:
+                    emit(Sentence(indent + "qed", "close"), r, False)
+                    return "inserted"
+                r = self._run(state, "show ?thesis")
+                if r.ok:
+                    emit(Sentence(indent + "show ?thesis", "command"), r, False)
+                    return close_one(indent)
+                return "fail"
             if d.name != "coq":
                 return "orphan" if d.orphan(r.message) else "fail"
             m = _NEXT_BULLET.search(r.message)
