@@ -46,3 +46,31 @@ def test_round_robin_rotates_the_order_and_times_every_callable():
     assert set(out) == {"a", "b", "c"} and all(len(t.times) == 3 for t in out.values())
     with pytest.raises(ValueError, match="repeats must be >= 1"):
         round_robin(fns, repeats=0)
+
+
+def test_save_results_writes_numpy_and_torch_values_and_a_log(tmp_path, capsys):
+    import json
+
+    torch = pytest.importorskip("torch")
+    log = bench.Log()
+    log("ratio 1.50x")
+    log(2)
+    assert capsys.readouterr().out == "ratio 1.50x\n2\n"
+    results = {
+        "f32": np.float32(0.5),
+        "i64": np.int64(3),
+        "arr": np.arange(3),
+        "t": torch.tensor([1.5, 2.0]),
+        "t0": torch.tensor(7),
+        "path": tmp_path / "x",
+    }
+    out = bench.save_results(tmp_path / "sub" / "r.json", results, log)
+    back = json.loads(out.read_text())
+    assert back == {"f32": 0.5, "i64": 3, "arr": [0, 1, 2], "t": [1.5, 2.0], "t0": 7, "path": str(tmp_path / "x")}
+    assert type(back["i64"]) is int
+    assert out.with_suffix(".log").read_text() == "ratio 1.50x\n2\n"
+
+
+def test_save_results_refuses_unknown_objects(tmp_path):
+    with pytest.raises(TypeError, match="cannot write a builtins.object"):
+        bench.save_results(tmp_path / "r.json", {"x": object()}, [])

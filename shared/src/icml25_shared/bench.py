@@ -16,7 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Timing", "Comparison", "measure", "compare", "round_robin", "save_results", "peak_memory", "current_rss"]
+__all__ = [
+    "Timing",
+    "Comparison",
+    "measure",
+    "compare",
+    "round_robin",
+    "Log",
+    "save_results",
+    "peak_memory",
+    "current_rss",
+]
 
 
 @dataclass
@@ -197,14 +207,50 @@ def peak_memory(fn: Callable[[], Any], *, device: Any = None, interval: float = 
     return int(max(0, peak - base))
 
 
-def save_results(out: Any, results: Any, lines: list[str]) -> Path:
-    """Write a benchmark's ``results`` as indented JSON at ``out`` and its printed table ``lines`` beside it
-    (same name, ``.log``), creating the folder; returns the JSON path. Benchmarks commit both under
+class Log:
+    """Print a benchmark's table line by line and keep the lines for :func:`save_results`.
+
+    >>> log = Log()
+    >>> log("ratio 1.50x")
+    ratio 1.50x
+    >>> log.lines
+    ['ratio 1.50x']
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, text: Any) -> None:
+        text = str(text)
+        print(text, flush=True)
+        self.lines.append(text)
+
+
+def _to_json(obj: Any) -> Any:
+    """``json`` fallback for the values benchmarks produce: NumPy scalars and arrays, 0-d or small torch tensors,
+    paths. Anything else is a ``TypeError`` naming its type (never a silent ``str``)."""
+    if isinstance(obj, Path):
+        return str(obj)
+    mod = type(obj).__module__
+    # ndarray and NumPy scalars (np.float32(1).tolist() -> 1.0)
+    if (mod == "numpy" or mod.startswith("numpy.")) and hasattr(obj, "tolist"):
+        return obj.tolist()
+    if mod == "torch" and hasattr(obj, "detach"):
+        return obj.detach().cpu().tolist()
+    raise TypeError(f"save_results: cannot write a {type(obj).__module__}.{type(obj).__qualname__} as JSON")
+
+
+def save_results(out: Any, results: Any, lines: Any) -> Path:
+    """Write a benchmark's ``results`` as indented JSON at ``out`` and its printed table ``lines`` (a list of
+    strings or a :class:`Log`) beside it (same name, ``.log``), creating the folder; returns the JSON path. NumPy
+    scalars/arrays and torch tensors in ``results`` are written as numbers/lists. Benchmarks commit both under
     ``benchmarks/results/`` and the README's figures are copied from them."""
     import json
 
+    if isinstance(lines, Log):
+        lines = lines.lines
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    out.write_text(json.dumps(results, indent=2, default=_to_json) + "\n", encoding="utf-8")
     out.with_suffix(".log").write_text("\n".join(lines).lstrip() + "\n", encoding="utf-8")
     return out
