@@ -231,8 +231,9 @@ class ProofAug:
             shown = res.goals or shown
 
         def close_one(indent: str) -> str:
-            """R4: insert ``admit.`` (or the bullet / ``}`` Coq asks for first) before a closing sentence;
-            ``"orphan"`` when no goal is left at all (the closing sentence itself is then an orphan, R3)."""
+            """R4: insert the hole before a closing step (Coq: or the bullet / ``}`` it asks for first; Isar in
+            state mode: ``qed``, or ``show ?thesis`` and the hole); ``"orphan"`` when no goal is left at all (the
+            closing step itself is then an orphan, R3)."""
             r = self._run(state, d.hole)
             if r.ok:
                 emit(d.at(indent, d.hole), r, True)

@@ -76,7 +76,12 @@ class ProofAugConfig:
 
 @dataclass(frozen=True)
 class Problem:
-    """One formal problem: ``statement`` is a single ``Theorem``/``Lemma``/``Example`` (Coq) ending in ``.``."""
+    """One formal problem, in its ``language``.
+
+    Coq: ``statement`` is a single ``Theorem``/``Lemma``/``Example`` ending in ``.``, ``header`` the commands before
+    it. Lean 4: ``statement`` is the ``theorem`` without ``:= by``, ``header`` e.g. ``import Mathlib``. Isabelle:
+    ``statement`` is ``theorem name: "…"``, ``header`` the imports (``Complex_Main`` or ``imports … begin …``).
+    """
 
     name: str
     header: str
