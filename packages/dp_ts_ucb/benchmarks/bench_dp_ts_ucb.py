@@ -11,7 +11,6 @@ rounds per second (each side runs a different number of rounds, so the ratio is 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 import warnings
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from dp_ts_ucb import DPTSUCB, BernoulliBandit, TSGaussian, simulate
-from icml25_shared.bench import compare
+from icml25_shared.bench import Log, compare, save_results
 
 MEANS = [0.75, 0.625, 0.5, 0.375, 0.25]
 RESULTS = Path(__file__).parent / "results"
@@ -65,11 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS / "bench_dp_ts_ucb.json")
     args = ap.parse_args(argv)
-    lines: list[str] = []
-
-    def say(text: str) -> None:
-        print(text, flush=True)
-        lines.append(text)
+    say = Log()
 
     out: dict = {}
     out["simulate_vs_streaming"] = _rates(
@@ -104,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "numpy": np.__version__,
         "python": platform.python_version(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    args.out.with_suffix(".log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    save_results(args.out, out, say)
     print(f"wrote {args.out}")
     return 0
 

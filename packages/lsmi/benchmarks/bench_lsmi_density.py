@@ -13,7 +13,6 @@ One fit per (C, density), run one after the other for each C (not repeated): a s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from icml25_shared.bench import Log, save_results
 from lsmi import LSMIConfig, LSMIEstimator
 from lsmi.datasets import gaussian_exact_terms, gaussian_modalities
 from lsmi.functional import lsmi_from_terms, mean_shift
@@ -75,12 +75,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lines: list[str] = []
-
-    def say(text: str) -> None:
-        print(text, flush=True)
-        lines.append(text)
+    say = Log()
 
     load0 = os.getloadavg()
     say(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
@@ -99,8 +94,7 @@ def main() -> None:
             )
     load1 = os.getloadavg()
     say(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-    out.write_text(json.dumps({"rows": rows, "load_before": load0, "load_after": load1}, indent=1))
-    out.with_suffix(".log").write_text("\n".join(lines) + "\n")
+    save_results(out, {"rows": rows, "load_before": load0, "load_after": load1}, say)
 
 
 if __name__ == "__main__":

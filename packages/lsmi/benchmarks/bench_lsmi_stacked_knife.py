@@ -10,13 +10,12 @@ benchmarks/results/bench_lsmi_stacked_knife.json and .log.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
 import torch
 
-from icml25_shared.bench import compare
+from icml25_shared.bench import Log, compare, save_results
 from lsmi.knife import KNIFE, StackedKNIFE
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -52,11 +51,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out)
-    lines: list[str] = []
-
-    def say(text: str) -> None:
-        print(text, flush=True)
-        lines.append(text)
+    say = Log()
 
     load0 = os.getloadavg()
     say(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
@@ -76,8 +71,7 @@ def main() -> None:
         )
     load1 = os.getloadavg()
     say(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-    out.write_text(json.dumps({"rows": rows, "load_before": load0, "load_after": load1}, indent=1))
-    out.with_suffix(".log").write_text("\n".join(lines) + "\n")
+    save_results(out, {"rows": rows, "load_before": load0, "load_after": load1}, say)
 
 
 if __name__ == "__main__":

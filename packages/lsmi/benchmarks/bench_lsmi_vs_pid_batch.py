@@ -14,11 +14,11 @@ to accuracy is one training run, not a callable to repeat.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 
+from icml25_shared.bench import Log, save_results
 from lsmi.experiments import time_to_accuracy
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -32,12 +32,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS / "bench_lsmi_vs_pid_batch.json"))
     args = ap.parse_args()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    lines: list[str] = []
-
-    def say(text: str) -> None:
-        print(text, flush=True)
-        lines.append(text)
+    say = Log()
 
     say(f"load average before: {os.getloadavg()}")
     t0, c0 = time.perf_counter(), time.process_time()
@@ -50,7 +45,7 @@ def main() -> None:
             say(
                 f"C={c} N={n} time to {r['tol']} nats (CPU-s): {ttl}; PID-Batch / LSMI {r['ratio_pid_batch_over_lsmi']}"
             )
-            out.write_text(json.dumps({"rows": rows}, indent=1, default=float), encoding="utf-8")
+            save_results(out, {"rows": rows}, say)  # partial results survive an interrupted run
     summary = {
         "rows": rows,
         "total_wall_s": time.perf_counter() - t0,
@@ -58,8 +53,7 @@ def main() -> None:
         "load_average_after": os.getloadavg(),
     }
     say(f"total {summary['total_wall_s']:.1f} s wall, {summary['total_cpu_s']:.1f} s cpu; load {os.getloadavg()}")
-    out.write_text(json.dumps(summary, indent=1, default=float), encoding="utf-8")
-    out.with_suffix(".log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    save_results(out, summary, say)
 
 
 if __name__ == "__main__":
