@@ -32,10 +32,9 @@ def coq():
 
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
-    """Every test on one torch thread (the proposer tests run a tiny GPT-2), the caller's setting restored."""
-    import importlib.util
-
-    if torch_threads is None or importlib.util.find_spec("torch") is None:
+    """Tests run torch on one thread, the caller's setting restored (only torch users pay its import: the tiny
+    GPT-2 proposer test imports it, and ``TransformersProposer`` itself generates on one thread)."""
+    if torch_threads is None or "torch" not in sys.modules:
         yield
         return
     with torch_threads(1):

@@ -247,3 +247,16 @@ def test_isar_steps_quotes_cartouches_comments():
     assert [s.kind for s in steps][:4] == ["open", "command", "command", "tactic"] and steps[-1].kind == "close"
     _, blocks = isar_blocks(steps)
     assert [(b.kind, b.start, b.end) for b in blocks] == [("root", 0, 13), ("proof", 0, 13)]
+
+
+ISAR_ATOMS = ["proof", "qed", "have", "show", "by", "apply", "done", "sorry", " ", "\n", "(", ")", '"', "x", ".", ".."]
+ISAR_ATOMS += ["\\<open>", "\\<close>", "(*", "*)", "\u2039", "\u203a", "?thesis", "using", "simp"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(ISAR_ATOMS), max_size=40))
+def test_isar_split_round_trip(atoms):
+    text = "".join(atoms)
+    steps = split_isar(text)
+    assert "".join(s.text for s in steps) == text
+    assert all(s.kind == "blank" or s.text.strip() for s in steps)
