@@ -10,6 +10,8 @@ Two targets:
   head and embedding column copied 3 times with weights divided accordingly, which multiplies the logits by 3,
   plus 4 residual blocks whose output projections are zero): compute now matters.
 
+The "re-encode" rows decode without the backends' key/value reuse across steps.
+
 Usage::
 
     python packages/rsd/benchmarks/bench_rsd.py [--problems 300] [--repeats 3] [--targets fixture wide] [--out PATH]
@@ -92,17 +94,27 @@ def widen(model: Any, k: int = 3, extra_layers: int = 4) -> Any:
 
 
 def bench(name: str, draft_m: Any, target_m: Any, prompts: list[str], repeats: int) -> dict[str, Any]:
+    """Every method once per round (rotating order); outputs are kept from the timed runs. "re-encode" rows switch
+    off the backends' key/value reuse across steps (``HFBackend(reuse_cache=False)``) to measure what it saves."""
     cfg = config(QUICK)
     draft, target = HFBackend(draft_m, TOK), HFBackend(target_m, TOK)
+    plain_d, plain_t = HFBackend(draft_m, TOK, reuse_cache=False), HFBackend(target_m, TOK, reuse_cache=False)
     dec = RewardGuidedDecoder(draft, target, ExactArithmeticPRM(), cfg)
-    fns = {
+    plain = RewardGuidedDecoder(plain_d, plain_t, ExactArithmeticPRM(), cfg)
+    calls = {
         "target-only": lambda: target_only(target, prompts, cfg),
+        "target-only re-encode": lambda: target_only(plain_t, prompts, cfg),
         "RSD batched": lambda: dec.generate(prompts),
+        "RSD batched re-encode": lambda: plain.generate(prompts),
         "RSD per-problem": lambda: dec.generate(prompts, batched=False),
         "HF assisted": lambda: assisted_generation(target_m, draft_m, TOK, prompts, max_total_tokens=64),
     }
-    outs = {k: f() for k, f in fns.items()}
-    timings = round_robin(fns, repeats=repeats)
+    outs: dict[str, Any] = {}
+
+    def keep(k: str) -> Any:
+        return lambda: outs.__setitem__(k, calls[k]())
+
+    timings = round_robin({k: keep(k) for k in calls}, repeats=repeats)
     fc = FlopCounter(draft=ModelCost.from_model(draft_m), target=ModelCost.from_model(target_m))
     base_t = timings["target-only"].median
     res: dict[str, Any] = {"target": f"{target_m.config.n_layer} x {target_m.config.n_embd}"}
@@ -111,20 +123,22 @@ def bench(name: str, draft_m: Any, target_m: Any, prompts: list[str], repeats: i
         cached = fc.total(outs[k], "cached")
         res[k] = {
             "median_s": t.median,
+            "times_s": list(t.times),
             "wall_ratio_to_target_only": t.median / base_t,
             "flops_generated": gen,
             "flops_cached": cached,
         }
     ref_g, ref_c = res["target-only"]["flops_generated"], res["target-only"]["flops_cached"]
-    for k in fns:
+    for k in calls:
         g = res[k]["flops_generated"]
         res[k]["flops_ratio_generated"] = ref_g / g if g else None
         res[k]["flops_ratio_cached"] = ref_c / res[k]["flops_cached"]
-    same = [o.token_ids for o in outs["target-only"]] == [o.token_ids for o in outs["HF assisted"]]
-    res["assisted_equals_target_greedy"] = same
-    res["rsd_batched_equals_per_problem"] = [o.text for o in outs["RSD batched"]] == [
-        o.text for o in outs["RSD per-problem"]
-    ]
+    ids = {k: [o.token_ids for o in v] for k, v in outs.items()}
+    res["assisted_equals_target_greedy"] = ids["target-only"] == ids["HF assisted"]
+    res["rsd_batched_equals_per_problem"] = ids["RSD batched"] == ids["RSD per-problem"]
+    res["kv_reuse_equals_re_encode"] = (
+        ids["target-only"] == ids["target-only re-encode"] and ids["RSD batched"] == ids["RSD batched re-encode"]
+    )
     return res
 
 
@@ -144,14 +158,16 @@ def main() -> None:
             tgt = target if name == "fixture" else widen(target)
             r = results[name] = bench(name, draft, tgt, prompts, args.repeats)
             lines.append(
-                f"[{name}] target {r['target']}; assisted == target greedy: {r['assisted_equals_target_greedy']}"
+                f"[{name}] target {r['target']}; assisted == target greedy: {r['assisted_equals_target_greedy']}; "
+                f"batched == per-problem: {r['rsd_batched_equals_per_problem']}; "
+                f"KV reuse == re-encode: {r['kv_reuse_equals_re_encode']}"
             )
-            lines.append(f"{'method':<18}{'median s':>10}{'wall/target':>13}{'FLOPs gen x':>13}{'FLOPs cached x':>16}")
-            for k in ("target-only", "RSD batched", "RSD per-problem", "HF assisted"):
+            lines.append(f"{'method':<24}{'median s':>10}{'wall/target':>13}{'FLOPs gen x':>13}{'FLOPs cached x':>16}")
+            for k in (m for m in r if isinstance(r[m], dict)):
                 m = r[k]
                 g = f"{m['flops_ratio_generated']:.2f}" if m["flops_ratio_generated"] else "-"
                 lines.append(
-                    f"{k:<18}{m['median_s']:>10.2f}{m['wall_ratio_to_target_only']:>13.2f}{g:>13}"
+                    f"{k:<24}{m['median_s']:>10.2f}{m['wall_ratio_to_target_only']:>13.2f}{g:>13}"
                     f"{m['flops_ratio_cached']:>16.2f}"
                 )
         print("\n".join(lines))

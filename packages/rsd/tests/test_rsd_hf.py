@@ -128,3 +128,85 @@ def test_hf_process_reward_model():
     ids, reads = prm.layout_ids("Q:7", ["1+1=8", "A:8"])
     assert TOK.decode([ids[r] for r in reads]) == "\n\n" and ids[0] == TOK.bos_token_id
     assert TOK.decode(ids) == "Q:7\n1+1=8\nA:8\n"
+
+
+# ------------------------------------------------------------------------------- key/value reuse across steps
+
+
+def _tokens_read(model):
+    """A hook counting the input tokens every forward of ``model`` reads (batch x length)."""
+    seen = []
+
+    def hook(_module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        seen.append(ids.numel())
+
+    return seen, model.transformer.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def test_kv_reuse_reads_only_new_tokens_and_equals_greedy_reference(models):
+    _, target = models
+    backend = HFBackend(target, TOK)  # reuse is on by default with bucketing
+    assert backend.reuse_cache and not HFBackend(target, TOK, reuse_cache=False).reuse_cache
+    first = backend.generate_steps(CONTEXTS, max_new_tokens=[4] * 6, stop_ids=[NL, EOS])
+    other = TOK.encode("1+2=3\n", add_special_tokens=False)  # a step written by the other model
+    ctxs = [c + s + other for c, s in zip(CONTEXTS, first)]
+    seen, handle = _tokens_read(target)
+    try:
+        second = backend.generate_steps(ctxs, max_new_tokens=[5] * 6, stop_ids=[NL, EOS])
+    finally:
+        handle.remove()
+    assert second == [greedy_reference(target, c, 5, (NL, EOS)) for c in ctxs]
+    # the prefill read at most the new step and the previous step's last token (not whole contexts): the first
+    # forward of each bucket reads len(other) + 1 .. + (len of the step) tokens per row, never the prompt
+    assert sum(len(c) for c in ctxs) > sum(seen)
+    assert len(backend.cache) == len(ctxs)  # each extended entry replaced its source
+    backend.clear_cache()
+    assert len(backend.cache) == 0
+
+
+def test_kv_reuse_gives_the_uncached_outputs_in_rsd_and_baselines(models):
+    draft, target = models
+
+    def prm(prompt, steps):  # deterministic, rejects about half the steps
+        return [float(sum(map(ord, s)) % 2) for s in steps]
+
+    prompts = ["Q:1+2\n", "Q:3-4+5-6\n", "Q:7\n", "Q:8+9-1\n", "Q:0-5+5\n", "Q:2+2+2+2\n"]
+    cfg = RSDConfig(step_delimiter="\n", max_step_tokens=6, max_total_tokens=40, max_steps=6)
+    runs = {}
+    for reuse in (False, True):
+        d, t = HFBackend(draft, TOK, reuse_cache=reuse), HFBackend(target, TOK, reuse_cache=reuse)
+        dec = RewardGuidedDecoder(d, t, CallablePRM(prm), cfg)
+        with torch.inference_mode():  # kept tensors made under inference mode are reused outside it
+            a = dec.generate(prompts[:3])
+        b, c = dec.generate(prompts), dec.generate(prompts, batched=False)
+        base = target_only(t, prompts, cfg)
+        runs[reuse] = [[(o.token_ids, [s.source for s in o.steps]) for o in r] for r in (a, b, c, base)]
+        if reuse:
+            assert len(d.cache) == 0 and len(t.cache) == 0  # emptied at the end of every generate
+    assert runs[True] == runs[False]
+    assert {src for o in runs[True][1] for src in o[1]} == {"draft", "target"}
+
+
+def test_prefix_cache_lookup_and_bound():
+    from rsd.backends import PrefixCache
+
+    kv = [(torch.zeros(1, 1, 5, 2), torch.zeros(1, 1, 5, 2))]
+    cache = PrefixCache(max_entries=2)
+    cache.store([1, 2, 3], [1, 2, 3, 4, 5], kv)
+    assert cache.lookup([1, 2, 3, 4, 9, 9]) == ((1, 2, 3), 4)  # context, then one matching generated token
+    assert cache.lookup([1, 2, 3, 4, 5]) == ((1, 2, 3), 4)  # at least one token is left to read
+    assert cache.lookup([1, 2]) == (None, 0) and cache.lookup([7, 2, 3, 4]) == (None, 0)
+    cache.store([5], [5], kv)
+    cache.store([6], [6], kv)
+    assert len(cache) == 2 and cache.lookup([1, 2, 3, 4]) == (None, 0)  # least recently used dropped
+
+
+def test_kv_reuse_bad_input(models):
+    _, target = models
+    with pytest.raises(ValueError, match="reuse_cache"):
+        HFBackend(target, TOK, batching="pad", reuse_cache=True)
+    with pytest.raises(ValueError, match="reuse_cache"):
+        HFBackend(target, TOK, reuse_cache="yes")
+    with pytest.raises(ValueError, match="max_cached"):
+        HFBackend(target, TOK, max_cached=0)

@@ -8,14 +8,18 @@ model. Anything with the same ``generate_steps`` method works (tests use scripte
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from icml25_shared.validate import check_choice, check_int
+from icml25_shared.validate import check_bool, check_choice, check_int
 
-__all__ = ["Backend", "HFBackend", "OpenAIBackend", "cut_at_stop"]
+__all__ = ["Backend", "HFBackend", "OpenAIBackend", "PrefixCache", "cut_at_stop"]
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -59,6 +63,97 @@ def cut_at_stop(
     return ids
 
 
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class PrefixCache:
+    """Key/value tensors of earlier ``generate`` calls, one entry per sequence, found again by token prefix.
+
+    RSD calls a model once per step on a context that extends an earlier context of the same problem by one step
+    (its own accepted step, or the other model's): Alg. 1 re-reads the whole prefix at every round unless the keys
+    and values of that prefix are kept. An entry holds the tokens it covers (the context and the generated tokens
+    but the last, which no forward processed) and, per layer, keys and values of shape ``(1, heads, len, head_dim)``.
+    Entries are keyed by their context; a lookup tries the stored context lengths, longest first, then extends the
+    match over the entry's generated tokens. Reuse is exact in tokens (a cached key is only reused for the very
+    token at the very position it was computed for). At most ``max_entries`` entries are kept (least recently
+    used dropped first); an entry extended by a later call is replaced by the longer one.
+    """
+
+    def __init__(self, max_entries: int = 4096):
+        self.max_entries = check_int("max_entries", max_entries, min=1)
+        self._entries: OrderedDict[tuple[int, ...], tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]]
+        self._entries = OrderedDict()
+        self._lengths: dict[int, int] = {}  # context length -> entries with that length
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._lengths.clear()
+
+    def lookup(self, context: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
+        """``(key, n)``: the entry sharing the longest stored-context prefix with ``context`` and how many of its
+        tokens match (at most ``len(context) - 1``: the model must read at least one token); ``(None, 0)``."""
+        for length in sorted(self._lengths, reverse=True):
+            if length > len(context):
+                continue
+            key = tuple(context[:length])
+            if key in self._entries:
+                covered = self._entries[key][0]
+                n = length + _common_prefix(covered[length:], context[length:])
+                self._entries.move_to_end(key)
+                return key, min(n, len(context) - 1)
+        return None, 0
+
+    def layers(self, key: tuple[int, ...], n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The first ``n`` positions of an entry's keys and values, per layer."""
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in self._entries[key][1]]
+
+    def store(self, context: Sequence[int], covered: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        key = tuple(context)
+        if key not in self._entries:
+            self._lengths[len(key)] = self._lengths.get(len(key), 0) + 1
+        self._entries[key] = (covered, kv)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self.drop(next(iter(self._entries)))
+
+    def drop(self, key: tuple[int, ...]) -> None:
+        if self._entries.pop(key, None) is not None:
+            self._lengths[len(key)] -= 1
+            if not self._lengths[len(key)]:
+                del self._lengths[len(key)]
+
+
+def _cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Per-layer (keys, values) of a ``transformers`` cache, or ``None`` when it is not a plain full-attention
+    ``DynamicCache`` (sliding-window or recurrent layers cannot be cut back to a prefix)."""
+    from transformers import DynamicCache
+
+    if type(cache) is not DynamicCache:
+        return None
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        if any(getattr(layer, "is_sliding", False) or not hasattr(layer, "keys") for layer in cache.layers):
+            return None
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))  # pragma: no cover - older transformers
+
+
+def _generate_cache_arguments() -> tuple[str, str]:
+    """The name of ``generate``'s cache argument and of the output's cache field (``cache`` since transformers 5.x,
+    ``past_key_values`` before)."""
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    fields = getattr(GenerateDecoderOnlyOutput, "__dataclass_fields__", {})
+    return ("cache", "cache") if "cache" in fields else ("past_key_values", "past_key_values")
+
+
 class _StopStringCriteria:
     """A ``StoppingCriteria`` that ends a row once its generated text contains one of ``stop_strings`` (for
     multi-token delimiters; rows already stopped just wait for the rest of the batch)."""
@@ -83,14 +178,37 @@ class HFBackend:
     all contexts into one call with an attention mask (positions then come from the mask: checked against
     unpadded generation by the tests). Sampling (``temperature > 0``) draws from a torch seed taken from
     ``generator``, so runs are reproducible without touching the global RNG.
+
+    ``reuse_cache`` (default: on with ``"bucket"`` batching) keeps each sequence's keys and values between calls
+    (:class:`PrefixCache`, at most ``max_cached`` sequences), so a context that extends an earlier one -- the next
+    step of the same problem -- is not re-encoded: only the new tokens are read. Rows of one call share the
+    shortest reusable prefix among them. Greedy outputs equal the uncached path's (tested). The decoder empties
+    the cache at the end of each ``generate`` (:meth:`clear_cache`). Models whose cache is not a plain
+    full-attention ``DynamicCache`` fall back to re-encoding.
     """
 
     def __init__(
-        self, model: Any, tokenizer: Any = None, *, batching: str = "bucket", max_batch_size: int | None = None
+        self,
+        model: Any,
+        tokenizer: Any = None,
+        *,
+        batching: str = "bucket",
+        max_batch_size: int | None = None,
+        reuse_cache: bool | None = None,
+        max_cached: int = 4096,
     ):
         self.model, self.tokenizer = model, tokenizer
         self.batching = check_choice("batching", batching, ("bucket", "pad"))
         self.max_batch_size = None if max_batch_size is None else check_int("max_batch_size", max_batch_size, min=1)
+        if reuse_cache is None:
+            reuse_cache = self.batching == "bucket"
+        self.reuse_cache = check_bool("reuse_cache", reuse_cache)
+        if self.reuse_cache and self.batching == "pad":
+            raise ValueError("reuse_cache=True needs batching='bucket' (left-padded rows do not share positions)")
+        max_cached = check_int("max_cached", max_cached, min=1)
+        self.cache = PrefixCache(max_cached) if self.reuse_cache else None
+        self._kept: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # the last call's keys and values
+        self._sources: list[tuple[int, ...]] = []  # the entries the last call extended
         out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         self.vocab_size = int(out.weight.shape[0]) if out is not None else getattr(model.config, "vocab_size", None)
         self.name = type(model).__name__
@@ -98,6 +216,11 @@ class HFBackend:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def clear_cache(self) -> None:
+        """Forget every kept key/value (the decoder calls this when a ``generate`` ends)."""
+        if self.cache is not None:
+            self.cache.clear()
 
     def _pad_id(self, stop_ids: Sequence[int]) -> int:
         for src in (self.tokenizer, getattr(self.model, "generation_config", None), self.model.config):
@@ -132,12 +255,45 @@ class HFBackend:
         out: list[list[int]] = [[] for _ in contexts]
         for rows in batches:
             budget = max(max_new_tokens[i] for i in rows)
-            gen = self._generate(
-                [contexts[i] for i in rows], budget, stop_ids, stop_strings, temperature, top_p, generator
-            )
+            ctxs = [list(contexts[i]) for i in rows]
+            gen = self._generate(ctxs, budget, stop_ids, stop_strings, temperature, top_p, generator)
             for i, g in zip(rows, gen):
                 out[i] = cut_at_stop(g, stop_ids, max_new_tokens[i], stop_strings, self.tokenizer)
+            if self._kept is not None:
+                self._keep(ctxs, [out[i] for i in rows])
         return out
+
+    def _reusable(self, ctxs: list[list[int]]) -> Any:
+        """A cache of the prefix every row of one bucket shares with what it processed before, or ``None``."""
+        self._kept = None
+        if self.cache is None:
+            return None
+        found = [self.cache.lookup(c) for c in ctxs]
+        self._sources = [key for key, _ in found if key is not None]
+        n = min(m for _, m in found)
+        if n == 0:
+            return None
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        per_row = [self.cache.layers(key, n) for key, _ in found]
+        for layer in range(len(per_row[0])):
+            keys = torch.cat([row[layer][0] for row in per_row])
+            values = torch.cat([row[layer][1] for row in per_row])
+            cache.update(keys, values, layer)
+        return cache
+
+    def _keep(self, ctxs: list[list[int]], steps: list[list[int]]) -> None:
+        """Store each row's keys and values over its context and step (the step's last token was never read)."""
+        for key in self._sources:
+            self.cache.drop(key)
+        for r, (c, ids) in enumerate(zip(ctxs, steps)):
+            covered = (c + ids[:-1])[: self._kept[0][0].shape[2]]
+            n = len(covered)
+            self.cache.store(
+                c, covered, [(k[r : r + 1, :, :n].clone(), v[r : r + 1, :, :n].clone()) for k, v in self._kept]
+            )
+        self._kept = None
 
     def _generate(self, ctxs, budget, stop_ids, stop_strings, temperature, top_p, generator) -> list[list[int]]:
         width = max(len(c) for c in ctxs)
@@ -164,12 +320,24 @@ class HFBackend:
                 [_StopStringCriteria(self.tokenizer, stop_strings, width)]
             )
         device = self.device
+        past = self._reusable(ctxs)
+        if self.cache is not None:
+            arg, field = _generate_cache_arguments()
+            kwargs["return_dict_in_generate"] = True
+            if past is not None:
+                kwargs[arg] = past
         seed = int(torch.randint(0, 2**62, (1,), generator=generator)) if temperature > 0 and generator else None
         with torch.random.fork_rng(devices=[] if device.type == "cpu" else [device], enabled=seed is not None):
             if seed is not None:
                 torch.manual_seed(seed)
-            seqs = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
-        return seqs[:, width:].tolist()
+            res = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+        if self.cache is None:
+            return res[:, width:].tolist()
+        self._kept = _cache_layers(getattr(res, field, None))
+        if self._kept is None:
+            logger.info("%s: the model's cache cannot be cut to a prefix; re-encoding every call", self.name)
+            self.cache = None
+        return res.sequences[:, width:].tolist()
 
 
 class OpenAIBackend:

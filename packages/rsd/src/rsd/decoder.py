@@ -328,11 +328,16 @@ class StepDecoder:
         batched = check_bool("batched", batched)
         states = self._init_states(prompts)
         gen = torch.Generator().manual_seed(self.config.seed)
-        if batched:
-            self._run(states, gen)
-        else:
-            for st in states:
-                self._run([st], gen)
+        try:
+            if batched:
+                self._run(states, gen)
+            else:
+                for st in states:
+                    self._run([st], gen)
+        finally:  # kept keys and values (HFBackend's prefix cache) live for one generate call
+            for backend in (self.draft, self.target):
+                if callable(getattr(backend, "clear_cache", None)):
+                    backend.clear_cache()
         return [st.out for st in states]
 
 
