@@ -18,6 +18,13 @@ def _cos(a, b):
     return float(nn.functional.cosine_similarity(a.reshape(-1), b.reshape(-1), dim=0))
 
 
+def _logits_cos(q, m, grad_mode=torch.no_grad):
+    """Cosine between the quantized and the float model's logits on the same tokens."""
+    x = tokens()
+    with grad_mode():
+        return _cos(q(input_ids=x).logits, m(input_ids=x).logits)
+
+
 def test_torch_ao_dequantised_within_half_step_and_size():
     m = tiny_llama(hidden=64, mlp=128)
     q, rec = quantize(m, "int8_dynamic", "torch.ao")
@@ -32,9 +39,7 @@ def test_torch_ao_dequantised_within_half_step_and_size():
     assert n == 15  # 14 block matrices and the head
     assert 3.9 < rec["size_ratio"] <= 4.0
     assert rec["linear_bytes_before"] == linear_weight_bytes(m)
-    x = tokens()
-    with torch.no_grad():
-        assert _cos(q(input_ids=x).logits, m(input_ids=x).logits) > 0.99
+    assert _logits_cos(q, m) > 0.99
 
 
 def test_torchao_int8_weight_half_step_per_row():
@@ -45,17 +50,13 @@ def test_torchao_int8_weight_half_step_per_row():
     deq = qw.qdata.float() * qw.scale.float()
     assert torch.all((deq - w).abs() <= qw.scale.float() / 2 + 1e-7)
     assert rec["size_ratio"] > 3.7
-    x = tokens()
-    with torch.no_grad():
-        assert _cos(q(input_ids=x).logits, m(input_ids=x).logits) > 0.99
+    assert _logits_cos(q, m) > 0.99
 
 
 def test_torchao_int8_dynamic_cosine():
     m = tiny_llama()
     q, _ = quantize(m, "int8_dynamic", "torchao")
-    x = tokens()
-    with torch.inference_mode():
-        assert _cos(q(input_ids=x).logits, m(input_ids=x).logits) > 0.99
+    assert _logits_cos(q, m, torch.inference_mode) > 0.99
 
 
 def test_input_untouched_and_profile_counts_float_flops():
@@ -89,9 +90,7 @@ def test_unsupported_combinations_raise_listing_supported():
 def test_quanto_int8_weight():
     m = tiny_llama()
     q, rec = quantize(m, "int8_weight", "quanto")
-    x = tokens()
-    with torch.no_grad():
-        assert _cos(q(input_ids=x).logits, m(input_ids=x).logits) > 0.99
+    assert _logits_cos(q, m) > 0.99
 
 
 _needs_quanto = pytest.mark.skipif(importlib.util.find_spec("optimum") is None, reason="optimum-quanto not installed")
@@ -125,9 +124,7 @@ def test_quanto_int4_weight_bytes_and_cosine():
         if isinstance(mod, nn.Linear)
     )
     assert rec["linear_bytes_after"] == want and rec["size_ratio"] > 6
-    x = tokens()
-    with torch.no_grad():
-        assert _cos(q(input_ids=x).logits, m(input_ids=x).logits) > 0.98
+    assert _logits_cos(q, m) > 0.98
 
 
 def test_torchao_int4_on_cpu_is_refused_naming_the_alternative():
