@@ -67,6 +67,14 @@ def test_lean_transcript():
     assert lean.calls == 6 and not replay.pairs
 
 
+def test_lean_statement_with_trailing_by():
+    prob = Problem("t", HEADER, PROB.statement + " := by", language="lean")
+    replay = Replay([TRANSCRIPT[0], TRANSCRIPT[1], TRANSCRIPT[5]])
+    lean = LeanReplBackend(transport=replay)
+    assert lean.start(prob).ok  # the same requests as for the bare statement
+    assert lean.check(prob, ":= by\n  rw [h]\n  omega").ok and not replay.pairs
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # ProofAug's algorithm on Lean 4, against a fake REPL replaying recorded tactic outcomes (tests/lean_fake.py)
 

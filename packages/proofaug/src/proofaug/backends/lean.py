@@ -3,9 +3,9 @@
 Commands are JSON objects separated by a blank line: ``{"cmd": text, "env": n}`` elaborates commands and returns
 ``env``, ``messages`` and ``sorries`` (each with a ``proofState``); ``{"tactic": t, "proofState": n}`` runs one
 tactic and returns the new ``proofState`` and its ``goals``. The paper's Lean code drives a fork of this REPL; the
-protocol below is the upstream one. ``ProofAug.augment`` drives Coq in this version: this backend executes
-statements and tactics and re-checks whole proofs in command mode (the paper's guard against tactic-mode bugs),
-for use with :func:`proofaug.structure.parse_lean`.
+protocol below is the upstream one. ``ProofAug`` drives it through the Lean dialect (:mod:`proofaug.dialects`):
+statements and tactics run by proof state, and whole proofs are re-checked in command mode (the paper's guard
+against tactic-mode bugs).
 """
 
 from __future__ import annotations
@@ -31,6 +31,13 @@ LEAN_LADDER: tuple[str, ...] = (
     "(try norm_num [*]); (try field_simp [*] at *); (try ring_nf at *); nlinarith",
     "omega",
 )
+
+
+def _bare(statement: str) -> str:
+    """The statement without a trailing ``:= by`` / ``:=`` (proposals start with ``:= by``)."""
+    stmt = statement.rstrip()
+    stmt = stmt[: -len(":= by")] if stmt.endswith(":= by") else stmt.removesuffix(":=")
+    return stmt.rstrip()
 
 
 class LeanReplBackend:
@@ -103,9 +110,7 @@ class LeanReplBackend:
     def start(self, problem: Problem) -> StepResult:
         """Elaborate ``statement := by sorry`` in the header's environment; the sorry's proof state."""
         self.calls += 1
-        stmt = problem.statement.rstrip()
-        stmt = stmt[: -len(":= by")] if stmt.endswith(":= by") else stmt.removesuffix(":=")
-        resp = self._ask({"cmd": f"{stmt.rstrip()} := by sorry", "env": self._env(problem.header)}, 60.0)
+        resp = self._ask({"cmd": f"{_bare(problem.statement)} := by sorry", "env": self._env(problem.header)}, 60.0)
         errs = self._errors(resp)
         sorries = resp.get("sorries", [])
         if errs or not sorries:
@@ -131,7 +136,7 @@ class LeanReplBackend:
         """Command-mode re-check of statement + proof in the header's environment (no ``sorry`` allowed)."""
         self.calls += 1
         sep = "" if proof[:1].isspace() else " "
-        text = f"{problem.statement.rstrip()}{sep}{proof}"
+        text = f"{_bare(problem.statement)}{sep}{proof}"
         resp = self._ask({"cmd": text, "env": self._env(problem.header)}, timeout)
         errs = self._errors(resp)
         if errs:
