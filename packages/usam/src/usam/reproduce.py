@@ -12,7 +12,9 @@ Quick: 1,000 source prompts (SamScore), 1,000 target prompts (USAM heads), 400 t
 3. Shown without a verdict: relAUC of H_Std and H_A, and the token ablation (both / mask / IoU token).
 
 ``--full``: 5 seeds, Tiny + Large toy models, 8-point prompts, the MC baselines (H_Y, H_T, H_XP, H_Θ), all four
-correction tasks, mean ± s.d., and C3 (model selection) relAUC(Δ*_Θ from the Tiny tokens) > relAUC(−SamScore_Tiny).
+correction tasks, mean ± s.d., and C3 (model selection) relAUC(Δ*_Θ from the Tiny tokens) > relAUC(−SamScore_Tiny);
+and C1/C2 again on a tiny real ``SamModel`` trained on the source scenes (learned decoder tokens, its own IoU head as
+SamScore), judged only when its best-of-3 mIoU on the target test prompts reaches 0.5.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from icml25_shared.report import Claim, ReproResult, save_figure, subplots
-from usam.experiments import FULL, QUICK, Setup, run_seed, summarise
+from usam.experiments import FULL, QUICK, Setup, run_seed, run_toy_sam, summarise
 
 __all__ = ["reproduce"]
 
@@ -109,5 +111,40 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
                 details={"rel_auc_model": rel["model"], "rel_auc_prompt": rel.get("prompt")},
             )
         )
+    if setup.toy_sam_steps:
+        claims += _toy_sam_claims(setup)
     settings = {**asdict(setup), "sizes": results[0].sizes, "head_validation_seed0": results[0].val}
     return ReproResult("usam", claims, settings=settings, artifacts=[_plot(results[0].curves, out_dir)])
+
+
+def _toy_sam_claims(setup: Setup) -> list[Claim]:
+    """C1 and C2 on the tiny trained ``SamModel`` (no verdict when its best-of-3 mIoU < 0.5)."""
+    fit, results = run_toy_sam(setup)
+    summ, n = summarise(results), len(results)
+    best = float(np.mean([r.sizes["test_mean_iou_best"] for r in results]))
+    sel = float(np.mean([r.sizes["test_mean_iou_selected"] for r in results]))
+    judged = best >= 0.5
+    da, ss = summ["rel_auc"]["task"]["delta_A (USAM)"], summ["rel_auc"]["task"]["-SamScore"]
+    pu, ps = summ["pearson"]["USAM_theta"], summ["pearson"]["SamScore"]
+    note = f"tiny SamModel, {fit.steps} steps; target best-of-3 mIoU {best:.3f}, selected {sel:.3f}"
+    details = {"rel_auc": summ["rel_auc"], "pearson": summ["pearson"], "ablation": summ["ablation"]}
+    details |= {"train_loss_every_25_steps": fit.losses, "per_seed_sizes": [r.sizes for r in results]}
+    return [
+        Claim(
+            f"C1 on a tiny real SamModel trained on source scenes ({note})",
+            "delta*_A 0.717 vs H_Std 0.693 mIoU at 50 % corrected (COCO)",
+            f"relAUC delta*_A {_fmt(da, n)} vs -SamScore {_fmt(ss, n)}",
+            da["mean"] > ss["mean"] if judged else None,
+            rule="mean relAUC(delta*_A) > mean relAUC(-SamScore); judged only if best-of-3 mIoU >= 0.5",
+            short="C1 on tiny SamModel",
+            details=details,
+        ),
+        Claim(
+            f"C2 on a tiny real SamModel trained on source scenes ({note})",
+            "USAM_L 0.71 vs SamScore 0.49 (COCO, Large)",
+            f"Pearson USAM_theta {_fmt(pu, n)} vs SamScore {_fmt(ps, n)}",
+            pu["mean"] > ps["mean"] if judged else None,
+            rule="mean Pearson(USAM_theta, IoU) > mean Pearson(SamScore, IoU); judged only if best-of-3 mIoU >= 0.5",
+            short="C2 on tiny SamModel",
+        ),
+    ]
