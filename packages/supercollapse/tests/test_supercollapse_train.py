@@ -8,6 +8,7 @@ import torch
 
 from supercollapse import AnnealingLaw, Runs, Schedule
 from supercollapse.models import ResidualMLP
+from supercollapse.experiments import Setup, plrf_experiment
 from supercollapse.mup import adam_param_groups
 from supercollapse.tasks import PLRF, FourierRegression
 from supercollapse.train import RunSpec, mse_half, parameter_count, train_run
@@ -110,6 +111,28 @@ def test_plrf_sgd_decreases_population_loss():
     assert plrf.loss(np.zeros(20), W) == pytest.approx(0.5 * np.sum(plrf.h * plrf.b**2))
     steps, losses = plrf.sgd(20, 400, lr=0.2, batch=4)
     assert losses[-1] < 0.7 * losses[0]
+
+
+def test_plrf_gd_loss_equals_explicit_gradient_descent():
+    plrf = PLRF(0.6, 0.52, v=300)
+    W, theta, lr = plrf.features(40), np.zeros(40), 0.7
+    explicit = []
+    for _ in range(80):  # θ ← θ − lr·∇L, ∇L = W H (Wᵀθ − b)
+        explicit.append(plrf.loss(theta, W))
+        theta -= lr * (W * plrf.h) @ (W.T @ theta - plrf.b)
+    closed = plrf.gd_loss(40, np.arange(80), lr=lr)
+    np.testing.assert_allclose(closed, explicit, rtol=1e-10)
+    assert closed[-1] < closed[0] and np.all(np.diff(closed) <= 1e-15)
+    with pytest.raises(ValueError, match="lr = 5 diverges"):
+        plrf.gd_loss(40, np.arange(3), lr=5.0)
+    with pytest.raises(ValueError, match="steps must be"):
+        plrf.gd_loss(40, np.array([-1.0]))
+
+
+def test_plrf_experiment_finds_a_frontier():
+    res = plrf_experiment(Setup(plrf_dims=(25, 50, 100, 200), plrf_v=1000))
+    assert 0.5 < res["horizon"].gamma < 2.0
+    assert set(res["delta"]) == {0.8, 1.0, 1.2} and all(np.isfinite(v) and v > 0 for v in res["delta"].values())
 
 
 def test_annealing_law_recovers_its_own_curves():

@@ -7,6 +7,8 @@ noise_model_experiment``).
   fitted on linear, cosine and WSD predicted (paper Sec. 4).
 - :func:`variance_experiment`: two widths, several seeds, constant vs linear decay at a horizon T ∝ p; the seed-noise
   floor σ(x) near the end of training (paper Fig. 1c).
+- :func:`plrf_experiment`: power-law random features (Paquette et al. 2024; paper Sec. 3.2) under exact full-batch
+  gradient descent: the constant-LR frontier → γ̂ → Δ at 0.8γ̂, γ̂ and 1.2γ̂ (exact curves, no training noise).
 - :func:`full_experiment`: constant-LR frontier → horizon → linear-decay runs at the horizon → L0 fit → Δ/σ,
   the breakdown of collapse at 0.8γ̂, 1.2γ̂ and without μP, and the noise model against the annealing law.
 """
@@ -26,7 +28,7 @@ from supercollapse.laws import PowerLawFamily, fit_scaling_law
 from supercollapse.noise import NoiseModel
 from supercollapse.runs import Runs
 from supercollapse.schedules import Schedule
-from supercollapse.tasks import FourierRegression
+from supercollapse.tasks import PLRF, FourierRegression
 from supercollapse.train import RunSpec, parameter_count, train_run
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "exact_law_experiment",
     "noise_model_experiment",
     "variance_experiment",
+    "plrf_experiment",
     "full_experiment",
 ]
 
@@ -65,11 +68,18 @@ class Setup:
     full_widths: tuple[int, ...] = (32, 45, 64, 90, 128)
     full_seeds: int = 3
     frontier_steps: int = 6000
+    horizon_frac: float = 1.0
+    """Full-mode runs train to ``horizon_frac`` × the fitted horizon T̂(p) (a constant factor keeps the exponent γ̂
+    that collapse depends on, paper Sec. 3.2; 1/3 in ``FULL`` to fit the 15-minute CPU budget)."""
+    # power-law random features (full mode)
+    plrf_dims: tuple[int, ...] = (50, 100, 200, 400, 800)
+    plrf_v: int = 4000
+    plrf_lr: float = 0.01
     x_grid: tuple[float, ...] = field(default_factory=lambda: tuple(DEFAULT_X_GRID))
 
 
 QUICK = Setup()
-FULL = Setup(nm_steps=3000, tokens_per_param=1.5)
+FULL = Setup(nm_steps=3000, tokens_per_param=1.5, horizon_frac=1 / 3)
 
 
 def _spec(st: Setup, width: int, seed: int, schedule: Schedule, label: str, **kw: Any) -> RunSpec:
@@ -112,12 +122,15 @@ def nm_schedules(st: Setup, steps: int) -> dict[str, Schedule]:
 def noise_model_experiment(st: Setup, task: FourierRegression) -> dict[str, Any]:
     """Train const / linear / cosine / WSD at one width; fit α on linear; RMSE of the noise model and of the
     τ-matched constant curve (α = 0) on the held-out cosine and WSD."""
+    # the model uses the trace of the run it predicts (s − 1 = 0 on const), so the const run skips the tracker
     frames = {
-        name: _train(_spec(st, st.nm_width, 0, s, name), task, st) for name, s in nm_schedules(st, st.nm_steps).items()
+        name: _train(_spec(st, st.nm_width, 0, s, name, **({"estimator": "none"} if name == "const" else {})), task, st)
+        for name, s in nm_schedules(st, st.nm_steps).items()
     }
     model = NoiseModel().fit(frames["const"], frames["linear"])
-    rmse = {n: {"noise": model.rmse(frames[n]), "tau_const": model.rmse(frames[n], alpha=0.0)} for n in frames}
-    preds = {n: model.predict(frames[n]) for n in frames}
+    held = [n for n in frames if n != "const"]
+    rmse = {n: {"noise": model.rmse(frames[n]), "tau_const": model.rmse(frames[n], alpha=0.0)} for n in held}
+    preds = {n: model.predict(frames[n]) for n in held}
     return {"alpha": model.alpha, "rmse": rmse, "frames": frames, "predictions": preds}
 
 
@@ -140,13 +153,37 @@ def variance_experiment(st: Setup, task: FourierRegression) -> dict[str, Any]:
     return out
 
 
+# -- PLRF (full mode) --------------------------------------------------------------------------------------------------
+def plrf_experiment(st: Setup, scales: tuple[float, ...] = (0.8, 1.0, 1.2)) -> dict[str, Any]:
+    """PLRF (α = 0.6, β = 0.52, phase II) trained by exact full-batch GD (``PLRF.gd_loss``, lr small: close to
+    gradient flow) for every d in ``plrf_dims``: the constant-LR frontier gives γ̂ (compute 6·d·t), then Δ(x) of
+    the curves normalised at t = t(d₀)·(d/d₀)^(scale·γ̂) with L0 = 0 (the model's loss vanishes as d, t → ∞)."""
+    task = PLRF(0.6, 0.52, v=st.plrf_v)
+    k = np.unique(np.round(np.geomspace(1, 1e7, 600)))
+    parts = [
+        pd.DataFrame({"run_id": f"plrf-d{d}", "size": float(d), "seed": 0, "schedule": "const", "step": k,
+                      "compute": 6.0 * d * k, "loss": task.gd_loss(d, k, lr=st.plrf_lr)})
+        for d in st.plrf_dims
+    ]  # fmt: skip
+    runs = Runs.from_frame(pd.concat(parts, ignore_index=True))
+    horizon = fit_horizon(compute_frontier(runs))
+    d0 = st.plrf_dims[len(st.plrf_dims) // 2]
+    t0 = float(horizon.tokens(d0))
+    x = np.asarray(st.x_grid)
+    delta = {}
+    for sc in scales:
+        c_star = {float(d): 6.0 * d * t0 * (d / d0) ** (sc * horizon.gamma) for d in st.plrf_dims}
+        delta[sc] = float(np.nanmean(collapse_deviation(normalize(runs, 0.0, c_star=c_star, x_grid=x))[x >= 0.2]))
+    return {"horizon": horizon, "delta": delta, "runs": runs}
+
+
 # -- full mode --------------------------------------------------------------------------------------------------------
 def _horizon_runs(st, task, horizon, gamma_scale, seeds, schedule="linear", freeze_at=None, anchor=None):
-    """Runs at T(p) = T(p_anchor)·(p/p_anchor)^(γ·gamma_scale) with the fitted horizon T(p) at the anchor."""
+    """Runs at T(p) = f·T̂(p_anchor)·(p/p_anchor)^(γ·gamma_scale), T̂ the fitted horizon, f = ``horizon_frac``."""
     parts = []
     ps = {w: parameter_count(w, st.depth, task.dim, st.mlp_ratio) for w in st.full_widths}
     p0 = anchor or ps[st.full_widths[len(st.full_widths) // 2]]
-    t0 = float(horizon.tokens(p0))
+    t0 = st.horizon_frac * float(horizon.tokens(p0))
     for w, p in ps.items():
         samples = t0 * (p / p0) ** (horizon.gamma * gamma_scale)
         steps = max(st.n_evals, int(round(samples / st.batch)))
@@ -156,8 +193,9 @@ def _horizon_runs(st, task, horizon, gamma_scale, seeds, schedule="linear", free
     return Runs.from_frame(pd.concat(parts, ignore_index=True))
 
 
-def full_experiment(st: Setup, task: FourierRegression) -> dict[str, Any]:
-    """The full pipeline of paper Sec. 2–4 at CPU scale (see the module docstring)."""
+def full_experiment(st: Setup, task: FourierRegression, nm: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The full pipeline of paper Sec. 2–4 at CPU scale (see the module docstring). ``nm``: the result of
+    :func:`noise_model_experiment` at ``st`` when already run (reused when ``nm_width`` is the middle full width)."""
     const_parts = [
         _train(_spec(st, w, 0, Schedule("const", st.frontier_steps), "const", estimator="none", n_evals=60), task, st)
         for w in st.full_widths
@@ -180,7 +218,8 @@ def full_experiment(st: Setup, task: FourierRegression) -> dict[str, Any]:
         l0 = min(law.L0, 0.99 * float(runs.meta()["final_loss"].min()))
         d = collapse_deviation(normalize(runs, l0, x_grid=x))
         breakdown[label] = float(np.nanmean(d[x >= 0.2]))
-    nm = noise_model_experiment(replace(st, nm_width=st.full_widths[2]), task)
+    if nm is None or st.nm_width != st.full_widths[len(st.full_widths) // 2]:
+        nm = noise_model_experiment(replace(st, nm_width=st.full_widths[len(st.full_widths) // 2]), task)
     curves = []
     for name in ("const", "linear"):
         f = nm["frames"][name]
@@ -193,7 +232,7 @@ def full_experiment(st: Setup, task: FourierRegression) -> dict[str, Any]:
         pred = ann.predict(nm_schedules(st, st.nm_steps)[name](np.arange(st.nm_steps)), f["step"].to_numpy())
         ann_rmse[name] = float(np.sqrt(np.mean((pred - f["loss"].to_numpy()) ** 2)))
     return {
-        "frontier": front, "horizon": horizon, "law": law, "L0_used": l0_used, "report": report,
+        "frontier": front, "horizon": horizon, "horizon_frac": st.horizon_frac, "law": law, "L0_used": l0_used, "report": report,
         "base_delta": base_delta, "breakdown": breakdown, "noise_model": nm, "annealing_rmse": ann_rmse,
         "const": const, "main": main,
     }  # fmt: skip

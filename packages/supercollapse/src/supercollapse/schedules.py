@@ -86,7 +86,13 @@ class Schedule:
         per optimizer step."""
         from torch.optim.lr_scheduler import LambdaLR
 
-        return LambdaLR(optimizer, lambda t: float(self(t)), last_epoch=last_epoch)
+        # s(t) tabulated once for t ≤ T (one numpy call per step cost a few % of a tiny model's step)
+        table = self(np.arange(self.total_steps + 1)).tolist()
+
+        def factor(t: int) -> float:
+            return table[t] if 0 <= t < len(table) else float(self(t))
+
+        return LambdaLR(optimizer, factor, last_epoch=last_epoch)
 
 
 def tau(schedule: Schedule, step: np.ndarray | int, eta_peak: float = 1.0) -> np.ndarray:

@@ -33,6 +33,7 @@ class FourierRegression:
     k: torch.Tensor = field(init=False, repr=False)
     w: torch.Tensor = field(init=False, repr=False)
     phase: torch.Tensor = field(init=False, repr=False)
+    _cast: dict = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.dim = check_int("dim", self.dim, min=1)
@@ -50,7 +51,9 @@ class FourierRegression:
 
     def target(self, x: torch.Tensor) -> torch.Tensor:
         """y(x) for x of shape (n, dim), computed in x's dtype; returns (n, 1)."""
-        k, phase, w = (t.to(x.dtype) for t in (self.k, self.phase, self.w * 2**0.5))
+        if x.dtype not in self._cast:  # the constants in x's dtype, cast once (this runs every training step)
+            self._cast[x.dtype] = tuple(t.to(x.dtype) for t in (self.k, self.phase, self.w * 2**0.5))
+        k, phase, w = self._cast[x.dtype]
         return (torch.cos(2 * torch.pi * (x @ k.T) + phase) @ w).unsqueeze(1)
 
     def sample(self, n: int, generator: torch.Generator, dtype: torch.dtype = torch.float32):
@@ -86,6 +89,28 @@ class PLRF:
         """Population loss ½ (Wᵀθ − b)ᵀ H (Wᵀθ − b)."""
         r = W.T @ theta - self.b
         return float(0.5 * np.sum(self.h * r * r))
+
+    def gd_loss(self, d: int, steps: np.ndarray, lr: float = 1.0, seed: int | None = None) -> np.ndarray:
+        """Exact population loss after ``steps`` steps of full-batch gradient descent from θ = 0 (the infinite-batch
+        limit of one-pass SGD), for any step counts at once.
+
+        With ``K = W H Wᵀ`` (d×d, eigenpairs λ_i, q_i) and the minimiser θ* = K⁻¹ W H b, the loss is quadratic in
+        θ − θ*, and GD contracts each eigen-direction by (1 − lr·λ_i) per step:
+        ``L_k = L(θ*) + ½ Σ_i λ_i (1 − lr·λ_i)^{2k} (q_iᵀθ*)²``. Needs ``lr·λ_max < 2`` (raised otherwise).
+        """
+        d = check_int("d", d, min=1, max=self.v)
+        lr = check_float("lr", lr, min=0, min_open=True)
+        k = np.asarray(steps, dtype=np.float64)
+        if k.ndim != 1 or not np.all(np.isfinite(k)) or (k < 0).any():
+            raise ValueError("steps must be a 1-d array of non-negative step counts")
+        W = self.features(d, seed)
+        lam, Q = np.linalg.eigh((W * self.h) @ W.T)
+        if lr * lam[-1] >= 2:
+            raise ValueError(f"lr = {lr:g} diverges: lr·λ_max = {lr * lam[-1]:.3g} must be < 2")
+        theta_star = Q @ ((Q.T @ (W @ (self.h * self.b))) / lam)
+        c2 = (Q.T @ theta_star) ** 2
+        decay = np.abs(1.0 - lr * lam)[None, :] ** (2.0 * k[:, None])
+        return self.loss(theta_star, W) + 0.5 * (decay * (lam * c2)[None, :]).sum(axis=1)
 
     def sgd(
         self, d: int, steps: int, lr: float, batch: int = 1, seed: int = 0, n_evals: int = 30
