@@ -12,6 +12,11 @@ problems with 2-4 operations, greedy decoding, target-only, draft-only and RSD (
 
 ``--full`` adds the noisy-PRM δ sweep, binary vs clipped vs sigmoid ω at a matched target-call rate, Best-of-N with
 the draft at N = 2..16 (the paper's "parallel decoding" comparison), HF assisted generation and T = 0.7.
+
+``--retrain``: :func:`reproduce_retrained` trains both models from scratch by the fixtures' recipe (about 15
+CPU-min) instead of loading the shipped ones, stamped and written like any run::
+
+    python -m icml25_shared.runner rsd rsd.reproduce:reproduce_retrained OUT_DIR [--full]
 """
 
 from __future__ import annotations
@@ -23,17 +28,25 @@ from icml25_shared.report import Claim, ReproResult
 from rsd.experiments import FULL, QUICK, Setup, full_runs, load_models, plot_accuracy_vs_flops, run_methods
 from rsd.tasks.arithmetic import step_accuracy
 
-__all__ = ["reproduce"]
+__all__ = ["reproduce", "reproduce_retrained"]
 
 
 def _ratio(base, res, mode):
     return base.flops[mode] / res.flops[mode]
 
 
-def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup | None = None) -> ReproResult:
-    """Run the experiments of the module docstring and judge the claims; ``setup`` overrides the mode's sizes."""
+def reproduce_retrained(full: bool, out_dir: Path, *, download: bool = False) -> ReproResult:
+    """:func:`reproduce` with both models retrained from scratch (the ``--retrain`` route)."""
+    return reproduce(full, out_dir, download=download, retrain=True)
+
+
+def reproduce(
+    full: bool, out_dir: Path, *, download: bool = False, setup: Setup | None = None, retrain: bool = False
+) -> ReproResult:
+    """Run the experiments of the module docstring and judge the claims; ``setup`` overrides the mode's sizes,
+    ``retrain`` trains the models instead of loading the fixtures."""
     st = setup or (FULL if full else QUICK)
-    draft_model, target_model = load_models()
+    draft_model, target_model = load_models(retrain, st.retrain_steps)
     res = run_methods(st, draft_model, target_model)
     t, d, r, n = res["target_only"], res["draft_only"], res["rsd"], res["rsd_noisy"]
     g, c = _ratio(t, r, "generated"), _ratio(t, r, "cached")
@@ -74,7 +87,8 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
         )
     )
     points = {m.name: (m.flops["generated"], m.accuracy) for m in res.values()}
-    settings = {**asdict(st), "methods": {k: v.summary() for k, v in res.items()}}
+    settings = {**asdict(st), "models": "retrained" if retrain else "shipped fixtures"}
+    settings["methods"] = {k: v.summary() for k, v in res.items()}
     if full:
         extra = full_runs(st, draft_model, target_model)
         claims += _full_claims(extra, n, t)
