@@ -176,3 +176,42 @@ def test_a_failing_client_is_left_out_of_its_round_and_the_run_goes_on(tiny_grap
     key = "gnn.convs.0.lin_l.weight"
     assert not torch.equal(failed.server.personal[0][key], clean.server.personal[0][key])
     assert {c for r, c, d, _ in failed.server.comm.records if r == 2 and d == "up"} == {0, 2}
+
+
+def test_masks_travel_bit_packed_as_many_bytes_as_the_meter_counts(tiny_graph):
+    from eagles.flower import pack_mask, split_arrays, unpack_mask
+    from eagles.metrics import payload_bytes
+
+    g = torch.Generator().manual_seed(0)
+    for shape in ((3, 5), (8,), (1, 1), (0, 4), (7, 9, 2)):
+        m = torch.rand(shape, generator=g) < 0.4
+        packed = pack_mask(m)
+        assert packed.dtype == torch.uint8 and packed.numel() == -(-m.numel() // 8)
+        assert torch.equal(unpack_mask(packed, shape), m)
+    with pytest.raises(ValueError, match="packed"):
+        unpack_mask(torch.zeros(3, dtype=torch.uint8), (3, 5))
+    clients = small_clients(tiny_graph, 2)
+    cfg = small_config()
+    grid = LocalGrid(make_client_app(clients, cfg), 2)
+    from eagles.flower import run_server
+
+    seen = []
+    orig = grid.send_and_receive
+
+    def spy(messages, *, timeout=None):
+        replies = list(orig(messages, timeout=timeout))
+        seen.extend(replies)
+        return replies
+
+    grid.send_and_receive = spy
+    run_server(grid, cfg, 12, 3, 2, 1)
+    reply = next(m for m in seen if "arrays" in m.content)
+    arrays = reply.content["arrays"]
+    state, masks = split_arrays(arrays)
+    assert masks and all(m.dtype == torch.bool and m.shape == state[k].shape for k, m in masks.items())
+    wire = sum(arrays[MASK_PREFIX + k].numpy().nbytes for k in masks)
+    counted = sum(payload_bytes(state, masks)[p] for p in ("gnn", "sparsifier"))
+    values = sum(4 * int(m.sum()) for m in masks.values()) + 4 * sum(
+        v.numel() for k, v in state.items() if k not in masks
+    )
+    assert wire == counted - values  # the meter's ⌈numel/8⌉ per mask is what travels

@@ -6,8 +6,8 @@
   density bands through :class:`eagles.server.EaglesServer`.
 - :func:`make_client_app`: one ``ClientApp`` for EAGLES and for Flower's ``FedAvg``; the partition comes from
   ``context.node_config["partition-id"]``, Adam's state lives in ``context.state``. A train reply holds one
-  ``ArrayRecord`` (the parameters, and the layer masks as ``mask/<name>`` uint8 entries, router weights included
-  in the parameters) and one ``MetricRecord``: never features, labels or edges.
+  ``ArrayRecord`` (the parameters, router weights included, and the layer masks as bit-packed ``mask/<name>``
+  uint8 entries, :func:`pack_mask`) and one ``MetricRecord``: never features, labels or edges.
 - :func:`make_server_app` / :func:`run_server`: the ServerApp's main, also what :func:`eagles.sim.run_inprocess`
   calls on a :class:`LocalGrid` (the in-process grid of :mod:`icml25_shared.flower`, re-exported here).
 """
@@ -39,7 +39,7 @@ from eagles.client import (
 from eagles.config import EaglesConfig
 from eagles.server import ClientReply, EaglesServer
 from icml25_shared.flower import LocalGrid
-from icml25_shared.validate import check_choice, check_int
+from icml25_shared.validate import check_choice, check_int, check_tensor
 
 __all__ = [
     "MASK_PREFIX",
@@ -49,7 +49,9 @@ __all__ = [
     "make_server_app",
     "run_server",
     "mean_metrics",
+    "pack_mask",
     "split_arrays",
+    "unpack_mask",
 ]
 
 MASK_PREFIX = "mask/"
@@ -60,11 +62,38 @@ def _to_record(state: Mapping[str, Tensor]) -> ArrayRecord:
     return ArrayRecord({k: v.detach().cpu().contiguous() for k, v in state.items()})
 
 
+_BITS = 2 ** torch.arange(8, dtype=torch.uint8)  # bit i of a byte holds entry 8j + i
+
+
+def pack_mask(mask: Tensor) -> Tensor:
+    """A bool mask as ⌈numel/8⌉ uint8 bytes (little-endian bits): what a layer mask costs on the wire, the
+    ⌈numel/8⌉ that :class:`eagles.metrics.CommMeter` counts."""
+    flat = mask.reshape(-1).to(torch.uint8)
+    flat = torch.cat([flat, flat.new_zeros(-flat.numel() % 8)])
+    return (flat.view(-1, 8) * _BITS).sum(1, dtype=torch.uint8)
+
+
+def unpack_mask(packed: Tensor, shape: Sequence[int]) -> Tensor:
+    """Inverse of :func:`pack_mask`: the bool mask of ``shape``."""
+    numel = 1
+    for d in shape:
+        numel *= int(d)
+    check_tensor("packed", packed, ndim=1, shape=((numel + 7) // 8,), dtype=torch.uint8)
+    bits = (packed[:, None] & _BITS) != 0
+    return bits.reshape(-1)[:numel].reshape(tuple(shape))
+
+
 def split_arrays(rec: ArrayRecord) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
-    """(parameters, masks) of a reply's ArrayRecord."""
+    """(parameters, masks) of a reply's ArrayRecord; each mask is unpacked to its weight's shape."""
     sd = rec.to_torch_state_dict()
     state = {k: v for k, v in sd.items() if not k.startswith(MASK_PREFIX)}
-    masks = {k[len(MASK_PREFIX) :]: v.bool() for k, v in sd.items() if k.startswith(MASK_PREFIX)}
+    masks = {}
+    for k, v in sd.items():
+        if k.startswith(MASK_PREFIX):
+            name = k[len(MASK_PREFIX) :]
+            if name not in state:
+                raise ValueError(f"mask entry {k!r} must name a parameter of the reply, got no {name!r}")
+            masks[name] = unpack_mask(v, state[name].shape)
     return state, masks
 
 
@@ -108,7 +137,7 @@ def make_client_app(
         context.state["eagles"] = ConfigRecord({"optimizer": optimizer_bytes(opt)})
         arrays = state_of(model)
         for name, m in model.masks().items():
-            arrays[MASK_PREFIX + name] = m.to(torch.uint8)
+            arrays[MASK_PREFIX + name] = pack_mask(m)
         metrics["partition-id"] = pid
         content = RecordDict({"arrays": _to_record(arrays), "metrics": MetricRecord(metrics)})
         return Message(content=content, reply_to=msg)
