@@ -208,7 +208,6 @@ class HFBackend:
         max_cached = check_int("max_cached", max_cached, min=1)
         self.cache = PrefixCache(max_cached) if self.reuse_cache else None
         self._kept: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # the last call's keys and values
-        self._sources: list[tuple[int, ...]] = []  # the entries the last call extended
         out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         self.vocab_size = int(out.weight.shape[0]) if out is not None else getattr(model.config, "vocab_size", None)
         self.name = type(model).__name__
@@ -243,59 +242,62 @@ class HFBackend:
     ) -> list[list[int]]:
         if stop_strings and self.tokenizer is None:
             raise ValueError("a multi-token step delimiter needs HFBackend(model, tokenizer) to detect it")
-        if self.batching == "bucket":
-            groups: dict[int, list[int]] = {}
+        # kept keys and values: looked up once for the whole call, before any entry is replaced
+        found = [self.cache.lookup(c) for c in contexts] if self.cache is not None else None
+        kv = [self.cache.layers(key, n) if key is not None else None for key, n in found] if found else None
+        if self.batching == "bucket":  # equal lengths; rows with and without a reusable prefix apart
+            groups: dict[tuple[int, bool], list[int]] = {}
             for i, c in enumerate(contexts):
-                groups.setdefault(len(c), []).append(i)
+                groups.setdefault((len(c), bool(found and found[i][1])), []).append(i)
             batches = list(groups.values())
         else:
             batches = [list(range(len(contexts)))]
         if self.max_batch_size:
             batches = [b[j : j + self.max_batch_size] for b in batches for j in range(0, len(b), self.max_batch_size)]
         out: list[list[int]] = [[] for _ in contexts]
+        stored: set[tuple[int, ...]] = set()
         for rows in batches:
             budget = max(max_new_tokens[i] for i in rows)
             ctxs = [list(contexts[i]) for i in rows]
-            gen = self._generate(ctxs, budget, stop_ids, stop_strings, temperature, top_p, generator)
+            past = self._reusable([found[i][1] for i in rows], [kv[i] for i in rows]) if found else None
+            gen = self._generate(ctxs, budget, stop_ids, stop_strings, temperature, top_p, generator, past)
             for i, g in zip(rows, gen):
                 out[i] = cut_at_stop(g, stop_ids, max_new_tokens[i], stop_strings, self.tokenizer)
             if self._kept is not None:
-                self._keep(ctxs, [out[i] for i in rows])
+                stored.update(self._keep(ctxs, [out[i] for i in rows]))
+        if found and self.cache is not None:  # an entry extended by this call is replaced by the longer one
+            for key in {key for key, _ in found if key is not None} - stored:
+                self.cache.drop(key)
         return out
 
-    def _reusable(self, ctxs: list[list[int]]) -> Any:
-        """A cache of the prefix every row of one bucket shares with what it processed before, or ``None``."""
-        self._kept = None
-        if self.cache is None:
-            return None
-        found = [self.cache.lookup(c) for c in ctxs]
-        self._sources = [key for key, _ in found if key is not None]
-        n = min(m for _, m in found)
+    @staticmethod
+    def _reusable(lengths: list[int], kv: list[Any]) -> Any:
+        """A ``DynamicCache`` over the prefix every row of one bucket can reuse (the shortest), or ``None``."""
+        n = min(lengths)
         if n == 0:
             return None
         from transformers import DynamicCache
 
         cache = DynamicCache()
-        per_row = [self.cache.layers(key, n) for key, _ in found]
-        for layer in range(len(per_row[0])):
-            keys = torch.cat([row[layer][0] for row in per_row])
-            values = torch.cat([row[layer][1] for row in per_row])
+        for layer in range(len(kv[0])):
+            keys = torch.cat([row[layer][0][:, :, :n] for row in kv])
+            values = torch.cat([row[layer][1][:, :, :n] for row in kv])
             cache.update(keys, values, layer)
         return cache
 
-    def _keep(self, ctxs: list[list[int]], steps: list[list[int]]) -> None:
-        """Store each row's keys and values over its context and step (the step's last token was never read)."""
-        for key in self._sources:
-            self.cache.drop(key)
+    def _keep(self, ctxs: list[list[int]], steps: list[list[int]]) -> list[tuple[int, ...]]:
+        """Store each row's keys and values over its context and step (the step's last token was never read);
+        rows are views of the call's cache tensors (no copy)."""
+        length = self._kept[0][0].shape[2]
         for r, (c, ids) in enumerate(zip(ctxs, steps)):
-            covered = (c + ids[:-1])[: self._kept[0][0].shape[2]]
-            n = len(covered)
-            self.cache.store(
-                c, covered, [(k[r : r + 1, :, :n].clone(), v[r : r + 1, :, :n].clone()) for k, v in self._kept]
-            )
+            n = min(length, len(c) + max(len(ids) - 1, 0))
+            self.cache.store(c, (c + ids)[:n], [(k[r : r + 1, :, :n], v[r : r + 1, :, :n]) for k, v in self._kept])
         self._kept = None
+        return [tuple(c) for c in ctxs]
 
-    def _generate(self, ctxs, budget, stop_ids, stop_strings, temperature, top_p, generator) -> list[list[int]]:
+    def _generate(
+        self, ctxs, budget, stop_ids, stop_strings, temperature, top_p, generator, past=None
+    ) -> list[list[int]]:
         width = max(len(c) for c in ctxs)
         pad = self._pad_id(stop_ids)
         ids = torch.full((len(ctxs), width), pad, dtype=torch.long)
@@ -320,7 +322,7 @@ class HFBackend:
                 [_StopStringCriteria(self.tokenizer, stop_strings, width)]
             )
         device = self.device
-        past = self._reusable(ctxs)
+        self._kept = None
         if self.cache is not None:
             arg, field = _generate_cache_arguments()
             kwargs["return_dict_in_generate"] = True
