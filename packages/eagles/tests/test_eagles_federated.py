@@ -53,13 +53,11 @@ def test_flower_fedavg_matches_plain_size_weighted_fedavg(tiny_graph):
     assert a.server.comm.total(direction="up") == b.server.comm.total(direction="up")
 
 
-def test_replies_hold_parameters_masks_gates_and_metrics_only(tiny_graph):
-    clients = small_clients(tiny_graph, 2)
-    cfg = small_config()
-    app = make_client_app(clients, cfg)
-    grid = LocalGrid(app, 2)
+def _replies_of_one_round(clients, cfg):
+    """Every reply message of one EAGLES round on the loopback grid (train and evaluate)."""
     from eagles.flower import run_server
 
+    grid = LocalGrid(make_client_app(clients, cfg), len(clients))
     seen = []
     orig = grid.send_and_receive
 
@@ -69,7 +67,14 @@ def test_replies_hold_parameters_masks_gates_and_metrics_only(tiny_graph):
         return replies
 
     grid.send_and_receive = spy
-    run_server(grid, cfg, 12, 3, 2, 1)
+    run_server(grid, cfg, 12, 3, len(clients), 1)
+    return seen
+
+
+def test_replies_hold_parameters_masks_gates_and_metrics_only(tiny_graph):
+    clients = small_clients(tiny_graph, 2)
+    cfg = small_config()
+    seen = _replies_of_one_round(clients, cfg)
     assert seen
     forbidden = {tuple(t.shape) for c in clients for t in (c.x, c.y, c.edge_index)}
     for msg in seen:
@@ -192,19 +197,7 @@ def test_masks_travel_bit_packed_as_many_bytes_as_the_meter_counts(tiny_graph):
         unpack_mask(torch.zeros(3, dtype=torch.uint8), (3, 5))
     clients = small_clients(tiny_graph, 2)
     cfg = small_config()
-    grid = LocalGrid(make_client_app(clients, cfg), 2)
-    from eagles.flower import run_server
-
-    seen = []
-    orig = grid.send_and_receive
-
-    def spy(messages, *, timeout=None):
-        replies = list(orig(messages, timeout=timeout))
-        seen.extend(replies)
-        return replies
-
-    grid.send_and_receive = spy
-    run_server(grid, cfg, 12, 3, 2, 1)
+    seen = _replies_of_one_round(clients, cfg)
     reply = next(m for m in seen if "arrays" in m.content)
     arrays = reply.content["arrays"]
     state, masks = split_arrays(arrays)
