@@ -86,13 +86,13 @@ class Setup:
     seed: int = 0
     full_sizes: tuple[ModelSize, ...] = (ModelSize(2, 32, 96), ModelSize(3, 48, 144), ModelSize(4, 64, 192))
     """--full: the three sizes of the compute sweep."""
-    full_budgets: tuple[float, ...] = (1.5e11, 4.5e11, 1.35e12)
+    full_budgets: tuple[float, ...] = (5e10, 1.5e11, 4.5e11)
     """--full: training FLOPs budgets of the sweep (FlopCounterMode's count)."""
     sweep_batch: int = 16
     """--full: windows per step in the sweep."""
-    pipeline_steps: int = 400
+    pipeline_steps: int = 240
     """--full: monolith steps of the pipeline (the specialists get the same FLOPs in total)."""
-    selection_steps: int = 300
+    selection_steps: int = 150
     """--full: steps of each small model trained on a selected half of the window pool."""
     perceptron_seeds: int = 3
     """--full: seeds of the teacher-student perceptron check."""
@@ -102,14 +102,7 @@ class Setup:
 
 
 QUICK = Setup()
-FULL = replace(
-    QUICK,
-    large_steps=200,
-    val_batches=16,
-    full_budgets=(5e10, 1.5e11, 4.5e11),
-    pipeline_steps=240,
-    selection_steps=150,
-)
+FULL = replace(QUICK, large_steps=200, val_batches=16)
 """--full, sized to run in about five CPU-minutes on one torch thread (the sweep dominates: its nine runs cost
 3 x the sum of the budgets)."""
 
