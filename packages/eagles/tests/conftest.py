@@ -5,8 +5,16 @@ import pytest
 import torch
 
 import eagles  # noqa: F401  (imports torch_geometric with its torch.jit notice silenced)
+from icml25_shared.device import torch_threads
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Every test on one torch thread (the library's default), the caller's setting restored after."""
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture
