@@ -63,7 +63,8 @@ def cut_at_stop(
     return ids
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
     for i in range(n):
         if a[i] != b[i]:
@@ -106,7 +107,7 @@ class PrefixCache:
             key = tuple(context[:length])
             if key in self._entries:
                 covered = self._entries[key][0]
-                n = length + _common_prefix(covered[length:], context[length:])
+                n = length + common_prefix(covered[length:], context[length:])
                 self._entries.move_to_end(key)
                 return key, min(n, len(context) - 1)
         return None, 0

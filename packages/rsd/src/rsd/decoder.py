@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 
 from icml25_shared.validate import check_bool, check_choice
+from rsd.backends import common_prefix
 from rsd.config import RSDConfig
 from rsd.flops import CallRecord
 from rsd.prm import check_scores
@@ -92,14 +93,6 @@ class _State:
 
     def finish(self, reason: str) -> None:
         self.done, self.out.finish_reason = True, reason
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class StepDecoder:
@@ -204,7 +197,7 @@ class StepDecoder:
             raise ValueError(f"backend {backend!r} returned {len(res)} results for {len(states)} contexts")
         for st, ids, ctx in zip(states, res, ctxs):
             ids = [int(t) for t in ids]
-            s = _common_prefix(st.processed.get(record_as, []), ctx)
+            s = common_prefix(st.processed.get(record_as, []), ctx)
             st.out.calls.append(CallRecord(record_as, s, len(ctx), len(ids)))
             st.processed[record_as] = ctx + ids[:-1] if ids else list(ctx)
         return [[int(t) for t in ids] for ids in res]
@@ -224,7 +217,7 @@ class StepDecoder:
             rewards.append(scores[-1])
             st.out.counts["prm_calls"] += 1
             ctx = st.ctx[self._key(role)] + ids  # PRM cost counted on the draft's tokenisation
-            s = _common_prefix(st.processed.get("prm", []), ctx)
+            s = common_prefix(st.processed.get("prm", []), ctx)
             st.out.calls.append(CallRecord("prm", s, len(ctx), 0, scored=len(ids)))
             st.processed["prm"] = ctx
         return rewards
