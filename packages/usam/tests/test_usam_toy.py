@@ -83,3 +83,16 @@ def test_reproduce_small(tmp_path):
     assert res.claims[-1].short == "C3 model gap vs SamScore"
     assert all(isinstance(c.holds, bool) for c in res.claims if c.rule != "shown, not judged")
     assert (tmp_path / "correction_curves.png").exists()
+
+
+@pytest.mark.slow
+def test_reproduce_small_with_toy_sam(tmp_path):
+    """The tiny SamModel's C1/C2 are added and left unjudged while its best-of-3 mIoU is below 0.5 (5 steps)."""
+    from usam.reproduce import reproduce
+
+    setup = replace(QUICK, source_prompts=40, train_prompts=60, test_prompts=20, toy_sam_steps=5, ablation=False)
+    res = reproduce(False, tmp_path, setup=setup)
+    sam_claims = [c for c in res.claims if c.short.endswith("on tiny SamModel")]
+    assert [c.short for c in sam_claims] == ["C1 on tiny SamModel", "C2 on tiny SamModel"]
+    assert all(c.holds is None for c in sam_claims)
+    assert "best-of-3 mIoU 0." in sam_claims[0].text

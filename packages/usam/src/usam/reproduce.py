@@ -129,22 +129,22 @@ def _toy_sam_claims(setup: Setup) -> list[Claim]:
     note = f"tiny SamModel, {fit.steps} steps; target best-of-3 mIoU {best:.3f}, selected {sel:.3f}"
     details = {"rel_auc": summ["rel_auc"], "pearson": summ["pearson"], "ablation": summ["ablation"]}
     details |= {"train_loss_every_25_steps": fit.losses, "per_seed_sizes": [r.sizes for r in results]}
+    c1 = "mean relAUC(delta*_A) > mean relAUC(-SamScore)"
+    c2 = "mean Pearson(USAM_theta, IoU) > mean Pearson(SamScore, IoU)"
+    p1 = "delta*_A 0.717 vs H_Std 0.693 mIoU at 50 % corrected (COCO)"
+    rows = (
+        ("C1", p1, "relAUC delta*_A", "-SamScore", da, ss, c1),
+        ("C2", "USAM_L 0.71 vs SamScore 0.49 (COCO, Large)", "Pearson USAM_theta", "SamScore", pu, ps, c2),
+    )
     return [
         Claim(
-            f"C1 on a tiny real SamModel trained on source scenes ({note})",
-            "delta*_A 0.717 vs H_Std 0.693 mIoU at 50 % corrected (COCO)",
-            f"relAUC delta*_A {_fmt(da, n)} vs -SamScore {_fmt(ss, n)}",
-            da["mean"] > ss["mean"] if judged else None,
-            rule="mean relAUC(delta*_A) > mean relAUC(-SamScore); judged only if best-of-3 mIoU >= 0.5",
-            short="C1 on tiny SamModel",
-            details=details,
-        ),
-        Claim(
-            f"C2 on a tiny real SamModel trained on source scenes ({note})",
-            "USAM_L 0.71 vs SamScore 0.49 (COCO, Large)",
-            f"Pearson USAM_theta {_fmt(pu, n)} vs SamScore {_fmt(ps, n)}",
-            pu["mean"] > ps["mean"] if judged else None,
-            rule="mean Pearson(USAM_theta, IoU) > mean Pearson(SamScore, IoU); judged only if best-of-3 mIoU >= 0.5",
-            short="C2 on tiny SamModel",
-        ),
+            f"{c} on a tiny real SamModel trained on source scenes ({note})",
+            paper,
+            f"{ours} {_fmt(u, n)} vs {peer} {_fmt(v, n)}",
+            u["mean"] > v["mean"] if judged else None,
+            rule=f"{rule}; judged only if best-of-3 mIoU >= 0.5",
+            short=f"{c} on tiny SamModel",
+            details=details if c == "C1" else {},
+        )
+        for c, paper, ours, peer, u, v, rule in rows
     ]
