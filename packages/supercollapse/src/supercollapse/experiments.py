@@ -54,7 +54,7 @@ class Setup:
     base_lr: float = 3e-3
     # noise model (Sec. 4)
     nm_width: int = 64
-    nm_steps: int = 2000
+    nm_steps: int = 1750
     n_evals: int = 30
     eval_batches: int = 8
     wsd_frac: float = 0.2

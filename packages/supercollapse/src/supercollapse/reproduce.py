@@ -6,7 +6,7 @@ Quick mode (about a minute on one CPU thread):
    ``t* = p^γ``: holds iff max_x Δ ≤ 1e-12 at γ = γ* = 1 and, for γ/γ* ∈ {0.8, 0.9, 1.1, 1.2}, max_x Δ > 1e-3 and
    grows with |γ/γ* − 1|.
 2. C2, the SGD-noise model (Sec. 4: it "accurately predicts" schedules with one α per task): residual MLP D = 64,
-   2 blocks, Fourier task (M = 1,000), batch 128, Adam + μP, 2,000 steps (3,000 with --full); const, linear,
+   2 blocks, Fourier task (M = 1,000), batch 128, Adam + μP, 1,750 steps (3,000 with --full); const, linear,
    cosine, WSD (f = 0.2); α fitted on linear only. Holds iff RMSE(noise model) ≤ 0.5 × RMSE(τ-matched constant
    curve) on cosine and on WSD.
 3. C3, LR decay suppresses seed variance (Fig. 1c): widths {32, 64}, 4 seeds, horizon T = κ′·p, const vs linear:
