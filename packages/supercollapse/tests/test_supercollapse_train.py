@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from supercollapse import AnnealingLaw, Runs, Schedule
-from supercollapse.models import ResidualMLP
 from supercollapse.experiments import Setup, plrf_experiment
+from supercollapse.models import ResidualMLP
 from supercollapse.mup import adam_param_groups
 from supercollapse.tasks import PLRF, FourierRegression
 from supercollapse.train import RunSpec, mse_half, parameter_count, train_run

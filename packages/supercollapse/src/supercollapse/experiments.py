@@ -232,7 +232,7 @@ def full_experiment(st: Setup, task: FourierRegression, nm: dict[str, Any] | Non
         pred = ann.predict(nm_schedules(st, st.nm_steps)[name](np.arange(st.nm_steps)), f["step"].to_numpy())
         ann_rmse[name] = float(np.sqrt(np.mean((pred - f["loss"].to_numpy()) ** 2)))
     return {
-        "frontier": front, "horizon": horizon, "horizon_frac": st.horizon_frac, "law": law, "L0_used": l0_used, "report": report,
-        "base_delta": base_delta, "breakdown": breakdown, "noise_model": nm, "annealing_rmse": ann_rmse,
+        "frontier": front, "horizon": horizon, "horizon_frac": st.horizon_frac, "law": law, "L0_used": l0_used,
+        "report": report, "base_delta": base_delta, "breakdown": breakdown, "noise_model": nm, "annealing_rmse": ann_rmse,
         "const": const, "main": main,
     }  # fmt: skip
