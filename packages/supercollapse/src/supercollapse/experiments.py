@@ -233,6 +233,6 @@ def full_experiment(st: Setup, task: FourierRegression, nm: dict[str, Any] | Non
         ann_rmse[name] = float(np.sqrt(np.mean((pred - f["loss"].to_numpy()) ** 2)))
     return {
         "frontier": front, "horizon": horizon, "horizon_frac": st.horizon_frac, "law": law, "L0_used": l0_used,
-        "report": report, "base_delta": base_delta, "breakdown": breakdown, "noise_model": nm, "annealing_rmse": ann_rmse,
-        "const": const, "main": main,
+        "report": report, "base_delta": base_delta, "breakdown": breakdown, "noise_model": nm,
+        "annealing_rmse": ann_rmse, "const": const, "main": main,
     }  # fmt: skip
