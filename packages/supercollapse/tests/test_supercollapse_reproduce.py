@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,18 @@ def test_reproduce_quick_shrunk(tmp_path):
     assert all(isinstance(c.holds, bool) for c in res.claims)
     assert all(len(c.short) <= 32 for c in res.claims)
     assert len(res.artifacts) == 3 and all((tmp_path / a.split("/")[-1]).exists() for a in res.artifacts)
+
+
+@pytest.mark.slow
+def test_reproduce_full_shrunk(tmp_path):
+    setup = replace(TINY, full_widths=(8, 12, 16, 24, 32), full_seeds=2, frontier_steps=400, horizon_frac=0.5,
+                    plrf_dims=(25, 50, 100, 200), plrf_v=1000)  # fmt: skip
+    res = reproduce(True, tmp_path, setup=setup)
+    assert [c.short for c in res.claims][3:] == ["horizon and L0 fit", "Δ/σ at the horizon", "collapse breakdown",
+                                                 "noise model vs annealing law", "PLRF frontier and Δ"]  # fmt: skip
+    assert res.claims[0].holds is True and isinstance(res.claims[5].holds, bool)
+    assert "PLRF" not in res.claims[-1].measured and res.claims[-1].measured.startswith("γ̂ = ")
+    assert len(res.artifacts) == 4 and all((tmp_path / a.split("/")[-1]).exists() for a in res.artifacts)
 
 
 def _generated(tmp_path):
