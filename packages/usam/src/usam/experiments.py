@@ -163,6 +163,17 @@ def mc_entropies(
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+def _relative_auc_or_nan(base: np.ndarray, refined: np.ndarray, priority: np.ndarray) -> float:
+    """relAUC, or NaN where it is undefined (the refinement never changes the IoU, e.g. a model whose three masks
+    coincide has no task gap): reported as such instead of ending the run."""
+    try:
+        return relative_auc(base, refined, priority)
+    except ValueError as e:
+        if "is undefined" not in str(e):
+            raise
+        return float("nan")
+
+
 def run_seed(setup: Setup, seed: int) -> SeedResult:
     """One seed of the protocol (module docstring), on one torch thread."""
     with torch_threads(1):
@@ -265,7 +276,7 @@ def _run_seed(setup: Setup, seed: int, models: dict[str, Any] | None = None) -> 
 
     rel, curves = {}, {}
     for task, (base, refined, prios) in tasks.items():
-        rel[task] = {k: relative_auc(base, refined, v) for k, v in prios.items()}
+        rel[task] = {k: _relative_auc_or_nan(base, refined, v) for k, v in prios.items()}
         cur = {k: correction_curve(base, refined, v, 0.5)[1].tolist() for k, v in prios.items()}
         cur["oracle"] = oracle_curve(base, refined, 0.5)[1].tolist()
         cur["random"] = random_curve(base, refined, 0.5)[1].tolist()
