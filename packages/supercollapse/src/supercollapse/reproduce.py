@@ -12,9 +12,10 @@ Quick mode (about a minute on one CPU thread):
 3. C3, LR decay suppresses seed variance (Fig. 1c): widths {32, 64}, 4 seeds, horizon T = κ′·p, const vs linear:
    holds iff mean_{x∈[0.5,1]} σ_linear(x) < mean σ_const(x). Δ/σ is reported as information.
 
-``--full`` adds the whole pipeline: constant-LR frontier → horizon γ̂ → linear-decay runs at the horizon over five
-widths → L0 fit → Δ/σ, the breakdown of collapse at 0.8γ̂, 1.2γ̂ and without μP (each Δ ≥ 1.5 × Δ(γ̂)), and the
-noise model against the annealing law of Tissue et al. on held-out schedules.
+``--full`` adds the whole pipeline: constant-LR frontier → horizon γ̂ → linear-decay runs at ⅓ of the fitted
+horizon over five widths → L0 fit → Δ/σ, the breakdown of collapse at 0.8γ̂, 1.2γ̂ and without μP (each Δ ≥ 1.5 ×
+Δ(γ̂)), the noise model against the annealing law of Tissue et al. on held-out schedules, and power-law random
+features under exact GD (frontier γ̂ and Δ off it, shown). About 11 CPU-min on one thread.
 """
 
 from __future__ import annotations
