@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from usam.experiments import QUICK
+from usam.metrics import relative_auc
 from usam.targets import iou
 from usam.toy import PRIORS, ToySegmenter, make_scenes
 
@@ -96,3 +97,15 @@ def test_reproduce_small_with_toy_sam(tmp_path):
     assert [c.short for c in sam_claims] == ["C1 on tiny SamModel", "C2 on tiny SamModel"]
     assert all(c.holds is None for c in sam_claims)
     assert "best-of-3 mIoU 0." in sam_claims[0].text
+
+
+def test_undefined_relative_auc_is_nan_not_a_crash():
+    """A refinement that never changes the IoU (coinciding masks: no task gap) gives NaN; bad input still raises."""
+    from usam.experiments import _relative_auc_or_nan
+
+    base = np.linspace(0.2, 0.8, 10)
+    assert np.isnan(_relative_auc_or_nan(base, base.copy(), np.arange(10.0)))
+    refined = base + 0.1 * (np.arange(10) % 2)
+    assert _relative_auc_or_nan(base, refined, np.arange(10.0)) == relative_auc(base, refined, np.arange(10.0))
+    with pytest.raises(ValueError, match="length"):
+        _relative_auc_or_nan(base, base[:5], np.arange(10.0))
