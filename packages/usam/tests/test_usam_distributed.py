@@ -54,6 +54,28 @@ def test_split_between_two_processes(split):
             assert torch.allclose(rows[k].float(), single[k].float(), atol=1e-6), k
 
 
+def test_accelerate_state_inherited_from_the_parent_is_rebuilt():
+    """A forked worker inherits the parent's accelerate state (a one-process world); the split still halves."""
+    accelerate = pytest.importorskip("accelerate", reason="the distributed extra (accelerate) is not installed")
+    threads = torch.get_num_threads()
+    before = dict(accelerate.PartialState._shared_state)
+    try:
+        accelerate.PartialState._shared_state.clear()
+        assert accelerate.PartialState(cpu=True).num_processes == 1  # the parent's state, inherited by fork
+        torch.set_num_threads(threads)
+        images, masks = _data()
+        single = extract_rows({"large": tiny_sam(0), "tiny": tiny_sam(1)}, images, masks, token_model="large")
+        out = launch(_rank_split, 2, ("accelerate",))
+    finally:
+        accelerate.PartialState._shared_state.clear()
+        accelerate.PartialState._shared_state.update(before)
+        torch.set_num_threads(threads)
+    for rows, images_seen, procs in out:
+        assert (procs, images_seen) == (2, 8)
+        for k in single:
+            assert torch.allclose(rows[k].float(), single[k].float(), atol=1e-6), k
+
+
 def test_split_choice_checked():
     images, masks = _data()
     with pytest.raises(ValueError, match="split"):

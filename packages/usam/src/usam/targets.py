@@ -338,6 +338,20 @@ def _accelerate_state() -> Any:
     finally:
         torch.set_num_threads(threads)
     if state.num_processes == 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        # a state built before this group existed, e.g. inherited by a forked worker from a parent that had used
+        # accelerate (the state is a process-wide singleton): it describes a one-process world, so build it afresh
+        log.info(
+            "accelerate's state predates this torch.distributed group (one process vs %d); rebuilding it",
+            dist.get_world_size(),
+        )
+        PartialState._shared_state.clear()
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="OMP_NUM_THREADS/MKL_NUM_THREADS unset")
+                state = PartialState(cpu=cpu)
+        finally:
+            torch.set_num_threads(threads)
+    if state.num_processes == 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         raise RuntimeError(
             f"accelerate sees one process but torch.distributed has {dist.get_world_size()}: launch with "
             "`accelerate launch` or pass split='torch'"
