@@ -331,13 +331,20 @@ def _accelerate_state() -> Any:
     dist = torch.distributed
     cpu = dist.is_available() and dist.is_initialized() and dist.get_backend() == "gloo"
     threads = torch.get_num_threads()
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="OMP_NUM_THREADS/MKL_NUM_THREADS unset")
-            state = PartialState(cpu=cpu)
-    finally:
-        torch.set_num_threads(threads)
-    if state.num_processes == 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+
+    def build() -> Any:
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="OMP_NUM_THREADS/MKL_NUM_THREADS unset")
+                return PartialState(cpu=cpu)
+        finally:
+            torch.set_num_threads(threads)
+
+    def stale(state: Any) -> bool:
+        return state.num_processes == 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+    state = build()
+    if stale(state):
         # a state built before this group existed, e.g. inherited by a forked worker from a parent that had used
         # accelerate (the state is a process-wide singleton): it describes a one-process world, so build it afresh
         log.info(
@@ -345,13 +352,8 @@ def _accelerate_state() -> Any:
             dist.get_world_size(),
         )
         PartialState._shared_state.clear()
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="OMP_NUM_THREADS/MKL_NUM_THREADS unset")
-                state = PartialState(cpu=cpu)
-        finally:
-            torch.set_num_threads(threads)
-    if state.num_processes == 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        state = build()
+    if stale(state):
         raise RuntimeError(
             f"accelerate sees one process but torch.distributed has {dist.get_world_size()}: launch with "
             "`accelerate launch` or pass split='torch'"
