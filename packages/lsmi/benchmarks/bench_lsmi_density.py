@@ -5,9 +5,11 @@ the defaults with each density against the exact plug-in (``gaussian_exact_terms
 (R, U1, U2, S) and of the mean surprisals h1, h2 (the part the density decides), the CPU seconds of ``fit`` and,
 for the GMM, of the two EM fits alone. One torch thread. Writes benchmarks/results/bench_lsmi_density.json and .log.
 
-    python packages/lsmi/benchmarks/bench_lsmi_density.py [--cs 2,10]
+    python packages/lsmi/benchmarks/bench_lsmi_density.py [--cs 2,10] [--ns 4000] [--densities knife,gmm] [--out F]
 
-One fit per (C, density), run one after the other for each C (not repeated): a single small measurement.
+One fit per (C, N, density), run one after the other for each (C, N) (not repeated): a single small measurement.
+``--ns`` changes N (fit on 80 %, score the other 20 %), e.g. the error against N at C = 30 with the defaults:
+``--cs 30 --ns 4000,8000,16000 --densities knife --out benchmarks/results/bench_lsmi_density_c30_n.json``.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def run(c: int, density: str, n: int = 4000) -> dict:
     ]
     row = {
         "C": c,
+        "n": n,
+        "n_fit": nf,
         "density": density,
         "fit_wall_s": wall,
         "fit_cpu_s": cpu,
@@ -71,21 +75,24 @@ def run(c: int, density: str, n: int = 4000) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cs", default="2,10")
+    ap.add_argument("--ns", default="4000", help="samples per run (fit on 80 %%, score the rest)")
+    ap.add_argument("--densities", default="knife,gmm")
     ap.add_argument("--out", default=str(RESULTS / "bench_lsmi_density.json"))
     args = ap.parse_args()
     torch.set_num_threads(1)
     out = Path(args.out)
     say = Log()
 
-    load0 = os.getloadavg()
-    say(f"load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
+    load0, start = os.getloadavg(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    say(f"{start} load average before: {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
     rows = []
-    for c in (int(v) for v in args.cs.split(",")):
-        for density in ("knife", "gmm"):
-            r = run(c, density)
+    cells = [(int(c), int(n)) for c in args.cs.split(",") for n in args.ns.split(",")]
+    for c, n in cells:
+        for density in args.densities.split(","):
+            r = run(c, density, n)
             rows.append(r)
             say(
-                f"C={c:3d} {density:5s} fit {r['fit_cpu_s']:6.2f} CPU-s ({r['fit_wall_s']:6.2f} wall, "
+                f"C={c:3d} N={n:6d} {density:5s} fit {r['fit_cpu_s']:6.2f} CPU-s ({r['fit_wall_s']:6.2f} wall, "
                 f"{r['epochs']} epochs) max err {r['max_err']:.3f} err R,U1,U2,S "
                 + ", ".join(f"{v:.3f}" for v in r["abs_err"])
                 + " h1,h2 err "
@@ -94,7 +101,7 @@ def main() -> None:
             )
     load1 = os.getloadavg()
     say(f"load average after: {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}")
-    save_results(out, {"rows": rows, "load_before": load0, "load_after": load1}, say)
+    save_results(out, {"rows": rows, "started_utc": start, "load_before": load0, "load_after": load1}, say)
 
 
 if __name__ == "__main__":

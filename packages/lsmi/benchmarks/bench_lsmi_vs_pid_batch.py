@@ -5,15 +5,19 @@ On N samples of a noisy discrete joint (``lsmi.experiments.time_to_accuracy``: c
 PID-CVX: BROJA of the table) against CPU seconds (one torch thread). Writes
 benchmarks/results/bench_lsmi_vs_pid_batch.json and .log.
 
-    python packages/lsmi/benchmarks/bench_lsmi_vs_pid_batch.py [--cs 10,30] [--ns 1000,4000] [--epochs 4]
+    python packages/lsmi/benchmarks/bench_lsmi_vs_pid_batch.py [--cs 10,30] [--ns 1000,4000] [--epochs 4] [--merge]
 
 The three methods run one after another for each (C, N) (interleaved across configurations, not repeated): a time
-to accuracy is one training run, not a callable to repeat.
+to accuracy is one training run, not a callable to repeat. Each cell records its UTC start, wall and CPU seconds
+and the load average before and after it. ``--merge`` keeps the cells already in ``--out`` (and its log), runs only
+the (C, N) of the grid that are missing there, and writes all cells back with one summary per run (``runs``).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import time
 from pathlib import Path
@@ -24,36 +28,72 @@ from lsmi.experiments import time_to_accuracy
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def _previous(out: Path) -> tuple[list[dict], list[dict], list[str]]:
+    """Cells, run summaries and log lines already in ``out`` (a file written before ``runs`` existed is one run)."""
+    if not out.exists():
+        return [], [], []
+    old = json.loads(out.read_text(encoding="utf-8"))
+    log = out.with_suffix(".log")
+    lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    runs = old.get("runs")
+    if runs is None:  # the first run's summary sat at the top level, its starting load in the log's first line
+        runs = [{k: v for k, v in old.items() if k != "rows"} | {"cells": [[r["C"], r["n"]] for r in old["rows"]]}]
+        first = [ln for ln in lines if ln.startswith("load average before: (")]
+        if first:
+            runs[0]["load_average_before"] = [float(v) for v in first[0].split("(")[1].rstrip(")").split(",")]
+        runs[0]["pid_batch_epochs"] = len(old["rows"][0]["pid_batch"]["curve"]) - 1  # one point before the epochs
+    return old["rows"], runs, lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cs", default="10,30")
     ap.add_argument("--ns", default="1000,4000")
     ap.add_argument("--epochs", type=int, default=4, help="PID-Batch encoder epochs")
     ap.add_argument("--out", default=str(RESULTS / "bench_lsmi_vs_pid_batch.json"))
+    ap.add_argument("--merge", action="store_true", help="keep the cells in --out, run only the missing ones")
     args = ap.parse_args()
     out = Path(args.out)
     say = Log()
 
-    say(f"load average before: {os.getloadavg()}")
+    rows, runs, lines = _previous(out) if args.merge else ([], [], [])
+    done = {(r["C"], r["n"]) for r in rows}
+    if lines:
+        say.lines.extend([*lines, "", f"--merge run, {_now()} (cells above kept, not rerun)"])
+    grid = [(int(c), int(n)) for c in args.cs.split(",") for n in args.ns.split(",")]
+    todo = [cell for cell in grid if cell not in done]
+    say(f"cells to run: {todo}; kept: {sorted(done)}")
+    if not todo:
+        return
+    load0 = os.getloadavg()
+    say(f"load average before: {load0}")
+    run = {"started_utc": _now(), "load_average_before": load0, "pid_batch_epochs": args.epochs, "cells": []}
+    runs.append(run)
     t0, c0 = time.perf_counter(), time.process_time()
-    rows = []
-    for c in (int(v) for v in args.cs.split(",")):
-        for n in (int(v) for v in args.ns.split(",")):
-            r = time_to_accuracy(c, n, pid_batch_epochs=args.epochs, log=say)
-            rows.append(r)
-            ttl = {k: r[k]["time_to_tol"] for k in ("lsmi", "pid_batch", "pid_cvx")}
-            say(
-                f"C={c} N={n} time to {r['tol']} nats (CPU-s): {ttl}; PID-Batch / LSMI {r['ratio_pid_batch_over_lsmi']}"
-            )
-            save_results(out, {"rows": rows}, say)  # partial results survive an interrupted run
-    summary = {
-        "rows": rows,
+    for c, n in todo:
+        start, w, l0 = _now(), time.perf_counter(), os.getloadavg()
+        r = time_to_accuracy(c, n, pid_batch_epochs=args.epochs, log=say)
+        r["run"] = {"started_utc": start, "wall_s": time.perf_counter() - w, "load_before": l0}
+        r["run"]["load_after"] = os.getloadavg()
+        rows.append(r)
+        run["cells"].append([c, n])
+        ttl = {k: r[k]["time_to_tol"] for k in ("lsmi", "pid_batch", "pid_cvx")}
+        say(
+            f"C={c} N={n} time to {r['tol']} nats (CPU-s): {ttl}; PID-Batch / LSMI {r['ratio_pid_batch_over_lsmi']}"
+            f" [{start}, load {l0[0]:.2f} -> {r['run']['load_after'][0]:.2f}]"
+        )
+        save_results(out, {"rows": rows, "runs": runs}, say)  # partial results survive an interrupted run
+    run |= {
         "total_wall_s": time.perf_counter() - t0,
         "total_cpu_s": time.process_time() - c0,
         "load_average_after": os.getloadavg(),
     }
-    say(f"total {summary['total_wall_s']:.1f} s wall, {summary['total_cpu_s']:.1f} s cpu; load {os.getloadavg()}")
-    save_results(out, summary, say)
+    say(f"total {run['total_wall_s']:.1f} s wall, {run['total_cpu_s']:.1f} s cpu; load {os.getloadavg()}")
+    save_results(out, {"rows": rows, "runs": runs}, say)
 
 
 if __name__ == "__main__":
