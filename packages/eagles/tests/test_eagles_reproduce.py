@@ -33,3 +33,82 @@ def test_reproduce_small_setup_returns_claims_and_plot(tmp_path, extras):
     for name in ("b2 vs FedAvg", "d_mask_only vs FedAvg", "d_ctx_only vs FedAvg", "uniform_a vs FedAvg"):
         assert (name in labels) == extras
     assert all(p.endswith(".png") for p in res.artifacts)
+
+
+def _small(**kw) -> Setup:
+    return Setup(
+        num_clients=3,
+        rounds=2,
+        max_pretrain_rounds=10,
+        hidden_channels=16,
+        expert_hidden=2,
+        local_epochs=3,
+        threshold_lr=5e-3,
+        target_band=0.8,
+        **kw,
+    )
+
+
+def test_full_run_resumes_from_stored_parts_and_equals_one_uninterrupted_run(tmp_path, monkeypatch):
+    import eagles.experiments as ex
+
+    setup = _small(extra_keep_ratios=((0.9, 0.7, 0.5),))
+    try:
+        whole = reproduce(False, tmp_path / "whole", setup=setup)  # one uninterrupted run, no parts stored
+    except DataNotFoundError as err:
+        pytest.skip(f"Cora is not installed (extra data): {err}")
+    plan = [ex.part_key(*p) for p in ex.part_plan(setup)]
+    assert plan == ["s0-louvain-fedavg", "s0-louvain-pretrain", "s0-louvain-a", "s0-louvain-b", "s0-louvain-b2"]
+    run_part, calls = ex._run_part, []
+
+    def stopping(*args, **kw):  # the run is stopped during its fourth part: (b) needs the stored mask
+        calls.append(args[2])
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return run_part(*args, **kw)
+
+    out = tmp_path / "parts_run"
+    monkeypatch.setattr(ex, "_run_part", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(True, out, setup=setup)
+    monkeypatch.setattr(ex, "_run_part", run_part)
+    assert sorted(p.stem for p in (out / "parts").glob("*.json")) == sorted(plan[:3])
+    stored = reproduce(True, out, setup=setup, run_missing=False)  # summarise the finished parts only
+    assert stored.settings["missing_parts"] == plan[3:]
+    assert stored.claims[0].label == "all parts finished" and stored.claims[0].holds is False
+    assert stored.claims[0].measured == "3 of 5 parts"
+    resumed = reproduce(True, out, setup=setup, resume=True)
+    assert [k for k, v in resumed.settings["parts"].items() if v["reused"]] == plan[:3]
+    assert resumed.settings["missing_parts"] == []
+    assert [c.__dict__ for c in resumed.claims] == [c.__dict__ for c in whole.claims]
+    assert resumed.settings["curves"] == whole.settings["curves"]
+    assert resumed.settings["band"] == whole.settings["band"]
+    again = reproduce(True, out, setup=setup, resume=True)  # everything stored: nothing runs
+    assert all(v["reused"] for v in again.settings["parts"].values())
+    assert [c.__dict__ for c in again.claims] == [c.__dict__ for c in whole.claims]
+
+
+def test_resume_refuses_a_part_made_with_another_setup(tmp_path):
+    from dataclasses import replace
+
+    import torch
+
+    from eagles.experiments import PartStore
+
+    setup = _small()
+    mask = {"gnn.convs.0.lin_l.weight": torch.rand(5, 11) < 0.3}
+    PartStore(tmp_path, setup).put("s0-louvain-pretrain", {"band": None}, 1.0, 1.0, mask)
+    same = PartStore(tmp_path, replace(setup, seeds=(0, 1, 2)), resume=True)  # the seed list is not part of it
+    assert same.get("s0-louvain-pretrain")["result"] == {"band": None}
+    assert torch.equal(same.mask("s0-louvain-pretrain")["gnn.convs.0.lin_l.weight"], mask["gnn.convs.0.lin_l.weight"])
+    assert PartStore(tmp_path, setup, resume=False).get("s0-louvain-pretrain") is None  # a fresh run recomputes
+    other = PartStore(tmp_path, replace(setup, rounds=3, hidden_channels=8), resume=True)
+    with pytest.raises(ValueError, match=r"another configuration.*\['hidden_channels', 'rounds'\]"):
+        other.get("s0-louvain-pretrain")
+
+
+def test_command_line_resume_needs_full():
+    from eagles.reproduce import main
+
+    with pytest.raises(SystemExit):
+        main(["--out", "unused", "--resume"])

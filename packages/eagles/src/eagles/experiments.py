@@ -8,10 +8,20 @@ at the round of best mean validation accuracy.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from torch import Tensor
 from torch_geometric.data import Data
 
 import eagles._pyg  # noqa: F401  (before torch_geometric)
@@ -19,7 +29,7 @@ from eagles.config import EaglesConfig
 from eagles.partition import make_clients
 from eagles.sim import FederatedRun, run_federated, run_inprocess
 
-__all__ = ["Setup", "load_planetoid", "run_protocol", "summarise"]
+__all__ = ["Setup", "PartStore", "load_planetoid", "part_plan", "run_parts", "run_protocol", "setup_hash", "summarise"]
 
 
 @dataclass
@@ -42,6 +52,9 @@ class Setup:
     keep_ratios_b: tuple[float, ...] = (0.95, 0.9, 0.85, 0.8)
     extra_keep_ratios: tuple[tuple[float, ...], ...] = ()
     ablations: bool = False
+    """The aggregation ablations (D_mask only, D_ctx only, uniform A) with (b)'s keep ratios."""
+    random_split: bool = False
+    """FedAvg, pre-train and (b) again on a random (IID) split."""
     engine: str = "plain"
     """EAGLES runs: ``"flower"`` the Flower apps on a loopback grid; ``"plain"`` the Flower-free loop (identical)."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -57,6 +70,7 @@ class Setup:
             expert_hidden=128,
             extra_keep_ratios=((0.9, 0.7, 0.5, 0.3),),
             ablations=True,
+            random_split=True,
         )
 
 
@@ -113,58 +127,210 @@ def _summary(run: FederatedRun) -> dict[str, Any]:
     }
 
 
-def run_protocol(setup: Setup, seed: int, data: Data) -> dict[str, Any]:
-    """FedAvg, EAGLES pre-train, re-train (a) without and (b) with the graph sparsifier, on one split."""
-    clients = make_clients(data, setup.num_clients, setup.split, seed)
-    out: dict[str, Any] = {}
-    dense = base_config(setup, seed, weight_sparsifier=False, graph_sparsifier=False, aggregation="fedavg")
-    out["fedavg"] = _summary(_run(setup, clients, dense, setup.rounds, strategy="fedavg"))
-    pre_cfg = base_config(setup, seed, graph_sparsifier=False)
-    pre = _run(setup, clients, pre_cfg, setup.max_pretrain_rounds, stop_band=setup.target_band)
-    out["pretrain"] = _summary(pre)
-    sel = pre.server.selector
-    if not sel.has(setup.target_band):
-        out["missing_band"] = True
-        return out
-    stored = sel.get(setup.target_band)
-    out["band"] = {"round": stored.round, "density": stored.density, "in_band": stored.in_band}
-    mask = stored.mask
-    out["a"] = _summary(_run(setup, clients, pre_cfg, setup.rounds, fixed_mask=mask))
-    variants = {"b": setup.keep_ratios_b}
-    variants.update({f"b{i + 2}": k for i, k in enumerate(setup.extra_keep_ratios)})
-    for name, ratios in variants.items():
-        cfg = base_config(setup, seed, keep_ratios=ratios)
-        out[name] = _summary(_run(setup, clients, cfg, setup.rounds, fixed_mask=mask))
-        out[name]["keep_ratios"] = list(ratios)
+ABLATIONS: dict[str, dict[str, str]] = {
+    "d_mask_only": {"distance": "mask"},
+    "d_ctx_only": {"distance": "ctx"},
+    "uniform_a": {"aggregation": "fedavg"},
+}
+"""Aggregation ablations (Sec. 4.4): similarity from the masks only, from the router weights only, uniform A."""
+
+RANDOM_SPLIT_PARTS = ("fedavg", "pretrain", "b")
+"""What the random-split ablation runs (IID clients instead of Louvain communities)."""
+
+
+def setup_hash(setup: Setup) -> str:
+    """A digest of every field of ``setup`` that changes a part's result (all but the list of seeds)."""
+    fields = {k: v for k, v in asdict(setup).items() if k != "seeds"}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+
+
+def part_plan(setup: Setup) -> list[tuple[int, str, str]]:
+    """Every part of a run as (seed, split, name), in the order they run: the headline (FedAvg, pre-train,
+    re-trains (a) and (b)) for every seed first, then the extra keep-ratio sets, the aggregation ablations and
+    the random-split ablation."""
+    seeds, split = setup.seeds, setup.split
+    plan = [(s, split, n) for s in seeds for n in ("fedavg", "pretrain", "a", "b")]
+    plan += [(s, split, f"b{i + 2}") for i in range(len(setup.extra_keep_ratios)) for s in seeds]
     if setup.ablations:
-        for name, kw in {
-            "d_mask_only": {"distance": "mask"},
-            "d_ctx_only": {"distance": "ctx"},
-            "uniform_a": {"aggregation": "fedavg"},
-        }.items():
-            cfg = base_config(setup, seed, keep_ratios=setup.keep_ratios_b, **kw)
-            out[name] = _summary(_run(setup, clients, cfg, setup.rounds, fixed_mask=mask))
-    return out
+        plan += [(s, split, n) for n in ABLATIONS for s in seeds]
+    if setup.random_split and split != "random":
+        plan += [(s, "random", n) for s in seeds for n in RANDOM_SPLIT_PARTS]
+    return plan
+
+
+def part_key(seed: int, split: str, name: str) -> str:
+    return f"s{seed}-{split}-{name}"
+
+
+class PartStore:
+    """Finished parts of a run, one ``<folder>/<key>.json`` each (a pre-train's consensus mask beside it,
+    bit-packed, in ``<key>.mask.pt``), written atomically as each part finishes.
+
+    With ``resume=True`` a stored part is reused when its configuration digest (:func:`setup_hash`) equals this
+    run's, and refused with an error otherwise; with ``resume=False`` every part is run again and overwritten.
+    """
+
+    def __init__(self, folder: str | Path, setup: Setup, *, resume: bool = False) -> None:
+        self.folder = Path(folder)
+        self.setup = setup
+        self.hash = setup_hash(setup)
+        self.resume = resume
+
+    def _path(self, key: str, suffix: str = ".json") -> Path:
+        return self.folder / f"{key}{suffix}"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored part ``key`` (None when absent or when not resuming); refuses a part of another setup."""
+        path = self._path(key)
+        if not self.resume or not path.exists():
+            return None
+        part = json.loads(path.read_text())
+        if part.get("config_hash") != self.hash:
+            mine = {k: v for k, v in json.loads(json.dumps(asdict(self.setup), default=repr)).items() if k != "seeds"}
+            theirs = part.get("setup", {})
+            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            raise ValueError(
+                f"resume: part {key!r} in {path} was made with another configuration (digest "
+                f"{part.get('config_hash')!r}, this run's {self.hash!r}; fields that differ: {diff}); resume with "
+                "the setup that made it, or run into a new folder (or without resume, which recomputes every part)"
+            )
+        return part
+
+    def put(self, key: str, result: dict[str, Any], cpu_s: float, wall_s: float, mask=None) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if mask is not None:
+            packed = {k: (tuple(v.shape), torch.from_numpy(np.packbits(v.numpy().ravel()))) for k, v in mask.items()}
+            tmp = self._path(key, ".mask.pt.tmp")
+            torch.save(packed, tmp)
+            os.replace(tmp, self._path(key, ".mask.pt"))
+        part = {
+            "key": key,
+            "config_hash": self.hash,
+            "setup": {k: v for k, v in asdict(self.setup).items() if k != "seeds"},
+            "cpu_s": round(cpu_s, 2),
+            "wall_s": round(wall_s, 2),
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+            "result": result,
+        }
+        tmp = self._path(key, ".json.tmp")
+        tmp.write_text(json.dumps(part, indent=1, default=repr))
+        os.replace(tmp, self._path(key))
+
+    def mask(self, key: str) -> dict[str, Tensor]:
+        packed = torch.load(self._path(key, ".mask.pt"), weights_only=True)
+        return {
+            k: torch.from_numpy(np.unpackbits(v.numpy(), count=math.prod(shape)).astype(bool)).reshape(shape)
+            for k, (shape, v) in packed.items()
+        }
+
+
+def _run_part(setup: Setup, seed: int, name: str, clients, mask) -> tuple[dict[str, Any], Any]:
+    """One part on one split; returns (its summary, the pre-train's stored mask or None)."""
+    if name == "fedavg":
+        dense = base_config(setup, seed, weight_sparsifier=False, graph_sparsifier=False, aggregation="fedavg")
+        return _summary(_run(setup, clients, dense, setup.rounds, strategy="fedavg")), None
+    pre_cfg = base_config(setup, seed, graph_sparsifier=False)
+    if name == "pretrain":
+        pre = _run(setup, clients, pre_cfg, setup.max_pretrain_rounds, stop_band=setup.target_band)
+        res: dict[str, Any] = {"summary": _summary(pre), "band": None}
+        sel = pre.server.selector
+        if not sel.has(setup.target_band):
+            return res, None
+        stored = sel.get(setup.target_band)
+        res["band"] = {"round": stored.round, "density": stored.density, "in_band": stored.in_band}
+        return res, stored.mask
+    if name == "a":
+        return _summary(_run(setup, clients, pre_cfg, setup.rounds, fixed_mask=mask)), None
+    if name in ABLATIONS:
+        cfg = base_config(setup, seed, keep_ratios=setup.keep_ratios_b, **ABLATIONS[name])
+        return _summary(_run(setup, clients, cfg, setup.rounds, fixed_mask=mask)), None
+    ratios = setup.keep_ratios_b if name == "b" else setup.extra_keep_ratios[int(name[1:]) - 2]
+    out = _summary(_run(setup, clients, base_config(setup, seed, keep_ratios=ratios), setup.rounds, fixed_mask=mask))
+    out["keep_ratios"] = list(ratios)
+    return out, None
+
+
+def run_parts(
+    setup: Setup, data: Data, store: PartStore | None = None, *, run_missing: bool = True
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every part of :func:`part_plan` (stored ones reused from ``store``, new ones stored as they finish).
+
+    Returns one dict per seed (``fedavg``, ``pretrain``, ``band``, ``a``, ``b``, ``b2``…, ablations; the random
+    split's parts as ``random_<name>``) and a log: per part its CPU and wall seconds and whether it was reused,
+    and ``missing``, the parts not run (``run_missing=False``: summarise only what is stored).
+    """
+    runs: dict[int, dict[str, Any]] = {s: {} for s in setup.seeds}
+    clients: dict[tuple[int, str], list] = {}
+    masks: dict[tuple[int, str], Any] = {}
+    log: dict[str, Any] = {"parts": {}, "missing": []}
+    for seed, split, name in part_plan(setup):
+        key, out = part_key(seed, split, name), runs[seed]
+        prefix = "" if split == setup.split else f"{split}_"
+        pre_key = part_key(seed, split, "pretrain")
+        if name not in ("fedavg", "pretrain"):
+            if f"{prefix}missing_band" in out:
+                continue  # the target band was never reached: nothing to re-train
+            if pre_key in log["missing"]:
+                log["missing"].append(key)
+                continue
+        hit = store.get(key) if store is not None else None
+        if hit is not None:
+            result = hit["result"]
+            log["parts"][key] = {"cpu_s": hit["cpu_s"], "wall_s": hit["wall_s"], "reused": True}
+        elif not run_missing:
+            log["missing"].append(key)
+            continue
+        else:
+            if (seed, split) not in clients:
+                clients[seed, split] = make_clients(data, setup.num_clients, split, seed)
+            if name not in ("fedavg", "pretrain") and (seed, split) not in masks:
+                masks[seed, split] = store.mask(pre_key)  # type: ignore[union-attr]  (a stored pre-train's)
+            c0, w0 = time.process_time(), time.perf_counter()
+            result, mask = _run_part(setup, seed, name, clients[seed, split], masks.get((seed, split)))
+            cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            if store is not None:
+                store.put(key, result, cpu, wall, mask)
+            if mask is not None:
+                masks[seed, split] = mask
+            log["parts"][key] = {"cpu_s": round(cpu, 2), "wall_s": round(wall, 2), "reused": False}
+        if name == "pretrain":
+            out[f"{prefix}pretrain"] = result["summary"]
+            if result["band"] is None:
+                out[f"{prefix}missing_band"] = True
+            else:
+                out[f"{prefix}band"] = result["band"]
+        else:
+            out[prefix + name] = result
+    return [runs[s] for s in setup.seeds], log
+
+
+def run_protocol(setup: Setup, seed: int, data: Data) -> dict[str, Any]:
+    """FedAvg, EAGLES pre-train, re-train (a) without and (b) with the graph sparsifier (and the extras the
+    setup asks for), on one split and one seed."""
+    return run_parts(replace(setup, seeds=(seed,)), data)[0][0]
 
 
 def summarise(setup: Setup, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Means over seeds and the ratios of the claims (EAGLES / FedAvg)."""
+    """Means over seeds and the ratios of the claims (EAGLES / FedAvg). Each variant is averaged over the seeds
+    that have it, against FedAvg on the same seeds and split (``fedavg_acc``, ``seeds``): a run summarised
+    before all its parts finished compares like with like."""
 
     def mean(xs: list[float]) -> float:
         return sum(xs) / len(xs)
 
     ok = [r for r in runs if "a" in r]
-    res: dict[str, Any] = {"setup": asdict(setup), "runs": runs, "complete": len(ok) == len(runs)}
+    res: dict[str, Any] = {"setup": asdict(setup), "runs": runs, "complete": not any("missing_band" in r for r in runs)}
     if not ok:
         return res
-    fed = lambda k: mean([r["fedavg"][k] for r in ok])  # noqa: E731
-    res["fedavg_acc"] = fed("acc")
-    for v in [
-        k for k in ok[0] if k in ("a", "b") or k.startswith("b") or k in ("d_mask_only", "d_ctx_only", "uniform_a")
-    ]:
-        if not isinstance(ok[0][v], dict) or "acc" not in ok[0][v]:
+    res["fedavg_acc"] = mean([r["fedavg"]["acc"] for r in ok])
+    names = ["a", "b", *(f"b{i + 2}" for i in range(len(setup.extra_keep_ratios))), *ABLATIONS, "random_b"]
+    for v in names:
+        base = "random_fedavg" if v.startswith("random_") else "fedavg"
+        have = [r for r in runs if v in r and base in r]
+        if not have:
             continue
-        g = lambda k, v=v: mean([r[v][k] for r in ok])  # noqa: E731
+        fed = lambda k, have=have, base=base: mean([r[base][k] for r in have])  # noqa: E731
+        g = lambda k, v=v, have=have: mean([r[v][k] for r in have])  # noqa: E731
         res[v] = {
             "acc": g("acc"),
             "kept_edges": g("kept_edges"),
@@ -173,5 +339,7 @@ def summarise(setup: Setup, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "macs_gnn_ratio": g("macs_gnn") / fed("macs_gnn"),
             "up_total_ratio": (g("up_gnn") + g("up_sparsifier")) / fed("up_gnn"),
             "macs_total_ratio": (g("macs_gnn") + g("macs_sparsifier")) / fed("macs_gnn"),
+            "fedavg_acc": fed("acc"),
+            "seeds": len(have),
         }
     return res

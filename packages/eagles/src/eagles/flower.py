@@ -269,7 +269,9 @@ class _FedAvgRecorder(FedAvg):
         return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round, replies):
-        replies = list(replies)
+        # Flower samples the nodes with the unseeded global ``random``, so replies arrive in any order: sorted by
+        # partition, the weighted sums (and the run) are the same bit for bit every time
+        replies = sorted(replies, key=_partition_of)
         arrays, metrics = super().aggregate_train(server_round, replies)
         sent = self._arrays.to_torch_state_dict()
         parsed = []
@@ -282,11 +284,15 @@ class _FedAvgRecorder(FedAvg):
         return arrays, metrics
 
     def aggregate_evaluate(self, server_round, replies):
-        replies = list(replies)
+        replies = sorted(replies, key=_partition_of)
         self.server.record_evaluate(
             server_round, [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies]
         )
         return super().aggregate_evaluate(server_round, replies)
+
+
+def _partition_of(msg: Message) -> int:
+    return -1 if msg.has_error() else int(msg.content["metrics"]["partition-id"])
 
 
 def run_server(

@@ -224,7 +224,7 @@ class EaglesConv(MessagePassing):
                 lin.masked_weight() if isinstance(lin, ThresholdMaskedLinear) else lin.weight
                 for lin in (self.lin_l, self.lin_r)
             )
-            hr = matmul(x, torch.cat([wl, wr], 0).t())
+            hr = matmul(x, torch.cat([wl.t(), wr.t()], 1))  # (F, 2·out), row-major in one copy
             h, root = hr[:, : self.out_channels], hr[:, self.out_channels :]
             h = h + self.lin_l.bias
         else:

@@ -6,14 +6,17 @@ Quick mode: FedAvg (dense GNN, Flower's size-weighted ``FedAvg``, in process) vs
 density band's consensus mask is stored, then re-trained with that mask fixed (a) with the graph sparsifier off,
 (b) complete with keep ratios (0.95, 0.9, 0.85, 0.8). Holds iff acc ≥ acc(FedAvg) − 2 points, GNN upload ratio
 ≤ 0.35 and GNN training-MACs ratio ≤ 0.40. The sparsifier's own cost (large at Cora's 1,433 features) is shown.
-``--full``: the official widths, 3 seeds, keep ratios (0.9, 0.7, 0.5, 0.3) too, and the aggregation ablations.
+``--full``: official widths, 3 seeds, keep ratios (0.9, 0.7, 0.5, 0.3), aggregation ablations, random split; in
+parts stored under ``out_dir/parts``: ``python -m eagles.reproduce --full --out DIR --resume`` continues a run.
 """
 
 from __future__ import annotations
 
+import argparse
+from functools import partial
 from pathlib import Path
 
-from eagles.experiments import Setup, load_planetoid, run_protocol, summarise
+from eagles.experiments import PartStore, Setup, load_planetoid, run_parts, summarise
 from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, save_figure, subplots
 
@@ -66,14 +69,36 @@ def _variant_claims(name: str, label: str, v: dict, fed_acc: float) -> list[Clai
     ]
 
 
-def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup | None = None) -> ReproResult:
-    """Quick (``full=False``): one seed; ``full=True``: ``Setup.full()``. ``setup`` shrinks a run (tests only)."""
+def reproduce(
+    full: bool,
+    out_dir: Path,
+    *,
+    download: bool = False,
+    setup: Setup | None = None,
+    resume: bool = False,
+    run_missing: bool = True,
+) -> ReproResult:
+    """Quick (``full=False``): one seed; ``full=True``: ``Setup.full()``, each part stored in ``out_dir/parts`` as
+    it finishes. ``resume``: reuse stored parts (made with the same setup, else an error); ``run_missing=False``:
+    run nothing, summarise the stored parts. ``setup`` shrinks a run (tests only)."""
     setup = setup or (Setup.full() if full else Setup())
+    store = PartStore(Path(out_dir) / "parts", setup, resume=resume or not run_missing) if full else None
     with torch_threads(1):
         data = load_planetoid(setup.dataset, download=download)
-        runs = [run_protocol(setup, seed, data) for seed in setup.seeds]
+        runs, log = run_parts(setup, data, store, run_missing=run_missing)
     res = summarise(setup, runs)
     claims: list[Claim] = []
+    if log["missing"]:
+        done = len(log["parts"])
+        claims.append(
+            Claim(
+                "every part of the run finished (the table covers the parts done: see settings.parts)",
+                "all",
+                f"{done} of {done + len(log['missing'])} parts",
+                False,
+                short="all parts finished",
+            )
+        )
     if not res["complete"]:
         claims.append(
             Claim(
@@ -85,9 +110,9 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
             )
         )
     if "a" in res:
-        fed = res["fedavg_acc"]
-        claims += _variant_claims("a", "(a), graph sparsifier off", res["a"], fed)
-        claims += _variant_claims("b", "(b), complete", res["b"], fed)
+        claims += _variant_claims("a", "(a), graph sparsifier off", res["a"], res["a"]["fedavg_acc"])
+    if "b" in res:
+        claims += _variant_claims("b", "(b), complete", res["b"], res["b"]["fedavg_acc"])
         b = res["b"]
         claims.append(
             Claim(
@@ -99,19 +124,20 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
                 short="(b) edges, total cost",
             )
         )
-        for name in [k for k in res if k.startswith("b") and k[1:].isdigit()] + [
-            k for k in ("d_mask_only", "d_ctx_only", "uniform_a") if k in res
-        ]:
-            v = res[name]
-            claims.append(
-                Claim(
-                    f"{name}: accuracy minus FedAvg's, kept edges",
-                    None,
-                    f"{v['acc'] - fed:+.1f} pts, edges {v['kept_edges']:.2f}",
-                    None,
-                    short=f"{name} vs FedAvg"[:32],
-                )
+    for name in [k for k in res if k.startswith("b") and k[1:].isdigit()] + [
+        k for k in ("d_mask_only", "d_ctx_only", "uniform_a", "random_b") if k in res
+    ]:
+        v = res[name]
+        claims.append(
+            Claim(
+                f"{name}: accuracy minus FedAvg's (same split), kept edges, over {v['seeds']} seed(s)",
+                None,
+                f"{v['acc'] - v['fedavg_acc']:+.1f} pts, edges {v['kept_edges']:.2f}",
+                None,
+                details=v,
+                short=f"{name} vs FedAvg"[:32],
             )
+        )
     fig, axes = subplots(1, 2, figsize=(10, 3.6))
     first = runs[0]
     for name, key in (("FedAvg", "fedavg"), ("EAGLES (a)", "a"), ("EAGLES (b)", "b")):
@@ -119,12 +145,16 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
             axes[0].plot(range(1, len(first[key]["curve"]) + 1), first[key]["curve"], label=name)
     axes[0].set(xlabel="round", ylabel="mean client test acc (%)", title=f"Cora, seed {setup.seeds[0]}")
     axes[0].legend()
-    axes[1].plot(range(1, len(first["pretrain"]["density_curve"]) + 1), first["pretrain"]["density_curve"])
+    dens = first.get("pretrain", {}).get("density_curve", [])
+    axes[1].plot(range(1, len(dens) + 1), dens)
     axes[1].axhline(setup.target_band, ls="--", c="gray")
     axes[1].set(xlabel="pre-train round", ylabel="consensus density", title="density bands")
     settings = {k: v for k, v in res["setup"].items() if k != "extra"}
     settings["fedavg_acc"] = res.get("fedavg_acc")
     settings["band"] = [r.get("band") for r in runs]
+    if store is not None:
+        settings["parts"] = log["parts"]
+        settings["missing_parts"] = log["missing"]
     settings["curves"] = [
         {
             k: {"best_round": v["best_round"], "test_acc": [round(a, 2) for a in v["curve"]]}
@@ -139,3 +169,32 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
         settings=settings,
         artifacts=[str(save_figure(fig, out_dir, "eagles_cora"))],
     )
+
+
+reproduce_resume = partial(reproduce, resume=True)
+"""``--resume``: :func:`reproduce` reusing the parts stored in ``out_dir/parts``."""
+reproduce_stored = partial(reproduce, run_missing=False)
+"""``--summarise-only``: :func:`reproduce` of the stored parts only, running nothing."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m eagles.reproduce --full --out DIR [--resume | --summarise-only]``: the icml25 runner's stamping."""
+    from icml25_shared.runner import run_in_process
+
+    p = argparse.ArgumentParser(prog="python -m eagles.reproduce", description=main.__doc__)
+    p.add_argument("--full", action="store_true", help="the full run (parts stored under OUT/parts)")
+    p.add_argument("--out", type=Path, required=True, help="output folder (result_<mode>.json, plots, parts/)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true", help="reuse the finished parts stored in OUT/parts")
+    mode.add_argument("--summarise-only", action="store_true", help="run nothing; summarise the stored parts")
+    p.add_argument("--download", action="store_true", help="download Cora if it is not installed")
+    args = p.parse_args(argv)
+    if (args.resume or args.summarise_only) and not args.full:
+        p.error("--resume and --summarise-only apply to --full runs (quick mode stores no parts)")
+    fn = "reproduce_resume" if args.resume else "reproduce_stored" if args.summarise_only else "reproduce"
+    res = run_in_process("eagles", f"eagles.reproduce:{fn}", args.out, full=args.full, download=args.download)
+    return 1 if getattr(res, "crashed", False) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
