@@ -75,11 +75,6 @@ def fixtures():
     return load_fixture_models()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the shipped target (the 6,000-step recipe) reaches 0.935 step accuracy, 1.5 points short of the bar "
-    "(a pilot of the same recipe reached about 0.97; see README)",
-)
 def test_fixture_step_accuracies_meet_the_bar(fixtures):
     draft, target = fixtures
     acc_d, acc_t = step_accuracy(draft, probes=100), step_accuracy(target, probes=100)

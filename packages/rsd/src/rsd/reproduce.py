@@ -10,8 +10,9 @@ problems with 2-4 operations, greedy decoding, target-only, draft-only and RSD (
 2. the same with a noisy PRM (Beta(8, 2) / Beta(2, 8) rewards), shown;
 3. the fixtures meet their bar (step accuracy: target >= 95 %, draft in [60 %, 95 %]).
 
-``--full`` adds the noisy-PRM δ sweep, binary vs clipped vs sigmoid ω at a matched target-call rate, Best-of-N with
-the draft at N = 2..16 (the paper's "parallel decoding" comparison), HF assisted generation and T = 0.7.
+``--full`` runs on 300 problems of 2-6 operations and adds the noisy-PRM δ sweep, binary vs clipped vs sigmoid ω at a
+matched target-call rate, Best-of-N with the draft at N = 2..16 (the paper's "parallel decoding" comparison), HF
+assisted generation and T = 0.7.
 
 ``--retrain``: :func:`reproduce_retrained` trains both models from scratch by the fixtures' recipe (about 15
 CPU-min) instead of loading the shipped ones, stamped and written like any run::
@@ -102,6 +103,7 @@ def reproduce(
             "assisted": extra["assisted"],
             "t07": extra["t07"].summary(),
             "fixture_accuracy": extra["fixture_accuracy"],
+            "fixture_accuracy_setup_ops": extra["fixture_accuracy_setup_ops"],
         }
     plot = plot_accuracy_vs_flops(points, out_dir, "accuracy_vs_flops", "chain arithmetic mod 10, tiny GPT-2s")
     return ReproResult("rsd", claims, settings=settings, artifacts=[str(plot)])
