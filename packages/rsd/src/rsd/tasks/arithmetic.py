@@ -331,7 +331,7 @@ def train_model(spec: FixtureSpec, *, steps: int | None = None, log_every: int =
         opt.step()
         sched.step()
         if log_every and (step + 1) % log_every == 0:
-            logger.info("%s step %d loss %.4f", spec.name, step + 1, float(loss))
+            logger.info("%s step %d loss %.4f", spec.name, step + 1, loss.item())
     return model.eval()
 
 
