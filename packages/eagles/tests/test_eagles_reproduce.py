@@ -7,15 +7,8 @@ from icml25_shared.data import DataNotFoundError
 
 @pytest.mark.parametrize("extras", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_reproduce_small_setup_returns_claims_and_plot(tmp_path, extras):
-    setup = Setup(
-        num_clients=3,
-        rounds=2,
-        max_pretrain_rounds=10,
-        hidden_channels=16,
-        expert_hidden=2,
+    setup = _small(
         local_epochs=5,
-        threshold_lr=5e-3,
-        target_band=0.8,
         extra_keep_ratios=((0.9, 0.7, 0.5),) if extras else (),
         ablations=extras,
     )
@@ -36,7 +29,8 @@ def test_reproduce_small_setup_returns_claims_and_plot(tmp_path, extras):
 
 
 def _small(**kw) -> Setup:
-    return Setup(
+    """A three-client Cora setup small enough for the default run; ``kw`` overrides its fields."""
+    base = dict(
         num_clients=3,
         rounds=2,
         max_pretrain_rounds=10,
@@ -45,8 +39,8 @@ def _small(**kw) -> Setup:
         local_epochs=3,
         threshold_lr=5e-3,
         target_band=0.8,
-        **kw,
     )
+    return Setup(**(base | kw))
 
 
 def test_full_run_resumes_from_stored_parts_and_equals_one_uninterrupted_run(tmp_path, monkeypatch):
