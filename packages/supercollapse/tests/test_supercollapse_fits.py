@@ -186,3 +186,18 @@ def test_schedule_bad_input():
         Schedule("linear", 10, decay_frac=1.5)
     with pytest.raises(ValueError, match="warmup"):
         Schedule("linear", 10, warmup=-1)
+
+
+def test_objective_stays_finite_at_the_bound_corner():
+    """L-BFGS-B may probe a = L0 = 0 (the prediction 0): value and gradient must stay finite there (with NumPy 2.4 /
+    SciPy 1.17 the outlier fit above stepped onto that corner and the old 1e-300 floor overflowed the gradient)."""
+    from supercollapse.laws import _value_and_grad
+
+    L = L_TRUE.copy()
+    L[4] *= 3
+    lc, logL = np.log(C / C.min()), np.log(L)
+    truth = np.array([25.0 * C.min() ** -0.12, 0.12, 1.7])  # the generating law in the fit's normalised units
+    for loss in ("squared_log", "huber_log"):
+        value, grad = _value_and_grad(np.array([0.0, 19022.1, 0.0]), lc, logL, loss, 1e-3, None)
+        assert np.isfinite(value) and np.isfinite(grad).all()
+        assert value > 100 * _value_and_grad(truth, lc, logL, loss, 1e-3, None)[0]  # far worse than the truth

@@ -51,12 +51,19 @@ def scaling_law_grid(L: np.ndarray, n: int = 10) -> np.ndarray:
     return np.stack(np.meshgrid(a, b, l0, indexing="ij"), axis=-1).reshape(-1, 3)
 
 
+def _pred_floor(logL: np.ndarray) -> float:
+    """Smallest prediction the fit evaluates: 1e-12 of the smallest loss. L-BFGS-B may probe the bound corner
+    a = L0 = 0, where the prediction is 0; a floor this far below the data keeps the objective and its gradient
+    finite there (a floor of 1e-300 overflowed the gradient) while any sensible fit stays far above it."""
+    return 1e-12 * float(np.exp(logL.min()))
+
+
 def _objective(theta: np.ndarray, lc: np.ndarray, logL: np.ndarray, loss: str, delta: float) -> np.ndarray:
     """Mean Huber (or squared) loss of log-residuals for a batch of parameter rows ``theta`` (k, 3), scaled by
     1/δ² so that the optimiser sees O(1) values."""
     a, b, l0 = theta[:, :1], theta[:, 1:2], theta[:, 2:3]
     pred = a * np.exp(-b * lc) + l0
-    r = np.log(np.maximum(pred, 1e-300)) - logL
+    r = np.log(np.maximum(pred, _pred_floor(logL))) - logL
     if loss == "huber_log":
         ar = np.abs(r)
         h = np.where(ar <= delta, 0.5 * r**2, delta * (ar - 0.5 * delta))
@@ -70,7 +77,9 @@ def _value_and_grad(theta: np.ndarray, lc: np.ndarray, logL: np.ndarray, loss: s
         theta = np.array([theta[0], theta[1], fixed])
     a, b, l0 = theta
     e = np.exp(-b * lc)
-    pred = np.maximum(a * e + l0, 1e-300)
+    raw = a * e + l0
+    floor = _pred_floor(logL)
+    pred = np.maximum(raw, floor)
     r = np.log(pred) - logL
     if loss == "huber_log":
         ar = np.abs(r)
@@ -79,7 +88,7 @@ def _value_and_grad(theta: np.ndarray, lc: np.ndarray, logL: np.ndarray, loss: s
     else:
         h, dh = 0.5 * r**2, r
     n = len(r) * delta**2
-    w = dh / pred
+    w = np.where(raw > floor, dh / pred, 0.0)  # the floor is flat: no gradient through clamped points
     grad = np.array([np.sum(w * e), np.sum(-w * a * e * lc), np.sum(w)]) / n
     return float(h.sum() / n), (grad[:2] if fixed is not None else grad)
 
