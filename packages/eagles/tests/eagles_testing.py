@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eagles.config import EaglesConfig
+from eagles.experiments import Setup
 from eagles.partition import random_clients
 
 
@@ -20,6 +21,21 @@ def small_config(**kw) -> EaglesConfig:
     )
     base.update(kw)
     return EaglesConfig(**base)
+
+
+def small_setup(**kw) -> Setup:
+    """A three-client Cora reproduction setup small enough for the default run; ``kw`` overrides its fields."""
+    base = dict(
+        num_clients=3,
+        rounds=2,
+        max_pretrain_rounds=10,
+        hidden_channels=16,
+        expert_hidden=2,
+        local_epochs=3,
+        threshold_lr=5e-3,
+        target_band=0.8,
+    )
+    return Setup(**(base | kw))
 
 
 def small_clients(data, c=3, seed=0):

@@ -1,13 +1,13 @@
 import pytest
+from eagles_testing import small_setup
 
-from eagles.experiments import Setup
 from eagles.reproduce import reproduce
 from icml25_shared.data import DataNotFoundError
 
 
 @pytest.mark.parametrize("extras", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_reproduce_small_setup_returns_claims_and_plot(tmp_path, extras):
-    setup = _small(
+    setup = small_setup(
         local_epochs=5,
         extra_keep_ratios=((0.9, 0.7, 0.5),) if extras else (),
         ablations=extras,
@@ -28,25 +28,10 @@ def test_reproduce_small_setup_returns_claims_and_plot(tmp_path, extras):
     assert all(p.endswith(".png") for p in res.artifacts)
 
 
-def _small(**kw) -> Setup:
-    """A three-client Cora setup small enough for the default run; ``kw`` overrides its fields."""
-    base = dict(
-        num_clients=3,
-        rounds=2,
-        max_pretrain_rounds=10,
-        hidden_channels=16,
-        expert_hidden=2,
-        local_epochs=3,
-        threshold_lr=5e-3,
-        target_band=0.8,
-    )
-    return Setup(**(base | kw))
-
-
 def test_full_run_resumes_from_stored_parts_and_equals_one_uninterrupted_run(tmp_path, monkeypatch):
     import eagles.experiments as ex
 
-    setup = _small(extra_keep_ratios=((0.9, 0.7, 0.5),))
+    setup = small_setup(extra_keep_ratios=((0.9, 0.7, 0.5),))
     try:
         whole = reproduce(False, tmp_path / "whole", setup=setup)  # one uninterrupted run, no parts stored
     except DataNotFoundError as err:
@@ -89,7 +74,7 @@ def test_resume_refuses_a_part_made_with_another_setup(tmp_path):
 
     from eagles.experiments import PartStore
 
-    setup = _small()
+    setup = small_setup()
     mask = {"gnn.convs.0.lin_l.weight": torch.rand(5, 11) < 0.3}
     PartStore(tmp_path, setup).put("s0-louvain-pretrain", {"band": None}, 1.0, 1.0, mask)
     same = PartStore(tmp_path, replace(setup, seeds=(0, 1, 2)), resume=True)  # the seed list is not part of it

@@ -138,10 +138,14 @@ RANDOM_SPLIT_PARTS = ("fedavg", "pretrain", "b")
 """What the random-split ablation runs (IID clients instead of Louvain communities)."""
 
 
+def _setup_fields(setup: Setup) -> dict[str, Any]:
+    """Every field of ``setup`` that changes a part's result (all but the list of seeds), as stored in JSON."""
+    return json.loads(json.dumps({k: v for k, v in asdict(setup).items() if k != "seeds"}, default=repr))
+
+
 def setup_hash(setup: Setup) -> str:
-    """A digest of every field of ``setup`` that changes a part's result (all but the list of seeds)."""
-    fields = {k: v for k, v in asdict(setup).items() if k != "seeds"}
-    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=repr).encode()).hexdigest()[:16]
+    """A digest of :func:`_setup_fields`: a stored part is reused only under the same digest."""
+    return hashlib.sha256(json.dumps(_setup_fields(setup), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def part_plan(setup: Setup) -> list[tuple[int, str, str]]:
@@ -186,7 +190,7 @@ class PartStore:
             return None
         part = json.loads(path.read_text())
         if part.get("config_hash") != self.hash:
-            mine = {k: v for k, v in json.loads(json.dumps(asdict(self.setup), default=repr)).items() if k != "seeds"}
+            mine = _setup_fields(self.setup)
             theirs = part.get("setup", {})
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise ValueError(
@@ -206,7 +210,7 @@ class PartStore:
         part = {
             "key": key,
             "config_hash": self.hash,
-            "setup": {k: v for k, v in asdict(self.setup).items() if k != "seeds"},
+            "setup": _setup_fields(self.setup),
             "cpu_s": round(cpu_s, 2),
             "wall_s": round(wall_s, 2),
             "finished": datetime.now(UTC).isoformat(timespec="seconds"),
