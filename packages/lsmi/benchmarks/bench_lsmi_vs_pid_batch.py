@@ -33,20 +33,13 @@ def _now() -> str:
 
 
 def _previous(out: Path) -> tuple[list[dict], list[dict], list[str]]:
-    """Cells, run summaries and log lines already in ``out`` (a file written before ``runs`` existed is one run)."""
+    """Cells, run summaries and log lines already in ``out``."""
     if not out.exists():
         return [], [], []
     old = json.loads(out.read_text(encoding="utf-8"))
     log = out.with_suffix(".log")
     lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
-    runs = old.get("runs")
-    if runs is None:  # the first run's summary sat at the top level, its starting load in the log's first line
-        runs = [{k: v for k, v in old.items() if k != "rows"} | {"cells": [[r["C"], r["n"]] for r in old["rows"]]}]
-        first = [ln for ln in lines if ln.startswith("load average before: (")]
-        if first:
-            runs[0]["load_average_before"] = [float(v) for v in first[0].split("(")[1].rstrip(")").split(",")]
-        runs[0]["pid_batch_epochs"] = len(old["rows"][0]["pid_batch"]["curve"]) - 1  # one point before the epochs
-    return old["rows"], runs, lines
+    return old["rows"], old.get("runs", []), lines
 
 
 def main() -> None:
