@@ -100,20 +100,7 @@ def test_rsd_on_fixtures_batched_equals_per_problem_and_assisted_equals_target(f
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            "draft",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the shipped draft (step accuracy 0.700) is not what its recipe gives today: retrained by it "
-                "(2-4 operations, 3,000 steps, seed 1; torch 2.15, 2026-12-04) it reaches 0.940 (see README)",
-            ),
-        ),
-        "target",
-    ],
-)
+@pytest.mark.parametrize("name", ["draft", "target"])
 def test_retraining_reproduces_the_fixture_accuracies(fixtures, name):
     model = dict(zip(("draft", "target"), fixtures))[name]
     fresh = train_model(FIXTURE_SPECS[name])

@@ -267,7 +267,7 @@ FIXTURE_SPECS = {
 }
 #: sha256 of each fixture's ``model.safetensors`` (written by ``scripts/train_fixtures.py``).
 FIXTURE_SHA256 = {
-    "draft": "245030128170aa8fa5f6e612d30d16e4e31b26ad14ab21bc7b230a5301b9ebd5",
+    "draft": "bf11d10d9addd16d2c2b04bac9d6c16b56c20992add7217c05397a8a2ff17a0c",
     "target": "77505cfefbe0d4546b6d69aeb81de21dc2166d28c9a5867191d0d85869cc0f6a",
 }
 
