@@ -5,11 +5,14 @@ the defaults with each density against the exact plug-in (``gaussian_exact_terms
 (R, U1, U2, S) and of the mean surprisals h1, h2 (the part the density decides), the CPU seconds of ``fit`` and,
 for the GMM, of the two EM fits alone. One torch thread. Writes benchmarks/results/bench_lsmi_density.json and .log.
 
-    python packages/lsmi/benchmarks/bench_lsmi_density.py [--cs 2,10] [--ns 4000] [--densities knife,gmm] [--out F]
+    python packages/lsmi/benchmarks/bench_lsmi_density.py [--cs 2,10] [--ns 4000] [--densities knife,gmm]
+        [--hidden 64] [--out F]
 
 One fit per (C, N, density), run one after the other for each (C, N) (not repeated): a single small measurement.
 ``--ns`` changes N (fit on 80 %, score the other 20 %), e.g. the error against N at C = 30 with the defaults:
 ``--cs 30 --ns 4000,8000,16000 --densities knife --out benchmarks/results/bench_lsmi_density_c30_n.json``.
+``--hidden`` changes the classifier heads' width (the paper's 64 by default), e.g.
+``--cs 10,30 --ns 4000,16000 --densities gmm --hidden 64,256,1024 --out benchmarks/results/bench_lsmi_hidden.json``.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 TERMS = ("i1", "i2", "i12", "h1", "h2")
 
 
-def run(c: int, density: str, n: int = 4000) -> dict:
+def run(c: int, density: str, n: int = 4000, hidden: int = 64) -> dict:
     x1, x2, y = gaussian_modalities(n, c, 0.5, 0.5, seed=0)
     nf = int(0.8 * n)
-    est = LSMIEstimator(LSMIConfig(n_classes=c, density=density))
+    est = LSMIEstimator(LSMIConfig(n_classes=c, density=density, hidden=hidden))
     w, t = time.perf_counter(), time.process_time()
     est.fit(x1[:nf], x2[:nf], y[:nf], verbose=False)
     wall, cpu = time.perf_counter() - w, time.process_time() - t
@@ -53,6 +56,7 @@ def run(c: int, density: str, n: int = 4000) -> dict:
         "n": n,
         "n_fit": nf,
         "density": density,
+        "hidden": hidden,
         "fit_wall_s": wall,
         "fit_cpu_s": cpu,
         "epochs": est.history_["epochs"],
@@ -77,6 +81,7 @@ def main() -> None:
     ap.add_argument("--cs", default="2,10")
     ap.add_argument("--ns", default="4000", help="samples per run (fit on 80 %%, score the rest)")
     ap.add_argument("--densities", default="knife,gmm")
+    ap.add_argument("--hidden", default="64", help="classifier head widths (the paper's 64 is the default)")
     ap.add_argument("--out", default=str(RESULTS / "bench_lsmi_density.json"))
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -88,11 +93,12 @@ def main() -> None:
     rows = []
     cells = [(int(c), int(n)) for c in args.cs.split(",") for n in args.ns.split(",")]
     for c, n in cells:
-        for density in args.densities.split(","):
-            r = run(c, density, n)
+        for density, hidden in [(d, int(h)) for d in args.densities.split(",") for h in args.hidden.split(",")]:
+            r = run(c, density, n, hidden)
             rows.append(r)
             say(
-                f"C={c:3d} N={n:6d} {density:5s} fit {r['fit_cpu_s']:6.2f} CPU-s ({r['fit_wall_s']:6.2f} wall, "
+                f"C={c:3d} N={n:6d} {density:5s} hidden {hidden:4d} fit {r['fit_cpu_s']:6.2f} CPU-s "
+                f"({r['fit_wall_s']:6.2f} wall, "
                 f"{r['epochs']} epochs) max err {r['max_err']:.3f} err R,U1,U2,S "
                 + ", ".join(f"{v:.3f}" for v in r["abs_err"])
                 + " h1,h2 err "

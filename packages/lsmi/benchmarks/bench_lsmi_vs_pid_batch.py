@@ -6,6 +6,7 @@ PID-CVX: BROJA of the table) against CPU seconds (one torch thread). Writes
 benchmarks/results/bench_lsmi_vs_pid_batch.json and .log.
 
     python packages/lsmi/benchmarks/bench_lsmi_vs_pid_batch.py [--cs 10,30] [--ns 1000,4000] [--epochs 4] [--merge]
+        [--density knife|gmm] [--out F]
 
 The three methods run one after another for each (C, N) (interleaved across configurations, not repeated): a time
 to accuracy is one training run, not a callable to repeat. Each cell records its UTC start, wall and CPU seconds
@@ -48,6 +49,7 @@ def main() -> None:
     ap.add_argument("--ns", default="1000,4000")
     ap.add_argument("--epochs", type=int, default=4, help="PID-Batch encoder epochs")
     ap.add_argument("--out", default=str(RESULTS / "bench_lsmi_vs_pid_batch.json"))
+    ap.add_argument("--density", default=None, help='LSMI\'s density model ("knife" default, or "gmm")')
     ap.add_argument("--merge", action="store_true", help="keep the cells in --out, run only the missing ones")
     args = ap.parse_args()
     out = Path(args.out)
@@ -65,11 +67,13 @@ def main() -> None:
     load0 = os.getloadavg()
     say(f"load average before: {load0}")
     run = {"started_utc": _now(), "load_average_before": load0, "pid_batch_epochs": args.epochs, "cells": []}
+    run["lsmi_density"] = args.density or "knife"
     runs.append(run)
     t0, c0 = time.perf_counter(), time.process_time()
     for c, n in todo:
         start, w, l0 = _now(), time.perf_counter(), os.getloadavg()
-        r = time_to_accuracy(c, n, pid_batch_epochs=args.epochs, log=say)
+        opts = {"density": args.density} if args.density else None
+        r = time_to_accuracy(c, n, pid_batch_epochs=args.epochs, log=say, lsmi_options=opts)
         r["run"] = {"started_utc": start, "wall_s": time.perf_counter() - w, "load_before": l0}
         r["run"]["load_after"] = os.getloadavg()
         rows.append(r)

@@ -9,6 +9,7 @@ import pytest
 
 from lsmi import LSMIConfig, LSMIEstimator
 from lsmi.datasets import gaussian_exact_terms, gaussian_modalities
+from lsmi.experiments import well_specified_reference
 from lsmi.functional import lsmi_from_terms, mean_shift
 
 TOL = 0.05  # nats, on each of R, U1, U2, S
@@ -36,8 +37,19 @@ def test_defaults_converge_at_ten_classes():
 @pytest.mark.xfail(
     strict=True,
     reason="not met: at C = 30, N = 4,000 the held-out classifiers are ~0.4 nats below the exact PMIs (their "
-    "held-out KL to the true posteriors), so R and S are ~0.4 nats off; see the README",
+    "held-out KL to the true posteriors), so R and S are ~0.4 nats off; even a well-specified logistic regression "
+    "is 0.13 off there (test below), so no classifier plug-in meets 0.05 at this N; see the README",
 )
 def test_defaults_converge_at_thirty_classes():
     measured, exact = _errors(30)
     np.testing.assert_allclose(measured, exact, atol=TOL)
+
+
+@pytest.mark.slow
+def test_the_thirty_class_goal_is_below_the_well_specified_floor_at_four_thousand():
+    """The floor under the C = 30, N = 4,000 goal: the correct model family (softmax-affine posteriors), its L2
+    strength chosen on the scored samples, with exact surprisals, is still > 0.05 nats off there; the same reference
+    meets 0.05 at C = 10 (N = 4,000) and at C = 30 with four times the data, so the check can fail both ways."""
+    assert well_specified_reference(4000, 30)["max_err"] > TOL
+    assert well_specified_reference(4000, 10)["max_err"] <= TOL
+    assert well_specified_reference(16000, 30)["max_err"] <= TOL

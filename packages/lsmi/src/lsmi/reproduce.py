@@ -144,25 +144,44 @@ def _efficiency_claims(rows: list[dict]) -> list[Claim]:
     ]
 
 
-def _pid_batch_claim(rows: list[dict]) -> Claim:
+def _pid_batch_ratio(r: dict, key: str = "lsmi") -> tuple[float | None, bool]:
+    """(PID-Batch / LSMI time to the tolerance, is it a lower bound). When PID-Batch never gets within the tolerance
+    its time to it exceeds its whole run (``cpu_s``), so that run over LSMI's time is a lower bound; None when LSMI
+    itself never gets there."""
+    a, pb = r[key]["time_to_tol"], r["pid_batch"]
+    if a is None:
+        return None, False
+    if pb["time_to_tol"] is None:
+        return pb["cpu_s"] / a, True
+    return pb["time_to_tol"] / a, False
+
+
+def _pid_batch_claim(rows: list[dict], key: str = "lsmi", label: str = "") -> Claim:
     def fmt(v):
         return "never" if v is None else f"{v:.1f}"
 
+    def ratio(r):
+        v, lower = _pid_batch_ratio(r, key)
+        return "—" if v is None else f"{'> ' if lower else ''}{v:.1f}x"
+
     text = "; ".join(
-        f"C={r['C']},N={r['n']}: LSMI {fmt(r['lsmi']['time_to_tol'])} (err {r['lsmi']['error']:.3f}), PID-Batch "
-        f"{fmt(r['pid_batch']['time_to_tol'])} (err {r['pid_batch']['error']:.3f}), PID-CVX "
-        f"{fmt(r['pid_cvx']['time_to_tol'])} CPU-s"
+        f"C={r['C']},N={r['n']}: LSMI {fmt(r[key]['time_to_tol'])} (err {r[key]['error']:.3f}), PID-Batch "
+        f"{fmt(r['pid_batch']['time_to_tol'])} (err {r['pid_batch']['error']:.3f} after "
+        f"{r['pid_batch']['cpu_s']:.1f}), "
+        f"PID-CVX {fmt(r['pid_cvx']['time_to_tol'])} CPU-s; PID-Batch/LSMI {ratio(r)}"
         for r in rows
     )
-    ok = all(r["ratio_pid_batch_over_lsmi"] is not None and r["ratio_pid_batch_over_lsmi"] >= 3 for r in rows)
+    ok = all((v := _pid_batch_ratio(r, key)[0]) is not None and v >= 3 for r in rows)
     return Claim(
-        "efficiency vs PID-Batch: LSMI reaches 0.05 nats of its exact reference in <= 1/3 of PID-Batch's CPU time",
+        f"efficiency vs PID-Batch{label}: LSMI reaches 0.05 nats of its exact reference in <= 1/3 of PID-Batch's CPU "
+        "time",
         "3.7x-43.7x faster than PID-Batch (real data, GPU)",
         text,
         ok,
-        rule="PID-Batch time-to-0.05 / LSMI time-to-0.05 >= 3 at every (C, N); each vs its own exact reference",
+        rule="PID-Batch time-to-0.05 / LSMI time-to-0.05 >= 3 at every (C, N), each vs its own exact reference; "
+        "where PID-Batch never gets within 0.05, its whole run's CPU time is a lower bound on its time to it",
         details={"rows": rows},
-        short="PID-Batch/LSMI time ≥ 3x",
+        short="PID-Batch/LSMI time ≥ 3x" + label,
     )
 
 
@@ -181,7 +200,11 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False) -> ReproResu
             claims += _real_claims(real_data_means())
             eff = sorted(efficiency_sweep(direct_time_limit=DIRECT_TIME_LIMIT), key=lambda r: r["Ck2"])
             claims += _efficiency_claims(eff)
-            claims.append(_pid_batch_claim([time_to_accuracy(c, 4000, pid_batch_epochs=4) for c in (10, 30)]))
+            tta = [
+                time_to_accuracy(c, 4000, pid_batch_epochs=4, extra_lsmi={"gmm": {"density": "gmm"}}) for c in (10, 30)
+            ]
+            claims.append(_pid_batch_claim(tta))
+            claims.append(_pid_batch_claim(tta, "lsmi_gmm", ' (density="gmm")'))
             artifacts.append(plot_efficiency(out_dir, eff))
     settings = {"n": 4000, "n_fit": 3200, "noise": 0.1, "config": LSMIConfig(n_classes=2).to_dict()}
     settings["measured"] = {g: list(v) for g, v in measured.items()}
