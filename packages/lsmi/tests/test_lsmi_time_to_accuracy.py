@@ -41,3 +41,19 @@ def test_extra_lsmi_variant_is_the_same_fit_on_the_same_samples():
     for key in ("lsmi", "lsmi_gmm"):
         ref = np.array(r[key]["reference"])
         assert r[key]["error"] == pytest.approx(np.abs(np.array(r[key]["means"]) - ref).max())
+
+
+def test_time_to_accuracy_plot_draws_each_run(tmp_path):
+    def row(c, n, lsmi_cpu, err):
+        r = _row(lsmi_cpu, None, 40.0) | {"C": c, "n": n, "tol": 0.05}
+        r["lsmi"] |= {"cpu_s": lsmi_cpu, "error": err}
+        r["pid_batch"]["curve"] = [(1.0, 0.09), (20.0, 0.08)]
+        r["pid_cvx"] |= {"cpu_s": 0.05, "error": 0.03}
+        return r
+
+    from lsmi.experiments import plot_time_to_accuracy
+
+    runs = {"KNIFE": [row(2, 1000, 3.0, 0.01), row(10, 1000, 5.0, 0.04)], "GMM": [row(2, 1000, 0.4, 0.01)]}
+    path = plot_time_to_accuracy(tmp_path, runs)
+    assert path.endswith("time_to_accuracy.png")
+    assert (tmp_path / "time_to_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

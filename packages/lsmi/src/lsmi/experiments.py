@@ -37,6 +37,7 @@ __all__ = [
     "plot_gates",
     "plot_gaussian",
     "plot_efficiency",
+    "plot_time_to_accuracy",
     "accuracy_joint",
     "time_to_accuracy",
     "well_specified_reference",
@@ -225,6 +226,63 @@ def plot_efficiency(out_dir: Path, rows: list[dict[str, Any]]) -> str:
     ax.set_title(f"efficiency at N = {rows[0]['n']}")
     ax.legend()
     return str(save_figure(fig, out_dir, "efficiency"))
+
+
+def plot_time_to_accuracy(out_dir: Path, runs: dict[str, list[dict[str, Any]]], name: str = "time_to_accuracy") -> str:
+    """Error against CPU seconds for every method of :func:`time_to_accuracy`, one panel per C, log-log.
+
+    ``runs`` maps an LSMI label (e.g. ``"KNIFE"``, ``"GMM"``) to the rows of one benchmark run; each row draws its
+    LSMI fit as a point (marker size grows with N), PID-Batch's curve (after its classifiers, then after each
+    encoder epoch) and PID-CVX as a point; PID-Batch and PID-CVX are drawn from the first run that has the (C, N)
+    with the most PID-Batch epochs. The dashed line is the 0.05-nat tolerance."""
+    cs = sorted({r["C"] for rows in runs.values() for r in rows})
+    fig, axes = subplots(1, len(cs), figsize=(5.2 * len(cs), 4.2), squeeze=False)
+    ns = sorted({r["n"] for rows in runs.values() for r in rows})
+    size = {n: 20 + 40 * i for i, n in enumerate(ns)}
+    markers = ["o", "D", "^", "v"]
+    peers: dict[tuple[int, int], dict[str, Any]] = {}
+    for rows in runs.values():
+        for r in rows:
+            key = (r["C"], r["n"])
+            if key not in peers or len(r["pid_batch"]["curve"]) > len(peers[key]["pid_batch"]["curve"]):
+                peers[key] = r
+    for ax, c in zip(axes[0], cs):
+        for i, (label, rows) in enumerate(runs.items()):
+            pts = sorted((r["n"], r["lsmi"]["cpu_s"], r["lsmi"]["error"]) for r in rows if r["C"] == c)
+            ax.scatter(
+                [p[1] for p in pts],
+                [p[2] for p in pts],
+                s=[size[p[0]] for p in pts],
+                marker=markers[i % 4],
+                label=f"LSMI ({label})",
+                zorder=3,
+            )
+        for (cc, n), r in sorted(peers.items()):
+            if cc != c:
+                continue
+            cpu, err = zip(*r["pid_batch"]["curve"])
+            ax.plot(
+                cpu,
+                err,
+                "-",
+                color="tab:red",
+                lw=0.8 + 0.6 * ns.index(n),
+                alpha=0.8,
+                label="PID-Batch (classifiers, then epochs; width ~ N)" if n == ns[0] else None,
+            )
+            ax.scatter(
+                [max(r["pid_cvx"]["cpu_s"], 1e-3)],
+                [r["pid_cvx"]["error"]],
+                s=size[n],
+                marker="s",
+                color="tab:green",
+                label="PID-CVX (k-means + BROJA program)" if n == ns[0] else None,
+            )
+        ax.axhline(r["tol"] if peers else 0.05, color="grey", ls="--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel="CPU seconds (one thread)", ylabel="error vs exact reference (nats)")
+        ax.set_title(f"C = {c}; N = " + ", ".join(f"{n:,}" for n in ns) + " (marker size)")
+    axes[0][0].legend(fontsize=7)
+    return str(save_figure(fig, out_dir, name))
 
 
 def accuracy_joint(n_classes: int, n_codes: int = 4, seed: int = 0) -> np.ndarray:
