@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import pytest
+import torch
 
 from rsd import FlopCounter, HFBackend, ModelCost, RewardGuidedDecoder
 from rsd.baselines import assisted_generation, target_only
@@ -15,6 +17,7 @@ from rsd.tasks.arithmetic import (
     FIXTURE_SPECS,
     ArithmeticTokenizer,
     ExactArithmeticPRM,
+    FixtureSpec,
     NoisyPRM,
     load_fixture_models,
     make_problems,
@@ -68,6 +71,38 @@ def test_fixture_hashes():
     for name in ("draft", "target"):
         data = (FIXTURE_DIR / name / "model.safetensors").read_bytes()
         assert hashlib.sha256(data).hexdigest() == FIXTURE_SHA256[name]
+
+
+def test_curriculum_draws_short_problems_first(monkeypatch):
+    import rsd.tasks.arithmetic as arith
+
+    spec = FixtureSpec("t", n_layer=1, n_embd=8, n_head=2, steps=6, batch_size=4, max_ops=6, curriculum_steps=4)
+    assert [spec.ops_at(i) for i in (0, 3, 4, 5)] == [(2, 4), (2, 4), (2, 6), (2, 6)]
+    assert replace(spec, curriculum_steps=None).ops_at(0) == (2, 6)
+    drawn = []
+    real = arith.make_problems
+
+    def spy(n, *, min_ops, max_ops, seed):
+        drawn.append((min_ops, max_ops))
+        return real(n, min_ops=min_ops, max_ops=max_ops, seed=seed)
+
+    monkeypatch.setattr(arith, "make_problems", spy)
+    train_model(spec, log_every=0)
+    assert drawn == [(2, 4)] * 4 + [(2, 6)] * 2
+    with pytest.raises(ValueError, match="curriculum_steps"):
+        FixtureSpec("t", 1, 8, 2, steps=6, curriculum_steps=-1)
+    with pytest.raises(ValueError, match="curriculum_max_ops"):
+        FixtureSpec("t", 1, 8, 2, steps=6, max_ops=6, curriculum_steps=2, curriculum_max_ops=7)
+
+
+def test_curriculum_over_all_steps_equals_training_on_the_short_range():
+    # a curriculum that never switches is the plain recipe on min_ops..curriculum_max_ops (same draws, same weights);
+    # one that switches is not
+    base = FixtureSpec("t", n_layer=1, n_embd=8, n_head=2, steps=6, batch_size=4, seed=3, max_ops=4)
+    cur = replace(base, max_ops=6, curriculum_steps=6)
+    sd = [train_model(s, log_every=0).state_dict() for s in (base, cur, replace(cur, curriculum_steps=2))]
+    assert all(torch.equal(sd[0][k], sd[1][k]) for k in sd[0])
+    assert not all(torch.equal(sd[0][k], sd[2][k]) for k in sd[0])
 
 
 @pytest.fixture(scope="module")

@@ -256,6 +256,23 @@ class FixtureSpec:
     seed: int = 0
     min_ops: int = 2
     max_ops: int = 4
+    curriculum_steps: int | None = None
+    """A curriculum: the first ``curriculum_steps`` training steps draw problems of ``min_ops`` to
+    ``curriculum_max_ops`` operations, the rest ``min_ops`` to ``max_ops`` (one warm-up + cosine schedule over all
+    steps). ``None`` (the shipped fixtures): every step draws ``min_ops`` to ``max_ops``."""
+    curriculum_max_ops: int = 4
+    """The curriculum's first range ends at this many operations (used only with ``curriculum_steps``)."""
+
+    def __post_init__(self) -> None:
+        if self.curriculum_steps is not None:
+            check_int("curriculum_steps", self.curriculum_steps, min=0)
+            check_int("curriculum_max_ops", self.curriculum_max_ops, min=self.min_ops, max=self.max_ops)
+
+    def ops_at(self, step: int) -> tuple[int, int]:
+        """``(min_ops, max_ops)`` of the problems drawn at training step ``step`` (0-based)."""
+        if self.curriculum_steps is not None and step < self.curriculum_steps:
+            return self.min_ops, self.curriculum_max_ops
+        return self.min_ops, self.max_ops
 
 
 #: The shipped fixtures: a 1 x 48 draft and a 2 x 96 target (7.9x the draft's non-embedding parameters). The target
@@ -312,8 +329,9 @@ def _batch(problems: list[Problem], tok: ArithmeticTokenizer) -> tuple[torch.Ten
 
 
 def train_model(spec: FixtureSpec, *, steps: int | None = None, log_every: int = 500) -> Any:
-    """Train one fixture model from scratch: AdamW, 10% warm-up then cosine, batch of fresh problems, loss on
-    answer tokens only (right padding; positions are exact because padding only follows the sequence)."""
+    """Train one fixture model from scratch: AdamW, 10% warm-up then cosine, batch of fresh problems (of
+    ``spec.ops_at(step)`` operations), loss on answer tokens only (right padding; positions are exact because
+    padding only follows the sequence)."""
     steps = spec.steps if steps is None else check_int("steps", steps, min=1)
     model = make_model(spec.n_layer, spec.n_embd, spec.n_head, seed=spec.seed)
     tok = ArithmeticTokenizer()
@@ -322,7 +340,8 @@ def train_model(spec: FixtureSpec, *, steps: int | None = None, log_every: int =
     rng = numpy_rng(10_000 + spec.seed)
     model.train()
     for step in range(steps):
-        problems = make_problems(spec.batch_size, min_ops=spec.min_ops, max_ops=spec.max_ops, seed=rng)
+        lo, hi = spec.ops_at(step)
+        problems = make_problems(spec.batch_size, min_ops=lo, max_ops=hi, seed=rng)
         ids, lab = _batch(problems, tok)
         loss = model(input_ids=ids, attention_mask=(ids != PAD).long(), labels=lab).loss
         opt.zero_grad(set_to_none=True)
