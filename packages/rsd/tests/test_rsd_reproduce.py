@@ -22,7 +22,7 @@ def test_reproduce_small(tmp_path):
 
 @pytest.mark.slow
 def test_reproduce_retrained_at_a_tiny_size(tmp_path):
-    """The --retrain route trains both models (here 40 steps each, not the recipe's 3,000 / 6,000) and judges the
+    """The --retrain route trains both models (here 40 steps each, not the recipe's 4,500 / 6,000) and judges the
     claims on them, not on the shipped fixtures."""
     small = Setup(n_problems=6, retrain_steps=(40, 40))
     res = reproduce(False, tmp_path, setup=small, retrain=True)

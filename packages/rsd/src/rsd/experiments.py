@@ -63,7 +63,7 @@ class Setup:
 
 
 QUICK = Setup()
-FULL = Setup(max_ops=6)  # the target fixture is trained on 2-6 operations, the draft on 2-4 (README, Choices)
+FULL = Setup(max_ops=6)  # the target fixture is trained on 2-6 operations, the draft 2-4 then 2-6 (README, Choices)
 
 
 @dataclass
