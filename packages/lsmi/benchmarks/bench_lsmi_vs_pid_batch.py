@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from icml25_shared.bench import Log, save_results
-from lsmi.experiments import time_to_accuracy
+from lsmi.experiments import pid_batch_ratio, time_to_accuracy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -79,9 +79,11 @@ def main() -> None:
         rows.append(r)
         run["cells"].append([c, n])
         ttl = {k: r[k]["time_to_tol"] for k in ("lsmi", "pid_batch", "pid_cvx")}
+        ratio, lower = pid_batch_ratio(r)
         say(
-            f"C={c} N={n} time to {r['tol']} nats (CPU-s): {ttl}; PID-Batch / LSMI {r['ratio_pid_batch_over_lsmi']}"
-            f" [{start}, load {l0[0]:.2f} -> {r['run']['load_after'][0]:.2f}]"
+            f"C={c} N={n} time to {r['tol']} nats (CPU-s): {ttl}; PID-Batch / LSMI "
+            + ("none (LSMI never)" if ratio is None else f"{'> ' if lower else ''}{ratio:.2f}")
+            + f" [{start}, load {l0[0]:.2f} -> {r['run']['load_after'][0]:.2f}]"
         )
         save_results(out, {"rows": rows, "runs": runs}, say)  # partial results survive an interrupted run
     run |= {

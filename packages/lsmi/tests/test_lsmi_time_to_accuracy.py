@@ -5,8 +5,8 @@ import pytest
 
 from lsmi import LSMIConfig, LSMIEstimator
 from lsmi.datasets import noisy_discrete
-from lsmi.experiments import accuracy_joint, time_to_accuracy
-from lsmi.reproduce import _pid_batch_claim, _pid_batch_ratio
+from lsmi.experiments import accuracy_joint, pid_batch_ratio, time_to_accuracy
+from lsmi.reproduce import _pid_batch_claim
 
 
 def _row(lsmi_t, pb_t, pb_cpu):
@@ -20,9 +20,9 @@ def _row(lsmi_t, pb_t, pb_cpu):
 
 
 def test_pid_batch_ratio_is_exact_when_it_converges_and_a_lower_bound_when_not():
-    assert _pid_batch_ratio(_row(2.0, 1.0, 40.0)) == (0.5, False)
-    assert _pid_batch_ratio(_row(2.0, None, 40.0)) == (20.0, True)  # never within 0.05: its whole run bounds it
-    assert _pid_batch_ratio(_row(None, 1.0, 40.0)) == (None, False)  # LSMI never got there: no ratio
+    assert pid_batch_ratio(_row(2.0, 1.0, 40.0)) == (0.5, False)
+    assert pid_batch_ratio(_row(2.0, None, 40.0)) == (20.0, True)  # never within 0.05: its whole run bounds it
+    assert pid_batch_ratio(_row(None, 1.0, 40.0)) == (None, False)  # LSMI never got there: no ratio
     assert _pid_batch_claim([_row(2.0, None, 40.0), _row(1.0, 3.5, 9.0)]).holds
     assert not _pid_batch_claim([_row(2.0, None, 40.0), _row(1.0, 2.5, 9.0)]).holds  # 2.5x < 3x
     assert not _pid_batch_claim([_row(2.0, None, 5.0)]).holds  # a lower bound below 3x proves nothing

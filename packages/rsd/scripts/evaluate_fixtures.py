@@ -42,8 +42,9 @@ def main() -> None:
                 for k, v in res.items()
             }
     out["cpu_s"] = time.process_time() - t0
-    print(json.dumps(out, indent=1))
-    (folder / "eval.json").write_text(json.dumps(out, indent=1))
+    text = json.dumps(out, indent=1)
+    print(text)
+    (folder / "eval.json").write_text(text)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import argparse
 from functools import partial
 from pathlib import Path
 
-from eagles.experiments import PartStore, Setup, load_planetoid, run_parts, summarise
+from eagles.experiments import ABLATIONS, PartStore, Setup, load_planetoid, run_parts, summarise
 from icml25_shared.device import torch_threads
 from icml25_shared.report import Claim, ReproResult, save_figure, subplots
 
@@ -125,7 +125,7 @@ def reproduce(
             )
         )
     for name in [k for k in res if k.startswith("b") and k[1:].isdigit()] + [
-        k for k in ("d_mask_only", "d_ctx_only", "uniform_a", "random_b") if k in res
+        k for k in (*ABLATIONS, "random_b") if k in res
     ]:
         v = res[name]
         claims.append(

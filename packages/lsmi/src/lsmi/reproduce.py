@@ -23,6 +23,7 @@ from lsmi.experiments import (
     efficiency_sweep,
     gate_means,
     gaussian_sweep,
+    pid_batch_ratio,
     plot_efficiency,
     plot_gates,
     plot_gaussian,
@@ -144,24 +145,12 @@ def _efficiency_claims(rows: list[dict]) -> list[Claim]:
     ]
 
 
-def _pid_batch_ratio(r: dict, key: str = "lsmi") -> tuple[float | None, bool]:
-    """(PID-Batch / LSMI time to the tolerance, is it a lower bound). When PID-Batch never gets within the tolerance
-    its time to it exceeds its whole run (``cpu_s``), so that run over LSMI's time is a lower bound; None when LSMI
-    itself never gets there."""
-    a, pb = r[key]["time_to_tol"], r["pid_batch"]
-    if a is None:
-        return None, False
-    if pb["time_to_tol"] is None:
-        return pb["cpu_s"] / a, True
-    return pb["time_to_tol"] / a, False
-
-
 def _pid_batch_claim(rows: list[dict], key: str = "lsmi", label: str = "") -> Claim:
     def fmt(v):
         return "never" if v is None else f"{v:.1f}"
 
     def ratio(r):
-        v, lower = _pid_batch_ratio(r, key)
+        v, lower = pid_batch_ratio(r, key)
         return "—" if v is None else f"{'> ' if lower else ''}{v:.1f}x"
 
     text = "; ".join(
@@ -171,7 +160,7 @@ def _pid_batch_claim(rows: list[dict], key: str = "lsmi", label: str = "") -> Cl
         f"PID-CVX {fmt(r['pid_cvx']['time_to_tol'])} CPU-s; PID-Batch/LSMI {ratio(r)}"
         for r in rows
     )
-    ok = all((v := _pid_batch_ratio(r, key)[0]) is not None and v >= 3 for r in rows)
+    ok = all((v := pid_batch_ratio(r, key)[0]) is not None and v >= 3 for r in rows)
     return Claim(
         f"efficiency vs PID-Batch{label}: LSMI reaches 0.05 nats of its exact reference in <= 1/3 of PID-Batch's CPU "
         "time",
