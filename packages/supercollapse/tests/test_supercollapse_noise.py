@@ -208,3 +208,69 @@ def test_generic_model_uses_vmap_path():
     assert tr.trace(batches) == pytest.approx(
         GradNoiseTracker(m, opt, mse_half, estimator="batches").trace(batches), rel=0.1
     )
+
+
+# -- the loss's reduction ----------------------------------------------------------------------------------------------
+def _sum_half(pred, y):
+    return 0.5 * (pred - y).pow(2).sum()
+
+
+@pytest.mark.parametrize("estimator", ["per_example", "batches"])
+def test_sum_reduced_losses_give_the_mean_loss_trace(estimator):
+    """A torch loss with reduction='sum', a partial with reduction='sum', an explicit reduction='sum' and a plain
+    sum callable (detected from a batch and its halves) all give the mean loss's trace."""
+    import functools
+
+    model, opt, g = _setup()
+    batches = _batches(g, 6, 8)
+    want = GradNoiseTracker(model, opt, nn.MSELoss(), estimator=estimator).trace(batches)
+    assert want == pytest.approx(
+        2.0**2 * GradNoiseTracker(model, opt, mse_half, estimator=estimator).trace(batches), rel=1e-10
+    )  # MSELoss is (f − y)², twice mse_half: the trace scales by 2²
+    for loss_fn, kw in [
+        (nn.MSELoss(reduction="sum"), {}),
+        (functools.partial(nn.functional.mse_loss, reduction="sum"), {}),
+        (lambda p, y: ((p - y) ** 2).sum(), {"reduction": "sum"}),
+        (lambda p, y: ((p - y) ** 2).sum(), {}),
+    ]:
+        tracker = GradNoiseTracker(model, opt, loss_fn, estimator=estimator, **kw)
+        assert tracker.trace(batches) == pytest.approx(want, rel=1e-6)
+        assert tracker.reduction == "sum"
+    detected = GradNoiseTracker(model, opt, mse_half, estimator=estimator)
+    detected.trace(batches)
+    assert detected.reduction == "mean"
+
+
+def test_estimators_agree_on_a_sum_reduced_loss():
+    """Within the documented 5 % on 400 batches of 8, as for the mean loss."""
+    model, opt, g = _setup()
+    batches = _batches(g, 400, 8)
+    pe = GradNoiseTracker(model, opt, nn.MSELoss(reduction="sum"), estimator="per_example").trace(batches)
+    bt = GradNoiseTracker(model, opt, _sum_half, estimator="batches").trace(batches)
+    assert bt == pytest.approx(pe / 4.0, rel=0.05)  # _sum_half = ½ (f − y)²: a quarter of the MSELoss trace
+    assert pe == pytest.approx(
+        GradNoiseTracker(model, opt, nn.MSELoss(), estimator="per_example").trace(batches), rel=1e-6
+    )
+
+
+def test_reduction_and_dtype_bad_input():
+    model, opt, g = _setup()
+    batches = _batches(g, 3, 8)
+    with pytest.raises(ValueError, match="loss_fn.reduction must be 'mean' or 'sum'.*'none'"):
+        GradNoiseTracker(model, opt, nn.MSELoss(reduction="none"))
+    with pytest.raises(ValueError, match="reduction='mean' contradicts loss_fn.reduction='sum'"):
+        GradNoiseTracker(model, opt, nn.MSELoss(reduction="sum"), reduction="mean")
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        GradNoiseTracker(model, opt, mse_half, reduction="max")
+    with pytest.raises(ValueError, match="matches neither of the mean"):
+        GradNoiseTracker(model, opt, lambda p, y: ((p - y) ** 2).max()).trace(batches)
+    with pytest.raises(ValueError, match="batches of >= 2 examples, got 1"):
+        GradNoiseTracker(model, opt, _sum_half, estimator="per_example").trace([(b[0][:1], b[1][:1]) for b in batches])
+    # one example needs no detection when the reduction is given
+    assert GradNoiseTracker(model, opt, _sum_half, reduction="sum").trace([(b[0][:1], b[1][:1]) for b in batches]) > 0
+    f32 = ResidualMLP(4, 1, in_dim=3)
+    adam = torch.optim.Adam(f32.parameters())
+    mse_half(f32(torch.randn(4, 3)), torch.zeros(4, 1)).backward()
+    adam.step()
+    with pytest.raises(TypeError, match=r"inputs are torch.float64 but the model's parameters are torch.float32"):
+        GradNoiseTracker(f32, adam, mse_half).trace(batches)

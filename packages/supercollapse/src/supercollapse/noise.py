@@ -20,6 +20,12 @@ of ``L_s − L_const(τ_s)`` on ``(s − 1)·Tr Cov`` over the points after the 
   ``Tr Cov_batch = Tr Cov_example / B``. Models with parameters outside 2-D-input ``nn.Linear`` layers use
   ``torch.func.vmap(grad)`` instead.
 
+The loss may be mean- or sum-reduced over the batch: ``reduction="auto"`` reads a torch loss's ``.reduction``
+(also through ``functools.partial(..., reduction=...)``) and, for any other callable, compares the loss of the first
+evaluation batch with the losses of its two halves (the mean loss is the size-weighted mean of the halves', the sum
+loss their sum), in eval mode without gradients. A sum-reduced loss is divided by the batch size, so the trace is
+the same as with the mean loss; ``reduction="none"`` and a callable that matches neither raise.
+
 For a ``DistributedDataParallel`` model (or ``distributed=True``) each rank passes its share of every evaluation
 batch; the sums and mean gradients are all-reduced, so the result equals the single-process trace on the
 concatenated batches. Otherwise nothing is all-reduced (a sweep trains different runs on different ranks).
@@ -27,6 +33,7 @@ concatenated batches. Otherwise nothing is all-reduced (a sweep trains different
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Literal
 
@@ -92,12 +99,20 @@ class GradNoiseTracker:
     Args:
         model: the model (a ``DistributedDataParallel`` wrapper is unwrapped).
         optimizer: its optimizer (Adam/AdamW/SGD) for the preconditioner; ignored when ``preconditioned=False``.
-        loss_fn: ``loss_fn(model(inputs), targets)`` → scalar, the *mean* over the batch.
+        loss_fn: ``loss_fn(model(inputs), targets)`` → scalar, the mean or the sum over the batch's examples (the
+            first dimension).
         preconditioned: measure ``u = P^−½ g`` (True) or the raw gradient ``g``.
         estimator: ``"batches"`` (Welford over evaluation batches, as the official code) or ``"per_example"``.
         distributed: all-reduce over the default process group (each rank holds a share of every batch). ``None``:
             when ``model`` is a ``DistributedDataParallel`` (a sweep training separate runs per rank must not
             all-reduce).
+        reduction: how ``loss_fn`` reduces over the batch: ``"mean"``, ``"sum"`` (divided by the batch size here, so
+            the trace equals the mean loss's), or ``"auto"`` (see the module docstring; the detected value is kept in
+            :attr:`reduction`).
+
+    Both estimators measure the same quantity: they agree in expectation, and within 5 % with 400 evaluation
+    batches of 8 in the tests (the ``batches`` estimator's sample covariance has N − 1 degrees of freedom, so its
+    relative error shrinks as ~√(2/(N − 1)) at worst).
 
     :meth:`trace` leaves the model's ``.grad`` and train/eval mode as it found them.
     """
@@ -110,6 +125,7 @@ class GradNoiseTracker:
         preconditioned: bool = True,
         estimator: Literal["batches", "per_example"] = "batches",
         distributed: bool | None = None,
+        reduction: Literal["auto", "mean", "sum"] = "auto",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -121,6 +137,7 @@ class GradNoiseTracker:
         self.model = _unwrap(model)
         self.optimizer = optimizer
         self.loss_fn = loss_fn
+        self.reduction: str | None = _declared_reduction(loss_fn, reduction)
         self.preconditioned = check_bool("preconditioned", preconditioned)
         self.estimator = check_choice("estimator", estimator, ("batches", "per_example"))
         if self.preconditioned and optimizer is None:
@@ -146,9 +163,18 @@ class GradNoiseTracker:
             raise ValueError(f"every evaluation batch must have the same size, got sizes {sorted(sizes)}")
         if self.estimator == "batches" and len(batches) < 2:
             raise ValueError("estimator='batches' needs >= 2 evaluation batches (a sample covariance)")
+        dtypes = {p.dtype for p in self.params}
+        for x, _ in batches:
+            if x.is_floating_point() and x.dtype not in dtypes:
+                raise TypeError(
+                    f"eval_batches inputs are {x.dtype} but the model's parameters are "
+                    f"{', '.join(sorted(map(str, dtypes)))}; cast the batches (e.g. x.to(model_dtype)) or the model"
+                )
         saved = [None if p.grad is None else p.grad.clone() for p in self.params]
         was_training = self.model.training
         D = preconditioner(self.optimizer if self.preconditioned else None, self.params)
+        if self.reduction is None:
+            self.reduction = self._detect_reduction(*batches[0])
         try:
             if self.estimator == "batches":
                 return self._trace_batches(batches, D)
@@ -158,9 +184,44 @@ class GradNoiseTracker:
             for p, g in zip(self.params, saved):
                 p.grad = g
 
+    def _detect_reduction(self, x: torch.Tensor, y: torch.Tensor) -> str:
+        """ "mean" or "sum" from the loss of batch (x, y) and of its two halves (eval mode, no gradients)."""
+        n = x.shape[0]
+        if n < 2:
+            raise ValueError(
+                f"reduction='auto' compares a batch's loss with its halves' and needs batches of >= 2 examples, got "
+                f"{n}; pass reduction='mean' or 'sum'"
+            )
+        h = n // 2
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                parts = ((x, y), (x[:h], y[:h]), (x[h:], y[h:]))
+                whole, a, b = (float(self.loss_fn(self.model(xx), yy)) for xx, yy in parts)
+        finally:
+            self.model.train(was_training)
+        scale = max(abs(whole), abs(a) + abs(b))
+        tol = 1e-4 * scale + 1e-30
+        is_mean = abs(whole - (h * a + (n - h) * b) / n) <= tol
+        is_sum = abs(whole - (a + b)) <= tol
+        if is_mean != is_sum:
+            return "mean" if is_mean else "sum"
+        what = "both" if is_mean else "neither"
+        raise ValueError(
+            f"cannot tell whether loss_fn reduces by mean or by sum: its loss on a batch of {n} ({whole:.6g}) matches "
+            f"{what} of the mean ({(h * a + (n - h) * b) / n:.6g}) and the sum ({a + b:.6g}) of its halves' losses; "
+            "pass reduction='mean' or reduction='sum'"
+        )
+
+    def _loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The mean loss over the batch (a sum-reduced loss divided by the number of examples)."""
+        loss = self.loss_fn(out, y)
+        return loss / out.shape[0] if self.reduction == "sum" else loss
+
     # -- estimators -------------------------------------------------------------------------------------------------
     def _batch_grad(self, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
-        grads = torch.autograd.grad(self.loss_fn(self.model(x), y), self.params, allow_unused=True)
+        grads = torch.autograd.grad(self._loss(self.model(x), y), self.params, allow_unused=True)
         return [torch.zeros_like(p) if g is None else g for p, g in zip(self.params, grads)]
 
     def _trace_batches(self, batches: list[Batch], D: list[torch.Tensor]) -> float:
@@ -219,7 +280,7 @@ class GradNoiseTracker:
         try:
             self.model.zero_grad(set_to_none=True)
             # the mean loss times n is the sum of per-example losses, so grad_output rows are the δ_i
-            (self.loss_fn(self.model(x), y) * x.shape[0]).backward()
+            (self._loss(self.model(x), y) * x.shape[0]).backward()
         finally:
             for h in handles:
                 h.remove()
@@ -248,7 +309,7 @@ class GradNoiseTracker:
 
         def one(ps, xi, yi):
             out = functional_call(self.model, (ps, buffers), (xi.unsqueeze(0),))
-            return self.loss_fn(out, yi.unsqueeze(0))
+            return self._loss(out, yi.unsqueeze(0))
 
         g = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
         total = torch.zeros((), dtype=torch.float64)
@@ -258,6 +319,24 @@ class GradNoiseTracker:
             total += (d.to(torch.float64) * gi * gi).sum()
             gsum.append(gi.sum(0))
         return total, gsum
+
+
+def _declared_reduction(loss_fn: Callable, reduction: str) -> str | None:
+    """The reduction given by ``reduction`` or declared by the loss (a torch loss's ``.reduction``, a partial's
+    ``reduction=`` keyword); None when it must be detected from data."""
+    reduction = check_choice("reduction", reduction, ("auto", "mean", "sum"))
+    declared = getattr(loss_fn, "reduction", None)
+    if declared is None and isinstance(loss_fn, functools.partial):
+        declared = loss_fn.keywords.get("reduction")
+    if declared is not None:
+        if declared not in ("mean", "sum"):
+            raise ValueError(
+                f"loss_fn.reduction must be 'mean' or 'sum' (a scalar loss over the batch), got {declared!r}"
+            )
+        if reduction != "auto" and reduction != declared:
+            raise ValueError(f"reduction={reduction!r} contradicts loss_fn.reduction={declared!r}")
+        return declared
+    return None if reduction == "auto" else reduction
 
 
 # -- the noise model ---------------------------------------------------------------------------------------------

@@ -118,7 +118,9 @@ def _train(spec: RunSpec, task: FourierRegression, test_size: int, progress: boo
     evals = set(np.unique(np.round(np.linspace(T / spec.n_evals, T, spec.n_evals)).astype(int)).tolist())
     tracker = None
     if spec.estimator != "none":
-        tracker = GradNoiseTracker(model, opt, mse_half, preconditioned=True, estimator=spec.estimator)
+        tracker = GradNoiseTracker(
+            model, opt, mse_half, preconditioned=True, estimator=spec.estimator, reduction="mean"
+        )
     p = sum(q.numel() for q in model.parameters())
     s_all = spec.schedule(np.arange(T + 1))
     tau_all = spec.base_lr * np.concatenate([[0.0], np.cumsum(s_all[:-1])])
