@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from icml25_shared.report import ReproResult, _fmt, _jsonable, load_results, verdict_text
+from icml25_shared.report import ReproResult, _fmt, _jsonable, counts_text, load_results, verdict_counts
+from icml25_shared.verdict import FAILS, HOLDS, INCONCLUSIVE, SHOWN, SKIPPED
 
 __all__ = ["write_report", "write_claims_json", "write_index_html"]
 
@@ -34,6 +35,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 table.claims{table-layout:fixed}table.claims td{overflow-wrap:anywhere}
 .v{font-weight:600;white-space:nowrap;border-radius:4px;padding:1px 7px}
 .holds{background:#dcf5e3;color:#116329}.fails{background:#fde2e1;color:#a40e26}.shown{background:#fff4cc;color:#7a5b00}
+.inconclusive{background:#e8defc;color:#5a2ca0}.skipped{background:#e6e9ec;color:#3d4a55}
 .crashed{background:#a40e26;color:#fff}
 .rule{color:#5b6770;font-size:12.5px}
 .plots{display:flex;flex-wrap:wrap;gap:12px;margin-top:10px}
@@ -45,7 +47,7 @@ pre{background:#f6f7f9;padding:8px;overflow:auto;font-size:12px}
 nav a{margin-right:10px}
 """
 
-_CLASS = {True: "holds", False: "fails", None: "shown"}
+_CLASS = {HOLDS: "holds", FAILS: "fails", INCONCLUSIVE: "inconclusive", SHOWN: "shown", SKIPPED: "skipped"}
 _CRASHED = '<span class="v crashed">crashed</span>'
 
 
@@ -57,10 +59,10 @@ def _value(x: Any, unit: str) -> str:
     return _e(_fmt(x) + (f" {unit}" if unit and x is not None else ""))
 
 
-def _plot(folder: Path, package: str, artefact: str) -> str | None:
+def _plot(folder: Path, r: ReproResult, artefact: str) -> str | None:
     p = Path(artefact)
     if not p.is_absolute():
-        p = folder / package / p
+        p = Path(getattr(r, "source_dir", folder / r.package)) / p
     if p.suffix.lower() not in (".png", ".svg") or not p.is_file():
         return None
     rel = os.path.relpath(p, folder)
@@ -74,12 +76,12 @@ def _plot(folder: Path, package: str, artefact: str) -> str | None:
 
 def _package_section(folder: Path, r: ReproResult) -> str:
     anchor = f"{r.package}-{r.mode}"
-    counts = {v: sum(c.holds is v for c in r.claims) for v in (True, False, None)}
     head = (
         f'<section id="{_e(anchor)}"><h2>{_e(r.package)} <span class="meta">({_e(r.mode)})</span>'
         + (" " + _CRASHED if r.crashed else "")
         + "</h2>"
-        f'<div class="meta">{counts[True]} hold · {counts[False]} do not hold · {counts[None]} shown — '
+        + (f'<div class="meta"><span class="v skipped">skipped</span> {_e(r.skipped)}</div>' if r.skipped else "")
+        + f'<div class="meta">{_e(counts_text(r.claims))} — seed {r.seed} · '
         f"{r.runtime_s:.1f} s wall, {r.cpu_s:.1f} CPU-s · started {_e(r.started or '?')} · "
         + _e(", ".join(f"{k} {v}" for k, v in r.versions.items()))
         + "</div>"
@@ -90,7 +92,7 @@ def _package_section(folder: Path, r: ReproResult) -> str:
         rows.append(
             f"<tr><td>{_e(c.text)}{rule}</td><td class='num'>{_value(c.paper, c.unit)}</td>"
             f"<td class='num'>{_value(c.measured, c.unit)}</td>"
-            f'<td><span class="v {_CLASS[c.holds]}">{_e(verdict_text(c.holds))}</span></td></tr>'
+            f'<td><span class="v {_CLASS[c.verdict]}">{_e(c.verdict)}</span></td></tr>'
         )
     table = (
         '<table class="claims"><colgroup><col style="width:46%"><col style="width:20%"><col style="width:22%">'
@@ -98,7 +100,7 @@ def _package_section(folder: Path, r: ReproResult) -> str:
         "<thead><tr><th>claim</th><th class='num'>paper</th><th class='num'>measured</th><th>verdict</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
-    plots = [f for a in r.artifacts if (f := _plot(folder, r.package, a))]
+    plots = [f for a in r.artifacts if (f := _plot(folder, r, a))]
     figs = f'<div class="plots">{"".join(plots)}</div>' if plots else ""
     settings = json.dumps(_jsonable(r.settings), indent=1, default=str)
     extra = (
@@ -112,23 +114,25 @@ def write_index_html(folder: str | os.PathLike[str], results: Sequence[ReproResu
     """Write ``<folder>/index.html`` for ``results`` (plots read from ``<folder>/<package>/``); returns its path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    total = {v: sum(c.holds is v for r in results for c in r.claims) for v in (True, False, None)}
+    all_claims = [c for r in results for c in r.claims]
     summary_rows = []
     for r in results:
-        n = {v: sum(c.holds is v for c in r.claims) for v in (True, False, None)}
+        n = verdict_counts(r.claims)
+        state = _CRASHED if r.crashed else ('<span class="v skipped">skipped</span>' if r.skipped else "")
         summary_rows.append(
             f'<tr><td><a href="#{_e(r.package)}-{_e(r.mode)}">{_e(r.package)}</a></td><td>{_e(r.mode)}</td>'
-            f"<td class='num'>{n[True]}</td><td class='num'>{n[False]}</td><td class='num'>{n[None]}</td>"
-            f"<td class='num'>{r.runtime_s:.1f}</td><td class='num'>{r.cpu_s:.1f}</td>"
-            f"<td>{_CRASHED if r.crashed else ''}</td></tr>"
+            f"<td class='num'>{r.seed}</td>"
+            + "".join(f"<td class='num'>{n[v]}</td>" for v in (HOLDS, FAILS, INCONCLUSIVE, SHOWN))
+            + f"<td class='num'>{r.runtime_s:.1f}</td><td class='num'>{r.cpu_s:.1f}</td>"
+            f"<td>{state}</td></tr>"
         )
     now = datetime.now(UTC).isoformat(timespec="seconds")
     body = (
         "<main><h1>icml25 reproductions</h1>"
-        f'<div class="meta">{len(results)} runs · {total[True]} claims hold · {total[False]} do not hold · '
-        f"{total[None]} shown · report written {now}</div>"
-        "<section><h2>Summary</h2><table><thead><tr><th>package</th><th>mode</th><th class='num'>hold</th>"
-        "<th class='num'>do not hold</th><th class='num'>shown</th><th class='num'>wall s</th>"
+        f'<div class="meta">{len(results)} runs · claims: {_e(counts_text(all_claims))} · report written {now}</div>'
+        "<section><h2>Summary</h2><table><thead><tr><th>package</th><th>mode</th><th class='num'>seed</th>"
+        "<th class='num'>hold</th><th class='num'>do not hold</th><th class='num'>inconclusive</th>"
+        "<th class='num'>shown</th><th class='num'>wall s</th>"
         "<th class='num'>CPU s</th><th></th></tr></thead>"
         f"<tbody>{''.join(summary_rows)}</tbody></table></section>"
         + "".join(_package_section(folder, r) for r in results)
@@ -154,7 +158,9 @@ def write_claims_json(folder: str | os.PathLike[str], results: Sequence[ReproRes
     return path
 
 
-def write_report(folder: str | os.PathLike[str]) -> tuple[Path, Path, list[ReproResult]]:
-    """Rebuild ``index.html`` and ``claims.json`` from every result JSON under ``folder``."""
-    results = load_results(folder)
+def write_report(
+    folder: str | os.PathLike[str], results: Sequence[ReproResult] | None = None
+) -> tuple[Path, Path, list[ReproResult]]:
+    """Rebuild ``index.html`` and ``claims.json`` in ``folder`` from every result JSON under it (or ``results``)."""
+    results = load_results(folder) if results is None else list(results)
     return write_index_html(folder, results), write_claims_json(folder, results), results

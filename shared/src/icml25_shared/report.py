@@ -22,12 +22,18 @@ import math
 import os
 import platform
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icml25_shared.verdict import FAILS, HOLDS, INCONCLUSIVE, SHOWN, SKIPPED, VERDICTS, judge
+
 __all__ = [
     "Claim",
+    "MissingPrerequisite",
+    "verdict_counts",
+    "counts_text",
     "ReproResult",
     "results_dir",
     "save_figure",
@@ -36,7 +42,20 @@ __all__ = [
     "verdict_text",
     "Stopwatch",
     "load_results",
+    "load_committed",
 ]
+
+
+class MissingPrerequisite(RuntimeError):
+    """Raised by a ``reproduce`` that needs a system program that is not on the machine.
+
+    The ``icml25`` command reports the reproduction as **skipped** with ``"needs <program> — <install>"`` (exit 0),
+    not as crashed: ``raise MissingPrerequisite("coqtop", "apt-get install coq")``.
+    """
+
+    def __init__(self, program: str, install: str) -> None:
+        self.program, self.install = program, install
+        super().__init__(f"needs `{program}` — `{install}`")
 
 
 @dataclass
@@ -44,7 +63,10 @@ class Claim:
     """One claim of a paper checked at small scale.
 
     ``paper`` and ``measured`` are the figures side by side (numbers or short strings); ``holds`` is the verdict
-    (``None``: shown, not judged); ``rule`` says how the verdict was decided, e.g. ``"MSE <= 1.05 x DLinear"``.
+    (``None``: not decided); ``rule`` says how the verdict was decided, e.g. ``"MSE <= 1.05 x DLinear"``.
+    ``verdict`` is one of ``"holds"``, ``"does not hold"``, ``"inconclusive"`` (judged over seeds, the interval
+    straddles the rule), ``"shown"`` (not judged) or ``"skipped"``; derived from ``holds`` when left empty.
+    A claim measured over seeds is best built with :meth:`over_seeds`.
     """
 
     text: str
@@ -56,10 +78,19 @@ class Claim:
     details: dict[str, Any] = field(default_factory=dict)
     short: str = ""
     """A name of at most 32 characters for one-line tables (``"MSE vs DLinear"``); defaults to ``text`` cut."""
+    verdict: str = ""
 
     def __post_init__(self) -> None:
         if self.holds is not None and not isinstance(self.holds, bool):
             self.holds = bool(self.holds)
+        if not self.verdict:
+            self.verdict = SHOWN if self.holds is None else (HOLDS if self.holds else FAILS)
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        expected = {HOLDS: True, FAILS: False}.get(self.verdict)
+        if self.holds is not None and self.holds is not expected:
+            raise ValueError(f"holds={self.holds!r} contradicts verdict={self.verdict!r}")
+        self.holds = expected
 
     @property
     def label(self) -> str:
@@ -68,10 +99,68 @@ class Claim:
             return self.short
         return self.text if len(self.text) <= 32 else self.text[:31].rstrip() + "…"
 
+    @classmethod
+    def over_seeds(
+        cls,
+        text: str,
+        paper: float | str | None,
+        values: Iterable[float],
+        op: str,
+        threshold: float,
+        *,
+        seeds: Sequence[int],
+        rule: str,
+        unit: str = "",
+        short: str = "",
+        details: dict[str, Any] | None = None,
+        digits: int = 3,
+        level: float = 0.95,
+    ) -> Claim:
+        """A claim judged on the interval of its figure over ``seeds`` (:func:`icml25_shared.verdict.judge`).
+
+        ``measured`` reads ``"mean ± sd [lo, hi], n seeds"``; ``details["seeds"]`` holds the per-seed values,
+        mean, s.d. and interval; the rule is stated with the interval it was judged on.
+        """
+        verdict, sp = judge(values, op, threshold, seeds=seeds, level=level)
+        how = "" if sp.n == 1 else f"; judged on the {int(level * 100)}% t-interval of the mean over {sp.n} seeds"
+        return cls(
+            text,
+            paper,
+            sp.text(digits),
+            None,
+            rule=f"{rule}{how}",
+            unit=unit,
+            details={**(details or {}), "seeds": sp.to_dict(), "rule_op": op, "rule_threshold": float(threshold)},
+            short=short,
+            verdict=verdict,
+        )
+
 
 def verdict_text(holds: bool | None) -> str:
-    """``holds`` / ``does not hold`` / ``shown``."""
-    return "shown" if holds is None else ("holds" if holds else "does not hold")
+    """``holds`` / ``does not hold`` / ``shown`` from a ``holds`` value (use ``Claim.verdict`` for all five)."""
+    return SHOWN if holds is None else (HOLDS if holds else FAILS)
+
+
+def verdict_counts(claims: Iterable[Claim]) -> dict[str, int]:
+    """How many claims have each verdict (every verdict present, zeros included)."""
+    out = dict.fromkeys(VERDICTS, 0)
+    for c in claims:
+        out[c.verdict] += 1
+    return out
+
+
+def counts_text(claims: Iterable[Claim]) -> str:
+    """``"3 hold · 1 does not hold · 1 inconclusive · 2 shown"`` (skipped added only when present)."""
+    n = verdict_counts(claims)
+    parts = [
+        f"{n[HOLDS]} hold",
+        f"{n[FAILS]} {'does' if n[FAILS] == 1 else 'do'} not hold",
+        f"{n[INCONCLUSIVE]} inconclusive",
+        f"{n[SHOWN]} shown",
+    ]
+    if n[SKIPPED]:
+        parts.append(f"{n[SKIPPED]} skipped")
+    return " · ".join(parts)
 
 
 def _jsonable(x: Any) -> Any:
@@ -107,6 +196,10 @@ class ReproResult:
     versions: dict[str, str] = field(default_factory=dict)
     machine: dict[str, Any] = field(default_factory=dict)
     crashed: bool = False
+    seed: int = 0
+    """The base seed the run was given (``icml25 reproduce --seed``)."""
+    skipped: str = ""
+    """Why the reproduction did not run (a missing system program), empty when it ran."""
 
     def stamp(self, *, mode: str, runtime_s: float, cpu_s: float, started: str, out_dir: Path | None = None) -> None:
         """Record how the run went (the ``icml25`` command calls this; a ``reproduce`` never does).
@@ -129,12 +222,16 @@ class ReproResult:
     @property
     def all_hold(self) -> bool:
         """True when no judged claim fails."""
-        return all(c.holds is not False for c in self.claims)
+        return all(c.verdict != FAILS for c in self.claims)
+
+    @property
+    def counts(self) -> str:
+        """``"N hold · M do not hold · K inconclusive · S shown"``."""
+        return counts_text(self.claims)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for c, claim in zip(d["claims"], self.claims):
-            c["verdict"] = verdict_text(c["holds"])
             c["label"] = claim.label
         return _jsonable(d)
 
@@ -151,22 +248,32 @@ class ReproResult:
         d = json.loads(Path(path).read_text(encoding="utf-8"))
         claims = []
         for c in d["claims"]:
-            c.pop("verdict", None)
             c.pop("label", None)
             claims.append(Claim(**c))
         known = {f for f in cls.__dataclass_fields__ if f not in ("package", "claims")}
-        return cls(d["package"], claims, **{k: v for k, v in d.items() if k in known})
+        res = cls(d["package"], claims, **{k: v for k, v in d.items() if k in known})
+        res.source_dir = Path(path).parent  # where its plots are (not serialised)
+        return res
 
 
-def load_results(folder: str | os.PathLike[str]) -> list[ReproResult]:
-    """Every ``<package>/result_<mode>.json`` under ``folder``, sorted by package then mode (quick first)."""
+def load_results(folder: str | os.PathLike[str], pattern: str = "*/result_*.json") -> list[ReproResult]:
+    """Every ``<package>/result_<mode>.json`` under ``folder``, sorted by package then mode (quick first).
+
+    ``pattern`` selects other layouts, e.g. ``"packages/*/reproduction/*/result_*.json"`` for the committed results
+    of a checkout (:func:`load_committed`).
+    """
     out = []
-    for p in sorted(Path(folder).glob("*/result_*.json")):
+    for p in sorted(Path(folder).glob(pattern)):
         try:
             out.append(ReproResult.load_json(p))
         except (ValueError, KeyError, TypeError):  # not one of ours, or from an older layout: skip
             continue
     return sorted(out, key=lambda r: (r.package, r.mode != "quick"))
+
+
+def load_committed(root: str | os.PathLike[str] = ".") -> list[ReproResult]:
+    """The committed quick and full results of every package in a checkout (``packages/*/reproduction/*/``)."""
+    return load_results(root, "packages/*/reproduction/*/result_*.json")
 
 
 def _versions(package: str) -> dict[str, str]:
@@ -218,11 +325,11 @@ def claims_table(results: list[ReproResult], title: str = "icml25 reproductions"
 
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left")
     table.add_column("package", no_wrap=True, max_width=16, overflow="ellipsis", style="bold")
-    table.add_column("claim", no_wrap=True, max_width=34, overflow="ellipsis")
-    table.add_column("paper", no_wrap=True, max_width=20, overflow="ellipsis", justify="right")
-    table.add_column("measured", no_wrap=True, max_width=20, overflow="ellipsis", justify="right")
+    table.add_column("claim", no_wrap=True, max_width=30, overflow="ellipsis")
+    table.add_column("paper", no_wrap=True, max_width=16, overflow="ellipsis", justify="right")
+    table.add_column("measured", no_wrap=True, max_width=30, overflow="ellipsis", justify="right")
     table.add_column("verdict", no_wrap=True)
-    styles = {True: "green", False: "red", None: "yellow"}
+    styles = {HOLDS: "green", FAILS: "red", INCONCLUSIVE: "magenta", SHOWN: "yellow", SKIPPED: "dim"}
     for r in results:
         for i, c in enumerate(r.claims):
             unit = f" {c.unit}" if c.unit else ""
@@ -231,7 +338,7 @@ def claims_table(results: list[ReproResult], title: str = "icml25 reproductions"
                 c.label,
                 _fmt(c.paper) + (unit if c.paper is not None else ""),
                 _fmt(c.measured) + (unit if c.measured is not None else ""),
-                f"[{styles[c.holds]}]{verdict_text(c.holds)}[/]",
+                f"[{styles[c.verdict]}]{c.verdict}[/]",
                 end_section=i == len(r.claims) - 1,
             )
     return table

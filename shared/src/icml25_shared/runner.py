@@ -6,8 +6,9 @@ process (so that a crash, a thread setting or a leaked global in one package can
 wall and CPU time, versions and machine, and writes ``<out>/<package>/result_<mode>.json`` and the process's output
 to ``<out>/<package>/log_<mode>.txt``.
 
-The worker half is ``python -m icml25_shared.runner NAME TARGET OUT_DIR [--full] [--download]`` where ``TARGET``
-is ``module:function``.
+The worker half is ``python -m icml25_shared.runner NAME TARGET OUT_DIR [--full] [--download] [--seed N]`` where
+``TARGET`` is ``module:function``. ``--seed`` reaches ``reproduce(..., seed=N)``; a reproduction that raises
+:class:`~icml25_shared.report.MissingPrerequisite` is recorded as skipped (not crashed) with the reason.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from datetime import UTC, datetime
 from importlib import import_module
 from pathlib import Path
 
-from icml25_shared.report import Claim, ReproResult
+from icml25_shared.report import Claim, MissingPrerequisite, ReproResult
 
 __all__ = ["Job", "run_jobs", "run_in_process", "usable_cpus", "result_path"]
 
@@ -69,7 +70,31 @@ def _load_target(target: str) -> Callable[..., ReproResult]:
     return fn  # type: ignore[return-value]
 
 
-def run_in_process(name: str, target: str, out_dir: Path, *, full: bool = False, download: bool = False) -> ReproResult:
+def _call(fn: Callable[..., ReproResult], *, full: bool, out_dir: Path, download: bool, seed: int) -> ReproResult:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # builtins / C callables: pass everything
+        params = {"seed": None}  # type: ignore[assignment]
+    takes_seed = "seed" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())  # type: ignore[union-attr]
+    if takes_seed:
+        return fn(full=full, out_dir=out_dir, download=download, seed=seed)
+    if seed != 0:
+        raise TypeError(f"this reproduce() takes no seed, so it runs only at seed 0 (asked for seed {seed})")
+    return fn(full=full, out_dir=out_dir, download=download)
+
+
+def _skipped(name: str, err: MissingPrerequisite) -> ReproResult:
+    res = ReproResult(name, [Claim("reproduction ran", None, f"skipped: {err}", None, short="ran", verdict="skipped")])
+    res.skipped = str(err)
+    res.settings = {"missing": err.program, "install": err.install}
+    return res
+
+
+def run_in_process(
+    name: str, target: str, out_dir: Path, *, full: bool = False, download: bool = False, seed: int = 0
+) -> ReproResult:
     """Run one reproduction in this process on one torch thread; stamp it and write its JSON (never raises)."""
     mode = "full" if full else "quick"
     out_dir = Path(out_dir)
@@ -82,11 +107,14 @@ def run_in_process(name: str, target: str, out_dir: Path, *, full: bool = False,
             from icml25_shared.device import torch_threads
 
             with torch_threads(1):
-                res = fn(full=full, out_dir=out_dir, download=download)
+                res = _call(fn, full=full, out_dir=out_dir, download=download, seed=seed)
         else:
-            res = fn(full=full, out_dir=out_dir, download=download)
+            res = _call(fn, full=full, out_dir=out_dir, download=download, seed=seed)
         if not isinstance(res, ReproResult):
             raise TypeError(f"reproduce() of {name} returned {type(res).__name__}, expected ReproResult")
+    except MissingPrerequisite as err:
+        print(f"{name}: skipped, {err}")
+        res = _skipped(name, err)
     except BaseException as err:  # a crash is reported as the package's result, never propagated
         if isinstance(err, KeyboardInterrupt):
             raise
@@ -95,6 +123,7 @@ def run_in_process(name: str, target: str, out_dir: Path, *, full: bool = False,
         res = ReproResult(name, [Claim("reproduction ran to completion", None, "crashed", False, short="ran")])
         res.crashed = True
         res.settings = {"error": last}
+    res.seed = seed
     res.stamp(
         mode=mode,
         runtime_s=time.perf_counter() - t0,
@@ -113,6 +142,8 @@ class Job:
     name: str
     target: str
     out_dir: Path
+    seed: int | None = None
+    """The base seed handed to ``reproduce`` (``None``: :func:`run_jobs`'s ``seed``)."""
     state: str = "queued"  # queued | running | done | crashed
     started: float = 0.0
     elapsed: float = 0.0
@@ -121,13 +152,15 @@ class Job:
     log: object = field(default=None, repr=False)
 
 
-def _spawn(job: Job, *, full: bool, download: bool, workers: int, extra_env: dict[str, str] | None) -> None:
+def _spawn(
+    job: Job, *, full: bool, download: bool, workers: int, extra_env: dict[str, str] | None, seed: int = 0
+) -> None:
     mode = "full" if full else "quick"
     job.out_dir.mkdir(parents=True, exist_ok=True)
     result_path(job.out_dir, mode).unlink(missing_ok=True)
     env = {**os.environ, **THREAD_ENV, "ICML25_WORKERS": str(workers), **(extra_env or {})}
     cmd = [sys.executable, "-m", "icml25_shared.runner", job.name, job.target, str(job.out_dir)]
-    cmd += ["--full"] * full + ["--download"] * download
+    cmd += ["--full"] * full + ["--download"] * download + ["--seed", str(seed)]
     job.log = open(job.out_dir / f"log_{mode}.txt", "w", encoding="utf-8")  # noqa: SIM115 - closed in _reap
     job.proc = subprocess.Popen(cmd, stdout=job.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     job.state, job.started = "running", time.perf_counter()
@@ -165,6 +198,7 @@ def run_jobs(
     on_change: Callable[[Sequence[Job]], None] | None = None,
     extra_env: dict[str, str] | None = None,
     poll_s: float = 0.2,
+    seed: int = 0,
 ) -> list[ReproResult]:
     """Run ``jobs`` in subprocesses, at most ``n_jobs`` at a time (default: usable cores); results in job order.
 
@@ -182,7 +216,8 @@ def run_jobs(
         while pending or running:
             while pending and len(running) < n_jobs:
                 job = pending.pop(0)
-                _spawn(job, full=full, download=download, workers=workers, extra_env=extra_env)
+                job_seed = seed if job.seed is None else job.seed
+                _spawn(job, full=full, download=download, workers=workers, extra_env=extra_env, seed=job_seed)
                 running.append(job)
                 if on_change:
                     on_change(jobs)
@@ -211,8 +246,9 @@ def _worker(argv: Sequence[str] | None = None) -> int:
     p.add_argument("out_dir", type=Path)
     p.add_argument("--full", action="store_true")
     p.add_argument("--download", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    res = run_in_process(a.name, a.target, a.out_dir, full=a.full, download=a.download)
+    res = run_in_process(a.name, a.target, a.out_dir, full=a.full, download=a.download, seed=a.seed)
     return 1 if res.crashed else 0
 
 
