@@ -145,42 +145,104 @@ def test_strategy_is_a_flower_fedavg_and_stops_at_band(tiny_graph):
     assert Message and MessageType and RecordDict
 
 
-def test_a_failing_client_is_left_out_of_its_round_and_the_run_goes_on(tiny_graph):
-    """Flower's semantics: an error reply is dropped from aggregation, the run continues."""
-    from flwr.app import ArrayRecord, Error
+def _raising_in(monkeypatch, partition, server_round):
+    """The real ClientApp's local training raises for one (partition, round): a ClientApp exception."""
+    import eagles.flower as ef
 
-    from eagles.client import state_of
-    from eagles.sim import initial_model
+    real = ef.local_train
+
+    def local_train(model, opt, g, config, pid, r):
+        if (pid, r) == (partition, server_round):
+            raise RuntimeError(f"boom in client {pid}")
+        return real(model, opt, g, config, pid, r)
+
+    monkeypatch.setattr(ef, "local_train", local_train)
+
+
+@pytest.mark.parametrize("strategy", ["eagles", "fedavg"])
+def test_a_raising_client_app_is_left_out_of_its_round_and_the_run_goes_on(tiny_graph, monkeypatch, strategy):
+    """Flower's semantics on the in-process grid: the exception becomes an error reply, the others aggregate."""
+    clients = small_clients(tiny_graph, 3)
+    cfg = small_config()
+    if strategy == "fedavg":
+        cfg = small_config(weight_sparsifier=False, graph_sparsifier=False, aggregation="fedavg")
+    clean = run_inprocess(clients, cfg, 1, strategy=strategy, seed=1)
+    _raising_in(monkeypatch, 1, 2)
+    failed = run_inprocess(clients, cfg, 2, strategy=strategy, seed=1)
+    assert len(failed.history) == 2 and not clean.failures
+    assert [(r, reason) for r, _, reason in failed.failures] == [(2, "<class 'RuntimeError'>:<'boom in client 1'>")]
+    assert {c for r, c, d, _ in failed.server.comm.records if r == 2 and d == "up"} == {0, 2}
+    if strategy == "eagles":
+        _same_states(failed.server.personal[1], clean.server.personal[1])  # round 2 left client 1 as round 1 made it
+        key = "gnn.convs.0.lin_l.weight"
+        assert not torch.equal(failed.server.personal[0][key], clean.server.personal[0][key])
+
+
+def test_a_raising_client_app_keeps_its_node_state_and_raise_errors_lets_it_through(tiny_graph, monkeypatch):
+    clients = small_clients(tiny_graph, 2)
+    cfg = small_config()
+    _raising_in(monkeypatch, 0, 1)
+    grid = LocalGrid(make_client_app(clients, cfg), 2)
+    from eagles.flower import run_server
+
+    server = run_server(grid, cfg, 12, 3, 2, 1)
+    node0 = next(n for n, c in grid.contexts.items() if c.node_config["partition-id"] == 0)
+    assert "eagles" not in grid.contexts[node0].state.config_records  # no optimizer state from the failed round
+    assert len(server.failures) == 1 and server.failures[0][1] == node0
+    with pytest.raises(RuntimeError, match="boom in client 0"):
+        run_server(LocalGrid(make_client_app(clients, cfg), 2, raise_errors=True), cfg, 12, 3, 2, 1)
+
+
+def _restart(grid, partition):
+    """The node holding ``partition`` restarts: a new node id, an empty ``context.state``."""
+    old = next(n for n, c in grid.contexts.items() if c.node_config["partition-id"] == partition)
+    ctx = grid.contexts.pop(old)
+    new = max(grid.contexts) + 1
+    grid.contexts[new] = Context(
+        run_id=ctx.run_id, node_id=new, node_config=dict(ctx.node_config), state=RecordDict(), run_config={}
+    )
+    return new
+
+
+def test_a_node_restarted_under_a_new_id_is_sent_its_partitions_personalised_model(tiny_graph):
+    from flwr.app import ArrayRecord
+
+    from eagles.client import initial_model, state_of
+    from eagles.flower import split_arrays
 
     clients = small_clients(tiny_graph, 3)
     cfg = small_config()
+    grid = LocalGrid(make_client_app(clients, cfg), 3, seed=2)
+    init = state_of(initial_model(12, 3, cfg))
+    strategy = EaglesStrategy(cfg, init, 3)
+    configure, seen = strategy.configure_train, {}
 
-    def run(num_rounds, fail_round=None):
-        app = make_client_app(clients, cfg)
-        grid = LocalGrid(app, 3, seed=1)
+    def configure_train(server_round, arrays, config, grid):
+        if server_round == 2:
+            seen["node"] = _restart(grid, 1)
+            seen["personal"] = strategy.server.personal[1]
+        msgs = list(configure(server_round, arrays, config, grid))
+        seen[server_round] = {m.metadata.dst_node_id: m for m in msgs}
+        return msgs
 
-        def node_app(msg, context):  # what a SuperNode does with a ClientApp that raises: an error reply
-            train = msg.metadata.message_type == MessageType.TRAIN
-            if train and (context.node_config["partition-id"], msg.content["config"]["server-round"]) == (
-                1,
-                fail_round,
-            ):
-                return Message(Error(code=0, reason="client crashed"), reply_to=msg)
-            return app(msg, context)
+    strategy.configure_train = configure_train
+    strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=2)
+    sent, _ = split_arrays(seen[2][seen["node"]].content["arrays"])
+    _same_states(sent, seen["personal"])
+    assert not torch.equal(sent["gnn.convs.0.lin_l.weight"], init["gnn.convs.0.lin_l.weight"])
+    assert strategy.node_to_pid[seen["node"]] == 1 and len(strategy.server.history) == 2
 
-        grid._app = node_app
-        init = state_of(initial_model(12, 3, cfg))
-        strategy = EaglesStrategy(cfg, init, 3)
-        strategy.start(grid=grid, initial_arrays=ArrayRecord(init), num_rounds=num_rounds)
-        return strategy
 
-    failed, clean = run(2, fail_round=2), run(1)
-    assert len(failed.server.history) == 2
-    assert [(r, reason) for r, _, reason in failed.failures] == [(2, "client crashed")] and not clean.failures
-    _same_states(failed.server.personal[1], clean.server.personal[1])  # round 2 left client 1 as round 1 made it
-    key = "gnn.convs.0.lin_l.weight"
-    assert not torch.equal(failed.server.personal[0][key], clean.server.personal[0][key])
-    assert {c for r, c, d, _ in failed.server.comm.records if r == 2 and d == "up"} == {0, 2}
+def test_two_nodes_holding_one_partition_are_refused(tiny_graph):
+    from eagles.flower import run_server
+
+    clients = small_clients(tiny_graph, 3)
+    cfg = small_config()
+    grid = LocalGrid(make_client_app(clients, cfg), 3)
+    twin = next(n for n, c in grid.contexts.items() if c.node_config["partition-id"] == 1)
+    grid.contexts[twin].node_config["partition-id"] = 0
+    with pytest.raises(ValueError, match=r"own partition.*partition 0 on nodes \[\d+, \d+\]"):
+        run_server(grid, cfg, 12, 3, 3, 1)
 
 
 def test_masks_travel_bit_packed_as_many_bytes_as_the_meter_counts(tiny_graph):

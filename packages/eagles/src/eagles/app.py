@@ -123,8 +123,8 @@ serverapp = ServerApp()
 
 @serverapp.main()
 def _server_main(grid: Grid, context: Context) -> None:
+    from eagles.client import graph_dims
     from eagles.flower import run_server
-    from eagles.sim import graph_dims
 
     rc = context.run_config
     config = config_from_run_config(rc)
@@ -167,4 +167,9 @@ def _train(msg: Message, context: Context) -> Message:
 
 @clientapp.evaluate()
 def _evaluate(msg: Message, context: Context) -> Message:
+    return _client_app(context.run_config)(msg, context)
+
+
+@clientapp.query()
+def _query(msg: Message, context: Context) -> Message:
     return _client_app(context.run_config)(msg, context)

@@ -9,7 +9,7 @@ engine that runs the same rounds (in process, Flower in process, Ray, deployment
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
@@ -20,11 +20,13 @@ import eagles._pyg  # noqa: F401  (before torch_geometric)
 from eagles.config import EaglesConfig
 from eagles.graph import temperature, topological_edge_scores
 from eagles.metrics import gnn_macs, sparsifier_macs
-from eagles.nn import EaglesModel, masked_layers
+from eagles.nn import EaglesModel, build_model, masked_layers
 
 __all__ = [
     "ClientGraph",
     "prepare_client",
+    "graph_dims",
+    "initial_model",
     "make_optimizer",
     "local_train",
     "evaluate",
@@ -78,6 +80,27 @@ def edge_scores_for(model: EaglesModel, g: ClientGraph) -> Tensor | None:
 
 def prepare_client(data: Data | ClientGraph) -> ClientGraph:
     return data if isinstance(data, ClientGraph) else ClientGraph(data)
+
+
+def graph_dims(clients: Sequence[Data | ClientGraph]) -> tuple[int, int]:
+    """(number of features, number of classes) over all clients (labels < 0 mark unlabelled nodes)."""
+    if len(clients) == 0:
+        raise ValueError("clients must hold at least one client graph, got none")
+    graphs = [prepare_client(c) for c in clients]
+    f = {g.num_features for g in graphs}
+    if len(f) != 1:
+        raise ValueError(f"every client must have the same number of features, got {sorted(f)}")
+    return f.pop(), max(2, max(int(g.y.max()) + 1 for g in graphs if g.n))
+
+
+def initial_model(
+    num_features: int, num_classes: int, config: EaglesConfig, fixed_mask: Mapping[str, Tensor] | None = None
+) -> EaglesModel:
+    """θ_0: the model every client starts from (the re-train phase's ``fixed_mask`` set in its masked layers)."""
+    model = build_model(num_features, num_classes, config)
+    if fixed_mask is not None:
+        model.set_masks(fixed_mask)
+    return model
 
 
 def local_seed(seed: int, partition_id: int, server_round: int) -> int:

@@ -1,25 +1,34 @@
 """EAGLES on Flower 1.42 (Message API): the strategy, the ClientApp, the ServerApp, and a loopback grid.
 
-- :class:`EaglesStrategy` subclasses ``flwr.serverapp.strategy.FedAvg``: ``configure_train`` /
-  ``configure_evaluate`` send every node its own personalised ``ArrayRecord`` (keyed by the node id it learnt
-  from the node's first reply); ``aggregate_train`` builds the consensus mask, the client similarity and the
+- :class:`EaglesStrategy` subclasses ``flwr.serverapp.strategy.FedAvg``: personalised state is keyed by
+  partition id; a node the strategy has not seen is first asked for its ``partition-id`` (a ``query`` message),
+  so a node that restarts under a new node id is sent its partition's personalised model, and two nodes holding
+  the same partition are refused. ``configure_train`` / ``configure_evaluate`` send every node its own
+  personalised ``ArrayRecord``; ``aggregate_train`` builds the consensus mask, the client similarity and the
   density bands through :class:`eagles.server.EaglesServer`.
 - :func:`make_client_app`: one ``ClientApp`` for EAGLES and for Flower's ``FedAvg``; the partition comes from
   ``context.node_config["partition-id"]``, Adam's state lives in ``context.state``. A train reply holds one
   ``ArrayRecord`` (the parameters, router weights included, and the layer masks as bit-packed ``mask/<name>``
   uint8 entries, :func:`pack_mask`) and one ``MetricRecord``: never features, labels or edges.
 - :func:`make_server_app` / :func:`run_server`: the ServerApp's main, also what :func:`eagles.sim.run_inprocess`
-  calls on a :class:`LocalGrid` (the in-process grid of :mod:`icml25_shared.flower`, re-exported here).
+  calls on a :class:`LocalGrid`.
+- :class:`LocalGrid`: the in-process grid of :mod:`icml25_shared.flower` with the failure semantics of Flower's
+  simulation and deployment engines: a ClientApp that raises becomes an error reply, and the node's
+  ``context.state`` stays as it was before the message.
 """
 
 from __future__ import annotations
 
+import copy
+import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
@@ -28,6 +37,8 @@ from torch import Tensor
 from eagles.client import (
     ClientGraph,
     evaluate,
+    graph_dims,
+    initial_model,
     load_optimizer,
     load_state,
     local_train,
@@ -38,8 +49,8 @@ from eagles.client import (
 )
 from eagles.config import EaglesConfig
 from eagles.server import ClientReply, EaglesServer
-from icml25_shared.flower import LocalGrid
-from icml25_shared.validate import check_choice, check_int, check_tensor
+from icml25_shared.flower import LocalGrid as _LoopbackGrid
+from icml25_shared.validate import check_bool, check_choice, check_int, check_tensor
 
 __all__ = [
     "MASK_PREFIX",
@@ -54,8 +65,58 @@ __all__ = [
     "unpack_mask",
 ]
 
+_log = logging.getLogger(__name__)
+
 MASK_PREFIX = "mask/"
 """Prefix of the layer-mask entries of a train reply's ArrayRecord."""
+
+
+class LocalGrid(_LoopbackGrid):
+    """``num_nodes`` virtual SuperNodes in this process (``node_config = {"partition-id": i, "num-partitions":
+    num_nodes}``, contexts in ``grid.contexts`` by node id), with Flower's failure semantics.
+
+    Flower's simulation engine (``run_simulation``) and its SuperNodes never let a ``ClientApp`` exception reach
+    the ServerApp: the node answers with an error ``Message`` (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``, reason
+    ``"<class ...>:<'message'>"``) and its ``context.state`` is not updated. This grid does the same, so a
+    strategy's handling of failed clients runs in process exactly as it runs on Ray.
+
+    Args:
+        client_app, num_nodes, run_config, seed: as :class:`icml25_shared.flower.LocalGrid`.
+        raise_errors: let a ClientApp's exception through instead (debugging).
+    """
+
+    def __init__(
+        self,
+        client_app: ClientApp,
+        num_nodes: int,
+        run_config: dict[str, Any] | None = None,
+        seed: int = 0,
+        *,
+        raise_errors: bool = False,
+    ) -> None:
+        super().__init__(client_app, num_nodes, run_config, seed)
+        self.raise_errors = check_bool("raise_errors", raise_errors)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            if node not in self.contexts:
+                raise ValueError(f"message to node {node}, which is not a node of this grid {sorted(self.contexts)}")
+            context = self.contexts[node]
+            before = copy.deepcopy(context.state)
+            try:
+                reply = self._app(msg, context)
+            except Exception as ex:
+                if self.raise_errors:
+                    raise
+                context.state = before  # Flower's engines keep a failed node's state as it was
+                reason = f"{type(ex)}:<'{ex}'>"
+                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
+            mid = uuid.uuid4().hex
+            self._inbox[mid] = reply
+            ids.append(mid)
+        return ids
 
 
 def _to_record(state: Mapping[str, Tensor]) -> ArrayRecord:
@@ -111,16 +172,22 @@ def make_client_app(
 
     ``fixed_mask``: the re-train phase's mask, known to every client (it never travels with the weights).
     """
-    from eagles.sim import graph_dims, initial_model
-
     if not isinstance(config, EaglesConfig):
         raise TypeError(f"config must be an EaglesConfig, got {type(config).__name__}")
     graphs: list[ClientGraph] = [prepare_client(p) for p in partitions]
     f, k = graph_dims(graphs)
     app = ClientApp()
 
+    def _partition(context: Context) -> int:
+        if "partition-id" not in context.node_config:
+            raise ValueError(
+                f"node {context.node_id}: node_config must hold a 'partition-id' (flower-supernode "
+                f"--node-config 'partition-id=0 num-partitions={len(graphs)}'), got {dict(context.node_config)}"
+            )
+        return check_int("partition-id", context.node_config["partition-id"], min=0, max=len(graphs) - 1)
+
     def _setup(msg: Message, context: Context):
-        pid = check_int("partition-id", context.node_config["partition-id"], min=0, max=len(graphs) - 1)
+        pid = _partition(context)
         model = initial_model(f, k, config, fixed_mask)
         state, _ = split_arrays(msg.content["arrays"])
         load_state(model, state)
@@ -140,6 +207,12 @@ def make_client_app(
             arrays[MASK_PREFIX + name] = pack_mask(m)
         metrics["partition-id"] = pid
         content = RecordDict({"arrays": _to_record(arrays), "metrics": MetricRecord(metrics)})
+        return Message(content=content, reply_to=msg)
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        """The node's partition id, asked by :class:`EaglesStrategy` of every node it has not seen yet."""
+        content = RecordDict({"metrics": MetricRecord({"partition-id": _partition(context)})})
         return Message(content=content, reply_to=msg)
 
     @app.evaluate()
@@ -185,19 +258,57 @@ class EaglesStrategy(FedAvg):
             config, initial_arrays_state, num_clients, fixed_mask=fixed_mask, stop_band=stop_band
         )
         self.node_to_pid: dict[int, int] = {}
+        """Partition id of every node seen (asked with a ``query`` message before the node's first round)."""
         self._sent: dict[int, dict[str, Tensor]] = {}
-        self.failures: list[tuple[int, int, str | None]] = []
+        self.failures = self.server.failures
+        """(round, node id, reason) of every error reply, the partition-id queries' included (the server's list)."""
+
+    def partitions_of(self, grid: Grid, nodes: Iterable[int], server_round: int = 0) -> dict[int, int]:
+        """node id → partition id for ``nodes``: known nodes from ``node_to_pid``, the others asked with a
+        ``query`` message (a node whose query fails is left out of this round, as a failed train reply is).
+        Personal state is keyed by partition, so a node restarted under a new node id gets its partition's
+        personalised model. Two nodes holding one partition are refused (each would train the other's model
+        and a partition would be missing): ``ValueError`` naming the nodes."""
+        nodes = sorted(nodes)
+        unknown = [n for n in nodes if n not in self.node_to_pid]
+        if unknown:
+            asks = [
+                Message(
+                    content=RecordDict({"config": ConfigRecord({"query": "partition-id"})}),
+                    message_type=MessageType.QUERY,
+                    dst_node_id=n,
+                )
+                for n in unknown
+            ]
+            for reply in grid.send_and_receive(asks):
+                node = reply.metadata.src_node_id
+                if reply.has_error():
+                    self.failures.append((server_round, node, reply.error.reason))
+                    _log.warning("node %s did not report its partition-id: %s", node, reply.error.reason)
+                    continue
+                pid = reply.content["metrics"]["partition-id"]
+                self.node_to_pid[node] = check_int(f"partition-id of node {node}", pid, min=0, max=self.num_clients - 1)
+        found = {n: self.node_to_pid[n] for n in nodes if n in self.node_to_pid}
+        holders: dict[int, list[int]] = {}
+        for n, pid in found.items():
+            holders.setdefault(pid, []).append(n)
+        dup = {pid: ns for pid, ns in holders.items() if len(ns) > 1}
+        if dup:
+            raise ValueError(
+                "every node must hold its own partition (node_config 'partition-id'), got "
+                + "; ".join(f"partition {pid} on nodes {ns}" for pid, ns in sorted(dup.items()))
+            )
+        return found
 
     def _messages(self, server_round: int, config: ConfigRecord, grid: Grid, kind: str) -> list[Message]:
         if self.server.stopped:
             return []
         nodes, _ = sample_nodes(grid, self.min_available_nodes, self.num_clients)
         msgs = []
-        for node in sorted(nodes):
-            pid = self.node_to_pid.get(node)
-            state = self.server.state_for(pid) if pid is not None else self.server.initial_state
+        for node, pid in sorted(self.partitions_of(grid, nodes, server_round).items()):
+            state = self.server.state_for(pid)
             if kind == MessageType.TRAIN:
-                self._sent[node] = state
+                self._sent[pid] = state
             cfg = ConfigRecord(dict(config))
             cfg["server-round"] = server_round
             content = RecordDict({self.arrayrecord_key: _to_record(state), self.configrecord_key: cfg})
@@ -233,9 +344,13 @@ class EaglesStrategy(FedAvg):
         parsed = []
         for msg in valid:
             metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
-            pid = int(metrics["partition-id"])
-            self.node_to_pid[msg.metadata.src_node_id] = pid
-            self.server.count_down(server_round, pid, self._sent[msg.metadata.src_node_id])
+            pid, node = int(metrics["partition-id"]), msg.metadata.src_node_id
+            if self.node_to_pid.get(node) != pid:
+                raise ValueError(
+                    f"node {node} replied for partition {pid} but was sent partition {self.node_to_pid.get(node)}'s "
+                    "model (a node's partition-id must not change during a run)"
+                )
+            self.server.count_down(server_round, pid, self._sent[pid])
             state, masks = split_arrays(msg.content[self.arrayrecord_key])
             parsed.append(ClientReply(pid, state, masks, metrics))
         record = self.server.aggregate_train(server_round, parsed)
@@ -268,14 +383,21 @@ class _FedAvgRecorder(FedAvg):
         self._arrays = arrays
         return super().configure_train(server_round, arrays, config, grid)
 
+    def _log_failures(self, server_round, replies):
+        self.server.failures.extend(
+            (server_round, m.metadata.src_node_id, m.error.reason) for m in replies if m.has_error()
+        )
+
     def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        self._log_failures(server_round, replies)
         # Flower samples the nodes with the unseeded global ``random``, so replies arrive in any order: sorted by
         # partition, the weighted sums (and the run) are the same bit for bit every time
         replies = sorted(replies, key=_partition_of)
         arrays, metrics = super().aggregate_train(server_round, replies)
         sent = self._arrays.to_torch_state_dict()
         parsed = []
-        for msg in replies:
+        for msg in (m for m in replies if not m.has_error()):  # Flower's FedAvg leaves failed clients out
             m = {k: float(v) for k, v in msg.content["metrics"].items()}
             self.server.count_down(server_round, int(m["partition-id"]), sent)
             state, masks = split_arrays(msg.content["arrays"])
@@ -285,8 +407,10 @@ class _FedAvgRecorder(FedAvg):
 
     def aggregate_evaluate(self, server_round, replies):
         replies = sorted(replies, key=_partition_of)
+        self._log_failures(server_round, replies)
         self.server.record_evaluate(
-            server_round, [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies]
+            server_round,
+            [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies if not m.has_error()],
         )
         return super().aggregate_evaluate(server_round, replies)
 
@@ -308,8 +432,6 @@ def run_server(
     strategy: str = "eagles",
 ) -> EaglesServer:
     """Drive ``num_rounds`` through ``strategy.start`` on ``grid``; returns the server state (history, meters)."""
-    from eagles.sim import initial_model
-
     strategy = check_choice("strategy", strategy, ("eagles", "fedavg"))
     init = state_of(initial_model(num_features, num_classes, config, fixed_mask))
     if strategy == "eagles":

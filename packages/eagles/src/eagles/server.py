@@ -81,6 +81,8 @@ class EaglesServer:
         self.flops = FlopsMeter()
         self.history: list[dict[str, float]] = []
         self.last_weights: Tensor | None = None
+        self.failures: list[tuple[int, int, str | None]] = []
+        """(round, node id, reason) of each client that failed (Flower engines: an error reply)."""
 
     def state_for(self, partition_id: int) -> dict[str, Tensor]:
         return self.personal.get(partition_id, self.initial_state)

@@ -20,6 +20,8 @@ import eagles._pyg  # noqa: F401  (before torch_geometric)
 from eagles.client import (
     ClientGraph,
     evaluate,
+    graph_dims,
+    initial_model,
     load_state,
     local_train,
     make_optimizer,
@@ -27,7 +29,7 @@ from eagles.client import (
     state_of,
 )
 from eagles.config import EaglesConfig
-from eagles.nn import EaglesModel, build_model
+from eagles.flower import LocalGrid, make_client_app, run_server
 from eagles.server import ClientReply, EaglesServer
 from icml25_shared.validate import check_choice, check_int
 
@@ -45,31 +47,16 @@ class FederatedRun:
     def history(self) -> list[dict[str, float]]:
         return self.server.history
 
+    @property
+    def failures(self) -> list[tuple[int, int, str | None]]:
+        """(round, node id, reason) of each failed client reply (Flower engines; the plain loop has none)."""
+        return self.server.failures
+
     def best(self, key: str = "eval-test-acc", select: str = "eval-val-acc") -> tuple[int, float]:
         """(round, value of ``key``) at the round of best ``select`` (first such round)."""
         h = [r for r in self.history if select in r]
         best = max(h, key=lambda r: (r[select], -r["round"]))
         return int(best["round"]), float(best[key])
-
-
-def graph_dims(clients: Sequence[Data | ClientGraph]) -> tuple[int, int]:
-    """(number of features, number of classes) over all clients."""
-    if len(clients) == 0:
-        raise ValueError("clients must hold at least one client graph, got none")
-    graphs = [prepare_client(c) for c in clients]
-    f = {g.num_features for g in graphs}
-    if len(f) != 1:
-        raise ValueError(f"every client must have the same number of features, got {sorted(f)}")
-    return f.pop(), max(2, max(int(g.y.max()) + 1 for g in graphs if g.n))
-
-
-def initial_model(
-    num_features: int, num_classes: int, config: EaglesConfig, fixed_mask: Mapping[str, Tensor] | None = None
-) -> EaglesModel:
-    model = build_model(num_features, num_classes, config)
-    if fixed_mask is not None:
-        model.set_masks(fixed_mask)
-    return model
 
 
 def run_federated(
@@ -133,8 +120,6 @@ def run_inprocess(
     ``strategy="eagles"`` drives :class:`eagles.flower.EaglesStrategy`; ``"fedavg"`` drives Flower's own
     ``FedAvg`` (size-weighted) over the same ClientApp, with the server's records rebuilt from its replies.
     """
-    from eagles.flower import LocalGrid, make_client_app, run_server
-
     strategy = check_choice("strategy", strategy, ("eagles", "fedavg"))
     num_rounds = check_int("num_rounds", num_rounds, min=1)
     graphs = [prepare_client(c) for c in clients]
