@@ -174,3 +174,60 @@ def test_device_argument_matches_cpu(tiny_data):
     assert h_gpu.cumulative_bytes == h_cpu.cumulative_bytes
     for k, v in cpu.server.state_dict().items():
         torch.testing.assert_close(gpu.server.state_dict()[k].cpu(), v, atol=1e-4, rtol=1e-3)
+
+
+def _image_folder(root, x, y, **kw):
+    """A real torchvision ``DatasetFolder`` (the ImageFolder machinery) over .npy images in class folders 0..9."""
+    folder = pytest.importorskip("torchvision.datasets").DatasetFolder
+    for i, (img, c) in enumerate(zip(x, y.tolist())):
+        (root / str(c)).mkdir(parents=True, exist_ok=True)
+        np.save(root / str(c) / f"{i:04d}.npy", img.numpy())
+    for c in range(10):  # every class folder exists, so class_to_idx is the identity on 0..9
+        (root / str(c)).mkdir(parents=True, exist_ok=True)
+        np.save(root / str(c) / "pad.npy", np.zeros((1, 8, 8), np.float32))
+    return folder(str(root), loader=lambda p: torch.from_numpy(np.load(p)), extensions=(".npy",), **kw)
+
+
+def test_torchvision_target_transform_relabels_training_and_evaluation(tiny_data, tmp_path):
+    """torchvision applies ``target_transform`` in ``__getitem__``, after ``.targets``: the labels trained on and
+    evaluated against are the items' labels, not ``.targets``."""
+    data, ev = tiny_data
+    relabel = lambda t: 9 - t  # noqa: E731
+    sets = [_image_folder(tmp_path / f"c{i}", x, y, target_transform=relabel) for i, (x, y) in enumerate(data)]
+    evset = _image_folder(tmp_path / "ev", *ev, target_transform=relabel)
+    for ds in sets + [evset]:
+        items = torch.tensor([ds[i][1] for i in range(len(ds))])
+        assert not torch.equal(torch.as_tensor(ds.targets), items)  # the relabelling is real
+        assert torch.equal(ClientData(ds).labels, items)
+    # training on the folder equals training on its items as tensors (same order, item labels)
+    tensors = [(torch.stack([ds[i][0] for i in range(len(ds))]), ClientData(ds).labels) for ds in sets]
+    ev_items = [evset[i] for i in range(len(evset))]
+    ev_t = (torch.stack([v[0] for v in ev_items]), torch.tensor([v[1] for v in ev_items]))
+    ref = FSLSAGE(*_model_fn(), CFG)
+    ref.fit(tensors, ev_t)
+    algo = FSLSAGE(*_model_fn(), CFG)
+    algo.fit(sets, evset)
+    for k, v in ref.server.state_dict().items():
+        assert torch.equal(v, algo.server.state_dict()[k]), k
+    assert algo.history.accuracies == ref.history.accuracies
+
+
+def test_targets_that_disagree_with_the_items_are_not_trusted(tiny_data):
+    (x, y), _ = tiny_data[0][0], None
+
+    class Stale(FolderStyle):  # a custom Dataset whose __getitem__ relabels without a target_transform
+        def __getitem__(self, i):
+            return self.x[i], (self.targets[i] + 1) % 10
+
+    assert torch.equal(ClientData(Stale(x, y)).labels, (y + 1) % 10)
+
+
+def test_misspelt_run_config_key_is_refused_by_name():
+    from fsl_sage.flower import app as flower_app
+
+    rc = {"num-server-rounds": 2, "server-update-intervall": 3, "seed": 0}
+    with pytest.raises(ValueError, match=r"'server-update-intervall' \(did you mean 'server-update-interval'\?\)"):
+        flower_app.config_from_run_config(rc)
+    ok = {"num-server-rounds": 2, "server-update-interval": 3, "align_interval": 2, "my-task.size": 4}
+    cfg = flower_app.config_from_run_config(ok)  # underscores and a user task's nested table are fine
+    assert (cfg.rounds, cfg.server_update_interval, cfg.align_interval) == (2, 3, 2)

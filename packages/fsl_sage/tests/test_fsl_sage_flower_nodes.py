@@ -167,3 +167,14 @@ def test_aux_lost_with_a_failed_reply_is_sent_again(tiny_data):
     assert aux_down == [1, 2, 3]
     assert [tr.round for tr in strat.ledger.transfers if tr.client == 0 and tr.kind == "aux"] == [1, 3]
     assert [(f["round"], f["partition-id"]) for f in strat.failures] == [(1, 1)]
+
+
+def test_config_mismatch_with_accept_failures_raises_after_the_first_round(tiny_data):
+    """A ClientApp/ServerApp mismatch is deterministic: every client fails every round. Accepting failures must
+    not turn it into a run that 'succeeds' with the initial weights."""
+    data, _ = tiny_data
+    client_cfg = FSLConfig(**{**TINY.to_dict(), "server_update_interval": 3})
+    with pytest.raises(RuntimeError, match=r"round 1: no client survived \(the ClientApp's FSLConfig does not match"):
+        _run(_data_fn(data), 3, 3, cfg=TINY, client_cfg=client_cfg)
+    with pytest.raises(RuntimeError, match=r"round 2: no client survived \(every sampled client failed\).*unplugged"):
+        _run(_Failing(data, lambda pid, c: c == 1), 3, 3)

@@ -131,3 +131,26 @@ def test_resume_and_load_check_the_client_count(tmp_path, tiny_data, small_cfg):
     loaded.load(tmp_path / "w.safetensors")
     with pytest.warns(UserWarning, match="resume="):
         loaded.fit(data)
+
+
+@pytest.mark.parametrize("mode", ["eager", "lazy"])
+@pytest.mark.parametrize("short", [1, 3])
+def test_resume_with_more_rounds_equals_a_straight_run(tmp_path, tiny_data, small_cfg, mode, short):
+    """A finished run of ``short`` rounds extended to 4: lazy mode skips the alignment after a run's last round
+    (nothing follows it), so the extension must do it first. l = 2: round 0 (short = 1) and round 2 (short = 3)
+    end with an alignment in the 4-round run."""
+    data, ev = tiny_data
+    cfg = FSLConfig(**{**small_cfg, "mode": mode})  # 4 rounds, l = 2
+    torch.manual_seed(0)
+    models = digits_cnn_split()
+    straight = FSLSAGE(*models, cfg)
+    h = straight.fit(data, ev)
+    first = FSLSAGE(*models, FSLConfig(**{**small_cfg, "mode": mode, "rounds": short}))
+    first.fit(data, ev, checkpoint=tmp_path / "ck")
+    longer = FSLSAGE(*models, cfg)
+    h2 = longer.fit(data, ev, resume=tmp_path / "ck")
+    assert [r.alignments for r in h2.records] == [r.alignments for r in h.records]
+    assert h2.cumulative_bytes == h.cumulative_bytes
+    a, b = straight.checkpoint_state(), longer.checkpoint_state()
+    b["rng"] = a["rng"]
+    _same_state(a, b)

@@ -186,14 +186,23 @@ class ClientData:
 
     @property
     def labels(self) -> torch.Tensor:
-        """Every label as int64 (a Dataset's ``targets`` if it has them, otherwise read item by item, once)."""
+        """Every label as int64, as ``__getitem__`` returns it (read once, then cached).
+
+        A Dataset's ``targets`` is a shortcut only when it cannot differ from the items: the Dataset has no
+        ``target_transform`` (torchvision applies that in ``__getitem__``, after ``targets``) and up to 16 items
+        spread over the Dataset carry the same labels as ``targets``. Otherwise every item is read once."""
         if self._labels is None:
             ds = self.dataset
+            n = len(self)
             targets = getattr(ds, "targets", None)
-            if targets is not None and len(targets) == len(self):
-                y = torch.as_tensor(targets)
-            else:
-                y = torch.as_tensor([_as_label(ds[i][1], self.name) for i in range(len(self))])  # type: ignore[index]
+            y = None
+            if targets is not None and getattr(ds, "target_transform", None) is None and len(targets) == n:
+                fast = torch.as_tensor(targets)
+                probe = sorted({int(i) for i in np.linspace(0, n - 1, min(n, 16))})
+                if fast.ndim == 1 and all(_as_label(ds[i][1], self.name) == int(fast[i]) for i in probe):  # type: ignore[index]
+                    y = fast
+            if y is None:
+                y = torch.as_tensor([_as_label(ds[i][1], self.name) for i in range(n)], dtype=torch.int64)  # type: ignore[index]
             self._labels = _labels_int64(y, self.name)
         return self._labels
 

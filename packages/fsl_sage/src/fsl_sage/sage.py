@@ -159,6 +159,24 @@ class FSLSAGE(FederatedSplitAlgorithm):
                 self.pending[i] = True
         return n_align
 
+    def _catch_up(self, start: int, eval_data: Dataset | None) -> None:
+        # lazy: the checkpointed run skipped the end-of-round alignment of its last round (nothing followed it);
+        # with more rounds now, that round is no longer the last. Eager aligns inside rounds: nothing to do.
+        t, cfg = start - 1, self.config
+        if cfg.mode != "lazy" or t < 0:
+            return
+        if not is_alignment_round(t, cfg, lazy=True) or is_alignment_round(
+            t, cfg, lazy=True, rounds=self._resumed_rounds
+        ):
+            return
+        for i in range(len(self.clients)):  # as at the end of round t (aggregation leaves aux, buffer, server)
+            self._align(i, t)
+            self.pending[i] = True
+        if self.history.records and self.history.records[-1].round == t:
+            rec = self.history.records[-1]
+            rec.alignments += len(self.clients)
+            rec.grad_nmse, rec.grad_cosine = self._agreement(eval_data)
+
     def _aggregate(self, t: int) -> None:
         super()._aggregate(t)
         if t < self.config.warm_start_rounds:

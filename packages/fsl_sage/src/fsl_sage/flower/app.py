@@ -24,6 +24,9 @@
     reply-timeout = 3600.0       # seconds to wait for a round's replies (a late node counts as failed)
     results-path = ""            # optional: where the ServerApp writes its ledgers and failures as JSON
 
+Any other key is refused by name (a misspelt ``server-update-intervall`` would otherwise leave the default 5);
+a user task's own settings go in a nested table (``[tool.flwr.app.config.my-task]``, read as ``my-task.key``).
+
 Every SuperNode needs ``--node-config "partition-id=i num-partitions=N"``. Tasks:
 
 * ``digits``: scikit-learn's bundled digits (offline) and the digits split CNN built from ``seed``;
@@ -34,10 +37,11 @@ Every SuperNode needs ``--node-config "partition-id=i num-partitions=N"``. Tasks
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +55,14 @@ from fsl_sage.data import client_datasets, dirichlet_partition, iid_partition, l
 from fsl_sage.flower.core import DataFn, ModelFn, client_query, client_train, run_server
 from fsl_sage.models import digits_cnn_split, resnet18_split
 
-__all__ = ["server_app", "client_app", "config_from_run_config", "FlowerTask", "load_task"]
+__all__ = [
+    "server_app",
+    "client_app",
+    "config_from_run_config",
+    "check_run_config_keys",
+    "FlowerTask",
+    "load_task",
+]
 
 
 @dataclass
@@ -66,8 +77,39 @@ class FlowerTask:
     transform: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
+APP_KEYS = frozenset(
+    {
+        "method", "task", "data-path", "num-server-rounds", "num-clients", "alpha", "fraction-train",
+        "min-available-nodes", "accept-failures", "node-timeout", "reply-timeout", "results-path",
+    }
+)  # fmt: skip
+"""The run-config keys the apps read besides :class:`FSLConfig`'s fields (dashes or underscores)."""
+
+
+def check_run_config_keys(rc: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming every run-config key the apps would not read (a misspelt key would otherwise
+    leave its setting at the default without a word). Keys holding a dot (a nested table such as
+    ``[tool.flwr.app.config.my-task]``) are left to a user task."""
+    known = APP_KEYS | {f.name.replace("_", "-") for f in fields(FSLConfig)}
+    bad = [k for k in rc if "." not in k and k.replace("_", "-") not in known]
+    if bad:
+        hints = []
+        for k in bad:
+            close = difflib.get_close_matches(k.replace("_", "-"), sorted(known), n=1)
+            hints.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            "run_config: unknown key(s) "
+            + ", ".join(hints)
+            + "; expected keys among "
+            + ", ".join(sorted(known))
+            + ' (a user task\'s own settings go in a nested table, read as "table.key")'
+        )
+
+
 def config_from_run_config(rc: dict[str, Any]) -> FSLConfig:
-    """FSLConfig from a Flower run config (``num-server-rounds`` → rounds; dashes → underscores)."""
+    """FSLConfig from a Flower run config (``num-server-rounds`` → rounds; dashes → underscores). Unknown keys
+    raise ``ValueError`` naming them (see :func:`check_run_config_keys`)."""
+    check_run_config_keys(rc)
     d = dict(rc)
     if "num-server-rounds" in d:
         d["rounds"] = int(d["num-server-rounds"])

@@ -298,12 +298,20 @@ class _SplitStrategy(Strategy):
             if pid not in seen:
                 self._fail(t, pid, nodes.get(pid, -1), "no reply within the timeout")
         failed = [f for f in self.failures if f["round"] == t]
+        reasons = "; ".join(f"partition-id {f['partition-id']} (node {f['node']}): {f['reason']}" for f in failed)
         if failed and not self.accept_failures:
             raise RuntimeError(
                 f"round {t + 1}: {len(failed)} of {len(self.cohorts.get(t, []))} clients failed and "
-                f"accept_failures=False: "
-                + "; ".join(f"partition-id {f['partition-id']} (node {f['node']}): {f['reason']}" for f in failed)
+                f"accept_failures=False: " + reasons
             )
+        if failed and not out:
+            # nothing would be trained this round, and a deterministic error repeats every round: stop here
+            what = (
+                "the ClientApp's FSLConfig does not match the ServerApp's"
+                if any("differs from the ServerApp's" in f["reason"] for f in failed)
+                else "every sampled client failed"
+            )
+            raise RuntimeError(f"round {t + 1}: no client survived ({what}): " + reasons)
         out.sort(key=lambda p: p[0])
         return out
 
@@ -333,7 +341,8 @@ class _SplitStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Replay the survivors' uploads in partition order (server steps), then average their client models
-        with weights n_i / Σ n over the survivors (Alg. 2). A round without survivors changes nothing."""
+        with weights n_i / Σ n over the survivors (Alg. 2). A round in which every sampled client failed raises
+        ``RuntimeError`` with each client's reason (e.g. a ClientApp/ServerApp config mismatch)."""
         t = server_round - 1
         ordered = self._split_replies(t, replies)
         steps0 = self.server_steps
@@ -411,6 +420,8 @@ class FSLSAGEStrategy(_SplitStrategy):
         accept_failures: True (Flower's convention): a round proceeds with the replies that arrived; the
             failed clients (error replies, or no reply within ``Strategy.start``'s ``timeout``) are logged and
             kept in ``failures``. False: a failure raises ``RuntimeError`` naming the partitions and reasons.
+            Either way a round in which every sampled client failed raises ``RuntimeError`` (nothing would be
+            trained, and a deterministic error such as a config mismatch would repeat every round).
         node_timeout: seconds to wait for enough nodes (``TimeoutError`` after that, saying how many are there).
         extra_nodes: a node whose partition id lies outside [0, N): ``"ignore"`` (logged, never sampled) or
             ``"error"``. Two connected nodes with the same partition id are always an error naming both.
