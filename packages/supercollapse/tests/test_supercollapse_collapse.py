@@ -25,7 +25,7 @@ def _curves(n_sizes=3, n_seeds=3, seed=0) -> pd.DataFrame:
         p = 1e4 * 4**i
         cstar = 6 * p * 20 * p**0.5
         for s in range(n_seeds):
-            x = np.sort(np.concatenate([[1.0], rng.uniform(0.01, 1, 40)]))
+            x = np.sort(np.concatenate([[0.01, 1.0], rng.uniform(0.01, 1, 40)]))  # logged from x = 0.01
             c = x * cstar
             L = 0.5 + 3 * (c / 6 / p) ** -0.3 + p**-0.3 + 0.01 * rng.standard_normal(len(c))
             rows.append(
@@ -155,3 +155,37 @@ def test_bad_inputs_name_the_problem():
     )
     with pytest.raises(ValueError, match="one schedule"):
         normalize(two, 0.3)
+
+
+def test_x_grid_below_the_logged_range_raises_or_is_nan_by_request():
+    """An x_grid starting before a run's first point once gave NaN ℓ silently; now it raises, or (outside='nan')
+    ℓ is NaN there and Δ, σ use the runs that cover each x."""
+    df = _curves(n_sizes=2, n_seeds=2)
+    first = df[df["run_id"] == "1-1"].index[0]
+    df = df.drop(index=first)  # run 1-1 now starts later than the others
+    runs = Runs.from_frame(df)
+    start = float(runs.frame.query("run_id == '1-1'")["compute"].min()) / float(
+        runs.frame.query("run_id == '1-1'")["compute"].max()
+    )
+    grid = np.linspace((0.01 + start) / 2, 1.0, 50)  # covered by every run but 1-1 (all start at x = 0.01)
+    with pytest.raises(ValueError, match=r"below run_id '1-1''s first logged point x = "):
+        normalize(runs, 0.3, x_grid=grid)
+    with pytest.raises(ValueError, match="outside must be one of"):
+        normalize(runs, 0.3, x_grid=grid, outside="clip")
+    norm = normalize(runs, 0.3, x_grid=grid, outside="nan")
+    below = grid < start * (1 - 1e-12)
+    assert below.any() and np.isnan(norm.ell[1, 1, below]).all() and np.isfinite(norm.ell[1, 1, ~below]).all()
+    rep = collapse_report(norm)
+    assert np.isfinite(rep.delta).all()  # every size keeps >= 1 seed at every x
+    assert np.isnan(rep.sigma[below]).all() and np.isfinite(rep.sigma[~below]).all()  # size 1 has one seed there
+    assert rep.mean("sigma") == pytest.approx(float(rep.sigma[~below].mean()))  # means skip the NaN points
+    covered = normalize(runs, 0.3, x_grid=grid[~below])  # on the covered range both options agree
+    np.testing.assert_array_equal(covered.ell, norm.ell[..., ~below])
+
+
+def test_collapse_deviation_unknown_size_names_it():
+    from supercollapse.collapse import collapse_deviation
+
+    norm = normalize(Runs.from_frame(_curves(n_sizes=2, n_seeds=2)), 0.3)
+    with pytest.raises(ValueError, match=r"sizes \[5.0\] are not among the normalised sizes"):
+        collapse_deviation(norm, sizes=[5])

@@ -201,3 +201,34 @@ def test_objective_stays_finite_at_the_bound_corner():
         value, grad = _value_and_grad(np.array([0.0, 19022.1, 0.0]), lc, logL, loss, 1e-3, None)
         assert np.isfinite(value) and np.isfinite(grad).all()
         assert value > 100 * _value_and_grad(truth, lc, logL, loss, 1e-3, None)[0]  # far worse than the truth
+
+
+def test_schedule_degenerate_input_raises():
+    """A warmup longer than the run, and steps outside [0, T] (once clipped silently), raise naming the value."""
+    with pytest.raises(ValueError, match=r"warmup must be an int in \[0, 10\], got 20"):
+        Schedule("linear", 10, warmup=20)
+    assert float(Schedule("linear", 10, warmup=10)(9)) == pytest.approx(1.0 * 0.1)  # w = T is allowed
+    s = Schedule("cosine", 10)
+    with pytest.raises(ValueError, match=r"step must lie in \[0, total_steps=10\], got \[11.0\]"):
+        s(np.array([3, 11]))
+    with pytest.raises(ValueError, match=r"got \[-1.0\]"):
+        s(-1)
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+    sched = s.as_lambda_lr(opt)
+    for _ in range(10):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-18)  # step T: the end of the schedule
+    opt.step()
+    with pytest.raises(ValueError, match="stepped to step 11, outside the schedule's"):
+        sched.step()
+
+
+def test_scaling_law_refuses_a_constant_or_rising_loss():
+    """A constant loss once came back as b = 0, r² = nan, as if it were a law."""
+    with pytest.raises(ValueError, match=r"L is constant \(2.5 at every compute\)"):
+        fit_scaling_law(C, np.full(len(C), 2.5))
+    with pytest.raises(ValueError, match="L does not decrease with C"):
+        fit_scaling_law(C, 2.0 + 0.1 * np.log(C / C.min()))
+    with pytest.raises(ValueError, match="C is constant"):
+        fit_scaling_law(np.full(4, 1e6), np.array([3.0, 2.0, 1.5, 1.2]))

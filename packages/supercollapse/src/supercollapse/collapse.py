@@ -91,6 +91,7 @@ def normalize(
     horizon: Horizon | None = None,
     c_star: Mapping[float, float] | None = None,
     x_grid: Sequence[float] | np.ndarray = DEFAULT_X_GRID,
+    outside: Literal["raise", "nan"] = "raise",
 ) -> Normalized:
     """Normalise every run of one schedule (paper eq. (1)).
 
@@ -100,9 +101,12 @@ def normalize(
         horizon, c_star: the horizon c*(p) per size, from a fitted :class:`Horizon` or a mapping size → c*.
             Neither: each run's last logged compute is its own horizon (runs trained exactly to it).
         x_grid: increasing values in (0, 1] at which ℓ is resampled.
+        outside: a point of ``x_grid`` below a run's first logged x raises (``"raise"``) or gives ℓ = NaN there
+            (``"nan"``: at each x, Δ uses the seeds that cover it and is NaN where fewer than 2 sizes have one; σ is
+            NaN where a size has fewer than 2 seeds; ``CollapseReport.mean`` skips NaN points).
 
-    Raises ``ValueError`` when a run ends before its horizon, when L0 ≥ a run's L(c*), or when ``x_grid`` leaves
-    (0, 1].
+    Raises ``ValueError`` when a run ends before its horizon, when L0 ≥ a run's L(c*), when ``x_grid`` leaves
+    (0, 1], or (``outside="raise"``) when ``x_grid`` starts before a run's first logged point.
     """
     if not isinstance(runs, Runs):
         raise TypeError(f"runs must be a supercollapse.Runs, got {type(runs).__name__}")
@@ -114,6 +118,7 @@ def normalize(
         raise ValueError(f"x_grid must lie in (0, 1], got values in [{x.min()}, {x.max()}]")
     if len(x) > 1 and (np.diff(x) <= 0).any():
         raise ValueError("x_grid must be strictly increasing")
+    outside = check_choice("outside", outside, ("raise", "nan"))
     cs = _resolve_c_star(runs, horizon, c_star)
     sizes = runs.sizes.astype(np.float64)
     seeds: list[list[Any]] = [[] for _ in sizes]
@@ -134,6 +139,11 @@ def normalize(
         L_end = float(L[-1]) if xr[-1] == 1.0 else float(np.interp(0.0, lx, L))
         if L_end <= l0:
             raise ValueError(f"L0 = {l0} must be below run_id {rid!r}'s final loss L(c*) = {L_end}")
+        if outside == "raise" and x[0] < xr[0] * (1 - 1e-12):
+            raise ValueError(
+                f"x_grid starts at x = {x[0]:.4g}, below run_id {rid!r}'s first logged point x = {xr[0]:.4g} "
+                f"(size {p:g}); start x_grid at >= {xr[0]:.4g} or pass outside='nan' (ℓ = NaN there)"
+            )
         Lx = np.interp(np.log(x), lx, L)
         Lx[(x < xr[0] * (1 - 1e-12)) | (x > xr[-1] * (1 + 1e-12))] = np.nan
         ell = (Lx - l0) / (L_end - l0)
@@ -235,12 +245,7 @@ def collapse_report(
     center = check_choice("center", center, ("mean", "median"))
     ell, all_sizes = norm.ell, norm.sizes
     if sizes is not None:
-        want = [float(s) for s in sizes]
-        unknown = [s for s in want if s not in all_sizes.tolist()]
-        if unknown:
-            raise ValueError(f"sizes {unknown} are not among the normalised sizes {all_sizes.tolist()}")
-        idx = [int(np.flatnonzero(all_sizes == s)[0]) for s in sorted(want)]
-        ell, all_sizes = ell[idx], all_sizes[idx]
+        ell, all_sizes = _select_sizes(ell, all_sizes, sizes)
     if len(all_sizes) < 2:
         raise ValueError(f"Δ needs >= 2 sizes, got {len(all_sizes)} ({all_sizes.tolist()})")
     n_seed = (~np.isnan(ell)).any(axis=2).sum(axis=1)
@@ -266,13 +271,22 @@ def collapse_report(
     return CollapseReport(norm.x.copy(), delta, sigma, ratio, excess, all_sizes, n_seed, m, lo, hi, pool)
 
 
+def _select_sizes(ell: np.ndarray, all_sizes: np.ndarray, sizes: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    want = [float(s) for s in sizes]
+    unknown = [s for s in want if s not in all_sizes.tolist()]
+    if unknown:
+        raise ValueError(f"sizes {unknown} are not among the normalised sizes {all_sizes.tolist()}")
+    idx = [int(np.flatnonzero(all_sizes == s)[0]) for s in sorted(want)]
+    return ell[idx], all_sizes[idx]
+
+
 def collapse_deviation(norm: Normalized, sizes: Sequence[float] | None = None) -> np.ndarray:
     """Δ(x) = Std_p [mean_ω ℓ] alone (ddof = 1): needs ≥ 2 sizes but any number of seeds (one seed: no σ)."""
     if not isinstance(norm, Normalized):
         raise TypeError(f"norm must be a Normalized (from normalize), got {type(norm).__name__}")
     ell = norm.ell
     if sizes is not None:
-        ell = ell[[int(np.flatnonzero(norm.sizes == float(s))[0]) for s in sizes]]
+        ell, _ = _select_sizes(ell, norm.sizes, sizes)
     if ell.shape[0] < 2:
         raise ValueError(f"Δ needs >= 2 sizes, got {ell.shape[0]}")
     _, m, _ = _nan_stats(ell, axis=1)

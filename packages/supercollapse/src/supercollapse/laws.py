@@ -153,6 +153,10 @@ def fit_scaling_law(
         L0 = check_float("L0", L0, min=0.0)
         if lmin <= L0:
             raise ValueError(f"L0 must be below every final loss (min {lmin}), got {L0}")
+    if np.ptp(L) <= 1e-12 * lmin:
+        raise ValueError(f"L is constant ({lmin:.6g} at every compute): there is no power law a·C^−b + L0 to fit")
+    if np.ptp(C) == 0:
+        raise ValueError(f"C is constant ({C[0]:.6g}): the law needs losses at >= 2 different computes")
     c_ref = float(C.min())
     lc, logL = np.log(C / c_ref), np.log(L)
     starts = scaling_law_grid(L, n_grid)
@@ -171,6 +175,11 @@ def fit_scaling_law(
                 best, best_f = x, fval
     a, b = float(best[0]), float(best[1])
     l0 = float(L0) if L0 is not None else float(best[2])
+    if b <= 1e-9 or a <= 0:
+        raise ValueError(
+            f"the best fit has a = {a:.3g}, b = {b:.3g}: L does not decrease with C (a power law with b > 0 fits no "
+            "better than a constant); check that L is the final loss at each compute"
+        )
     pred = np.log(np.maximum(a * np.exp(-b * lc) + l0, 1e-300))
     ss_res = float(np.sum((logL - pred) ** 2))
     ss_tot = float(np.sum((logL - logL.mean()) ** 2))

@@ -61,7 +61,9 @@ class Schedule:
         object.__setattr__(
             self, "decay_frac", check_float("decay_frac", self.decay_frac, min=0.0, max=1.0, min_open=True)
         )
-        object.__setattr__(self, "warmup", check_int("warmup", self.warmup, min=0))
+        object.__setattr__(
+            self, "warmup", check_int("warmup", self.warmup, min=0, max=self.total_steps)
+        )  # a warmup longer than the run would never reach the peak LR
 
     @property
     def label(self) -> str:
@@ -70,7 +72,14 @@ class Schedule:
         return lab + (f"+w{self.warmup}" if self.warmup else "")
 
     def __call__(self, step: np.ndarray | int) -> np.ndarray:
+        """s(t) at steps in [0, total_steps]; a step outside raises (the schedule is not defined there)."""
         t = np.asarray(step, dtype=np.float64)
+        if t.size and not (np.all(np.isfinite(t)) and t.min() >= 0 and t.max() <= self.total_steps):
+            bad = t[~(np.isfinite(t) & (t >= 0) & (t <= self.total_steps))]
+            raise ValueError(
+                f"step must lie in [0, total_steps={self.total_steps}], got {bad.ravel()[:5].tolist()}"
+                + (" ..." if bad.size > 5 else "")
+            )
         u = np.clip((t / self.total_steps - (1.0 - self.decay_frac)) / self.decay_frac, 0.0, 1.0)
         s = SCHEDULES[self.name](u)
         if self.warmup:
@@ -90,7 +99,12 @@ class Schedule:
         table = self(np.arange(self.total_steps + 1)).tolist()
 
         def factor(t: int) -> float:
-            return table[t] if 0 <= t < len(table) else float(self(t))
+            if not 0 <= t < len(table):
+                raise ValueError(
+                    f"the LR scheduler was stepped to step {t}, outside the schedule's [0, total_steps="
+                    f"{self.total_steps}]; make the Schedule as long as the training run"
+                )
+            return table[t]
 
         return LambdaLR(optimizer, factor, last_epoch=last_epoch)
 
