@@ -149,11 +149,13 @@ def test_profile_and_prune_under_inference_mode():
     with torch.inference_mode():
         x = tokens(2, 8)
         p = profile(m, x, n_runs=1)
-        r = prune(m, PruneConfig(method="wanda", sparsity=0.5, calib=x))
+        r = prune(m, PruneConfig(method="wanda", sparsity=0.5, calib=x, finalize=False))
+        baked = prune(m, PruneConfig(method="wanda", sparsity=0.5, calib=x))
     assert p.flops_per_token_train > p.flops_per_token_fwd
-    model = r.model.train()  # masks made under inference_mode still train afterwards
-    logits = model(input_ids=tokens(2, 8)).logits
-    logits.sum().backward()
     from downscaling.prune import prunable_linears
 
+    model = r.model.train()  # masks made under inference_mode still train afterwards
+    model(input_ids=tokens(2, 8)).logits.sum().backward()
     assert all(lin.weight_orig.grad is not None for lin in prunable_linears(model).values())
+    baked.model.train()(input_ids=tokens(2, 8)).logits.sum().backward()  # and so do the baked-in weights
+    assert all(lin.weight.grad is not None for lin in prunable_linears(baked.model).values())

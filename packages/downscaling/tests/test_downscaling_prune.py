@@ -40,7 +40,7 @@ def test_wanda_mask_equals_brute_force():
 def test_wanda_calib_norms_match_hooked_inputs():
     m = tiny_llama()
     calib = tokens(4, 16)
-    r = prune(m, PruneConfig(method="wanda", sparsity=0.5, calib=calib))
+    r = prune(m, PruneConfig(method="wanda", sparsity=0.5, calib=calib, finalize=False))
     lin_name = "model.layers.0.mlp.down_proj"
     captured = []
     h = m.get_submodule(lin_name).register_forward_pre_hook(lambda mod, a: captured.append(a[0]))
@@ -76,7 +76,7 @@ def test_global_scope_exact_total_and_uneven(method):
 
 def test_global_magnitude_is_one_threshold():
     m = tiny_llama()
-    r = prune(m, PruneConfig(method="magnitude", sparsity=0.3, scope="global"))
+    r = prune(m, PruneConfig(method="magnitude", sparsity=0.3, scope="global", finalize=False))
     kept, dropped = [], []
     for n, lin in prunable_linears(r.model).items():
         w = m.get_submodule(n).weight.abs()
@@ -105,7 +105,7 @@ def test_input_model_untouched():
 
 def test_masks_survive_adamw_steps():
     m = tiny_llama()
-    r = prune(m, PruneConfig(method="wanda", sparsity=0.5, calib=tokens()))
+    r = prune(m, PruneConfig(method="wanda", sparsity=0.5, calib=tokens(), finalize=False))
     model = r.model.train()
     masks = {n: lin.weight_mask.clone() for n, lin in prunable_linears(model).items()}
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -127,7 +127,8 @@ def test_recover_keeps_masks_and_lowers_loss():
     m = tiny_llama()
     calib = tokens(8, 17, seed=5)
     r = prune(m, PruneConfig(method="magnitude", sparsity=0.5, calib=calib, recover=Recover(steps=15, lr=1e-2)))
-    assert sparsity_of(r.model)["all"] == 0.5
+    assert sparsity_of(r.model)["all"] == 0.5 and r.record["finalized"]
+    assert "weight_orig" not in dict(r.model.named_parameters())  # trained under the masks, then baked in
     losses = r.record["recover_loss"]
     assert losses[-1] < losses[0]
     r2 = prune(m, PruneConfig(method="magnitude", sparsity=0.5, calib=calib, recover=Recover(3, 1e-3, distill_from=m)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from icml25_shared.validate import check_choice, check_float, check_int
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "PRUNE_METHODS",
@@ -71,6 +71,12 @@ class PruneConfig:
     """SparseGPT's dampening: λ = damp · mean(diag H) added to the Hessian (Frantar & Alistarh 2023, Sec. 3)."""
     sparsegpt_block: int = 32
     """SparseGPT's lazy-update block size (columns whose mask is chosen together)."""
+    finalize: bool = True
+    """Unstructured methods: bake the masks into the weights once pruning (and ``recover``) is done, so that the
+    returned model is a plain model whose ``save_pretrained`` / ``state_dict`` hold the pruned weights. ``False``
+    keeps ``torch.nn.utils.prune``'s masks (``weight_orig`` x ``weight_mask``) for further training that must keep
+    the pruned weights at zero; its state dict still holds the pruned ``weight`` (folded on save, masks restored
+    on load), so ``save_pretrained`` / ``from_pretrained`` round-trip either way. Ignored by structured methods."""
 
     def __post_init__(self) -> None:
         self.method = check_choice("method", self.method, PRUNE_METHODS)
@@ -78,6 +84,7 @@ class PruneConfig:
         self.scope = check_choice("scope", self.scope, ("layer", "global"))
         self.sparsegpt_damp = check_float("sparsegpt_damp", self.sparsegpt_damp, min=0.0, min_open=True)
         self.sparsegpt_block = check_int("sparsegpt_block", self.sparsegpt_block, min=1)
+        self.finalize = check_bool("finalize", self.finalize)
         if self.recover is not None and not isinstance(self.recover, Recover):
             raise TypeError(f"recover must be a Recover or None, got {type(self.recover).__name__}")
         if self.method in ("wanda", "sparsegpt") and self.calib is None and self.sparsity > 0:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from downscaling.config import DistillConfig
-from downscaling.flops import _forward
+from downscaling.flops import _forward, check_token_ids
 from icml25_shared.validate import check_choice, check_float
 
 __all__ = ["DistillResult", "DistillTrainer", "distill", "distill_loss", "kd_kl"]  # noqa: F822 (lazy)
@@ -104,6 +104,10 @@ def distill(
     if config is not None and kwargs:
         raise ValueError(f"give a DistillConfig or keyword arguments, not both (got {sorted(kwargs)})")
     stream = _stream(data)
+    for name, m in (("teacher", teacher), ("student", student)):
+        if not isinstance(m, nn.Module):
+            raise TypeError(f"{name} must be a torch.nn.Module, got {type(m).__name__}")
+        check_token_ids(f"data (for the {name})", stream, m)
     if stream.numel() <= cfg.seq_len + 1:
         raise ValueError(f"data has {stream.numel()} tokens, needs more than seq_len + 1 = {cfg.seq_len + 1}")
     import torch.distributed as dist

@@ -135,7 +135,7 @@ def specialize_and_ensemble(base: nn.Module, domains: dict[str, Any], config: En
         if cfg.prune is None:
             model = copy.deepcopy(base)
         else:
-            pc = PruneConfig(**{**cfg.prune.__dict__, "calib": calib, "recover": None})
+            pc = PruneConfig(**{**cfg.prune.__dict__, "calib": calib, "recover": None, "finalize": False})
             model = prune(base, pc).model
         if cfg.steps_per_domain:
             opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)

@@ -126,6 +126,33 @@ def _forward(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     return out.logits if hasattr(out, "logits") else out
 
 
+def vocab_size(model: nn.Module) -> int | None:
+    """Rows of the model's input embedding (``get_input_embeddings()``), or ``None`` when it has none."""
+    get = getattr(model, "get_input_embeddings", None)
+    try:
+        emb = get() if callable(get) else None
+    except (AttributeError, NotImplementedError):
+        emb = None
+    n = getattr(emb, "num_embeddings", None)
+    return int(n) if n is not None else None
+
+
+def check_token_ids(name: str, ids: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """``ids`` when every id lies in [0, vocab) of ``model``'s input embedding (not checked when the model has
+    none); else a ``ValueError`` naming ``name``, the offending id and the vocabulary size, instead of torch's
+    ``IndexError`` from inside the embedding."""
+    vocab = vocab_size(model)
+    if ids.numel() and vocab is not None:
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= vocab:
+            bad = lo if lo < 0 else hi
+            raise ValueError(
+                f"{name} holds the token id {bad}, outside the model's vocabulary [0, {vocab}) "
+                f"(its input embedding has {vocab} rows)"
+            )
+    return ids
+
+
 def _takes_input_ids(model: nn.Module) -> bool:
     import inspect
 

@@ -30,7 +30,7 @@ import torch
 
 from icml25_shared.validate import check_choice, check_float
 
-__all__ = ["CHINCHILLA", "FAMILIES", "KAPLAN", "Law", "break_even", "fit", "lifetime_flops"]
+__all__ = ["CHINCHILLA", "FAMILIES", "KAPLAN", "BreakEven", "Law", "break_even", "fit", "lifetime_flops"]
 
 CHINCHILLA: dict[str, float] = {"E": 1.69, "A": 406.4, "B": 410.7, "alpha": 0.34, "beta": 0.28}
 KAPLAN: dict[str, float] = {"N_c": 8.8e13, "alpha_N": 0.076}
@@ -41,18 +41,44 @@ def lifetime_flops(n: float, d_train: float, served: float) -> float:
     return 6.0 * n * d_train + 2.0 * n * served
 
 
-def break_even(n_large: float, d_large: float, n_small: float, d_small: float) -> float:
+class BreakEven(float):
+    """A served-token count S* (a ``float``) with the regime it stands for in ``regime``:
+
+    - ``"crosses"``: the large model is cheaper below S* and the small one above it (S* > 0);
+    - ``"small_cheaper_from_start"``: the small one costs no more to train, so it is cheaper at every S (S* = 0:
+      no crossing);
+    - ``"never"``: the small model cannot reach the large one's quality (S* = inf)."""
+
+    regime: str
+
+    def __new__(cls, value: float, regime: str) -> BreakEven:
+        obj = super().__new__(cls, value)
+        obj.regime = regime
+        return obj
+
+    def __repr__(self) -> str:
+        return f"BreakEven({float(self)!r}, regime={self.regime!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BreakEven, (float(self), self.regime))
+
+
+def break_even(n_large: float, d_large: float, n_small: float, d_small: float) -> BreakEven:
     """Served tokens S* at which the lifetime compute of a large model (N_L, D_L) equals that of a small one
     (N_S, D_S) of equal quality: S* = (6 N_S D_S − 6 N_L D_L) / (2 (N_L − N_S)). Above S* the small one is cheaper;
-    below it the large one is (0 when the small one is cheaper from the start, inf when never)."""
+    below it the large one is. Returned as a :class:`BreakEven`, whose ``regime`` says which case a value is: 0 is
+    ``"small_cheaper_from_start"`` (no crossing), inf is ``"never"`` (``d_small`` infinite: the small model cannot
+    reach that quality)."""
     for name, v in (("n_large", n_large), ("d_large", d_large), ("n_small", n_small), ("d_small", d_small)):
         check_float(name, v, min=0.0, min_open=True, allow_inf=name.startswith("d"))
     if not n_large > n_small:
         raise ValueError(f"n_large must exceed n_small, got {n_large} and {n_small}")
     extra_train = 6.0 * n_small * d_small - 6.0 * n_large * d_large
     if math.isinf(extra_train):
-        return math.inf
-    return max(0.0, extra_train / (2.0 * (n_large - n_small)))
+        return BreakEven(math.inf, "never")
+    if extra_train <= 0:
+        return BreakEven(0.0, "small_cheaper_from_start")
+    return BreakEven(extra_train / (2.0 * (n_large - n_small)), "crosses")
 
 
 # --------------------------------------------------------------------------------------------------- families
@@ -180,7 +206,7 @@ class Law:
         gap = loss - p["E"] - p["A"] * n ** -p["alpha"]
         return math.inf if gap <= 0 else (p["B"] / gap) ** (1.0 / p["beta"])
 
-    def break_even(self, n_large: float, d_large: float, n_small: float) -> float:
+    def break_even(self, n_large: float, d_large: float, n_small: float) -> BreakEven:
         """Served tokens S* from which a small model trained (by this law) to the large model's loss is cheaper
         over its lifetime (:func:`break_even`); inf when the small model cannot reach that loss."""
         target = float(self.predict(N=n_large, D=d_large))

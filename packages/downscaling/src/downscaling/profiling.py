@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from downscaling.carbon import co2e, joules_to_kwh
-from downscaling.flops import _forward, count_flops, count_train_flops, param_counts
+from downscaling.flops import _forward, check_token_ids, count_flops, count_train_flops, param_counts
 from icml25_shared.validate import check_choice, check_float, check_int, check_tensor
 
 __all__ = [
@@ -234,7 +234,9 @@ def profile(
     batch = check_tensor("batch", batch, ndim=2)
     if batch.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
         raise ValueError(f"batch must hold integer token ids, got dtype {batch.dtype}")
-    batch = batch.long()
+    if batch.numel() == 0:
+        raise ValueError(f"batch must hold at least one token, got shape {tuple(batch.shape)}")
+    batch = check_token_ids("batch", batch.long(), model)
     n_runs = check_int("n_runs", n_runs, min=1)
     warmup = check_int("warmup", warmup, min=0)
     pue = check_float("pue", pue, min=1.0)

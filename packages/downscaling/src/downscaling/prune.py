@@ -31,6 +31,7 @@ from torch import nn
 from torch.nn.utils import prune as torch_prune
 
 from downscaling.config import STRUCTURED, PruneConfig, Recover
+from downscaling.flops import check_token_ids
 from icml25_shared.validate import check_float
 
 __all__ = [
@@ -185,15 +186,39 @@ def sparsity_of(model: nn.Module) -> dict[str, float]:
 
 
 def finalize(model: nn.Module) -> nn.Module:
-    """Make the masks of unstructured pruning permanent (``torch.nn.utils.prune.remove``), so that the model's
-    state dict has plain ``weight`` entries again (``save_pretrained`` then works); in place, returns ``model``."""
+    """Make the masks of unstructured pruning permanent (``torch.nn.utils.prune.remove``), so that the model has
+    plain ``weight`` parameters again; in place, returns ``model``. (``prune`` does this by default.)"""
     for m in model.modules():
         if torch_prune.is_pruned(m) and hasattr(m, "weight_mask"):
             torch_prune.remove(m, "weight")
     return model
 
 
-def _calib_batches(calib: Any, device: torch.device) -> list[torch.Tensor]:
+def _fold_mask_on_save(module: nn.Module, state_dict: dict[str, Any], prefix: str, _meta: Any) -> None:
+    """State-dict hook of a masked Linear: write the pruned ``weight`` (weight_orig x mask), not the pair, so that
+    ``save_pretrained`` of a masked model loads into a plain one."""
+    if prefix + "weight_orig" in state_dict and hasattr(module, "weight_mask"):
+        state_dict.pop(prefix + "weight_orig")
+        state_dict.pop(prefix + "weight_mask", None)
+        state_dict[prefix + "weight"] = module.weight.detach()
+
+
+def _unfold_mask_on_load(module: nn.Module, state_dict: dict[str, Any], prefix: str, *_args: Any) -> None:
+    """Load pre-hook of a masked Linear: a plain ``weight`` entry (what the hook above saves) becomes weight_orig,
+    and the module keeps its mask."""
+    if prefix + "weight" in state_dict and prefix + "weight_orig" not in state_dict and hasattr(module, "weight_mask"):
+        state_dict[prefix + "weight_orig"] = state_dict.pop(prefix + "weight")
+        state_dict[prefix + "weight_mask"] = module.weight_mask
+
+
+def _reapply_mask_after_load(module: nn.Module, _incompatible: Any) -> None:
+    """Load post-hook: recompute the masked ``weight`` now (torch recomputes it only on the next forward)."""
+    if hasattr(module, "weight_orig") and hasattr(module, "weight_mask"):
+        with torch.no_grad():
+            module.weight = module.weight_orig * module.weight_mask
+
+
+def _calib_batches(calib: Any, device: torch.device, model: nn.Module) -> list[torch.Tensor]:
     items = [calib] if isinstance(calib, torch.Tensor) else list(calib) if isinstance(calib, Iterable) else None
     if not items:
         raise ValueError(f"calib must be a (n, T) tensor of token ids or a non-empty list of them, got {calib!r}")
@@ -203,7 +228,8 @@ def _calib_batches(calib: Any, device: torch.device) -> list[torch.Tensor]:
             t = t[0]
         if not isinstance(t, torch.Tensor) or t.dtype.is_floating_point or t.dtype == torch.bool:
             raise ValueError(f"calib[{i}] must be an integer tensor of token ids, got {type(t).__name__}")
-        out.append((t if t.ndim == 2 else t.reshape(1, -1)).long().to(device))
+        t = check_token_ids(f"calib[{i}]", t if t.ndim == 2 else t.reshape(1, -1), model)
+        out.append(t.long().to(device))
     return out
 
 
@@ -256,7 +282,9 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not layers:
         raise ValueError(
-            f"structured pruning needs a Llama-style model (model.model.layers), got {type(model).__name__}"
+            f"structured pruning (heads, channels, layers) needs a Llama-style decoder (model.model.layers with "
+            f"self_attn.q/k/v/o_proj and mlp.gate/up/down_proj), got {type(model).__name__}; unstructured methods "
+            "(magnitude, wanda, sparsegpt) work on any model with nn.Linear layers"
         )
     return layers
 
@@ -268,13 +296,27 @@ def _slice_linear(lin: nn.Linear, remove: list[int], dim: str) -> None:
         (tp.prune_linear_out_channels if dim == "out" else tp.prune_linear_in_channels)(lin, sorted(remove))
 
 
+def _n_units(sparsity: float, n: int, unit: str) -> int:
+    """Units removed per block: floor(sparsity · n), at most n − 1; a positive sparsity that removes none raises."""
+    k = min(int(math.floor(sparsity * n)), n - 1)
+    if sparsity > 0 and k == 0:
+        least = 1.0 / n if n > 1 else None
+        hint = f"use sparsity >= {least:.4g} to remove one" if least is not None else "there is only one, it stays"
+        raise ValueError(
+            f"sparsity={sparsity} removes floor({sparsity} x {n}) = 0 of the {n} {unit} per block, so nothing would "
+            f"be pruned; {hint}"
+        )
+    return k
+
+
 def _prune_heads(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None) -> dict[str, Any]:
+    layers = _decoder_layers(model)
     cfg = model.config
-    h, kv = cfg.num_attention_heads, cfg.num_key_value_heads or cfg.num_attention_heads
+    h = cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or h
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // h
     group = h // kv
-    n_remove = min(int(math.floor(sparsity * kv)), kv - 1)
-    layers = _decoder_layers(model)
+    n_remove = _n_units(sparsity, kv, "key/value head groups")
     stats = None
     if calib is not None and n_remove:
         stats = _input_stats(model, {str(i): blk.self_attn.o_proj for i, blk in enumerate(layers)}, calib, False)
@@ -302,9 +344,9 @@ def _prune_heads(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | 
 
 def _prune_channels(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None) -> dict[str, Any]:
     cfg = model.config
-    ff = cfg.intermediate_size
-    n_remove = min(int(math.floor(sparsity * ff)), ff - 1)
     layers = _decoder_layers(model)
+    ff = cfg.intermediate_size
+    n_remove = _n_units(sparsity, ff, "MLP channels")
     stats = None
     if calib is not None and n_remove:
         stats = _input_stats(model, {str(i): blk.mlp.down_proj for i, blk in enumerate(layers)}, calib, False)
@@ -349,7 +391,7 @@ def _block_influence(model: nn.Module, layers: nn.ModuleList, calib: list[torch.
 def _prune_layers(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None) -> dict[str, Any]:
     layers = _decoder_layers(model)
     n = len(layers)
-    n_remove = min(int(math.floor(sparsity * n)), n - 1)
+    n_remove = _n_units(sparsity, n, "decoder layers")
     if calib is not None:
         score = _block_influence(model, layers, calib)
     else:
@@ -376,9 +418,12 @@ def _prune_layers(model: nn.Module, sparsity: float, calib: list[torch.Tensor] |
 def prune(model: nn.Module, config: PruneConfig | None = None, **kwargs: Any) -> PruneResult:
     """Prune a copy of ``model`` as ``config`` says (or ``PruneConfig(**kwargs)``); the input is not modified.
 
-    Unstructured methods attach ``torch.nn.utils.prune`` masks to every prunable Linear (call :func:`finalize`
-    before ``save_pretrained``); structured ones slice the layers and update ``model.config``. A GPT-2 ``Conv1D``
-    is converted to ``nn.Linear`` first. ``config.recover`` then trains the pruned copy (masks kept)."""
+    Unstructured methods zero weights of every prunable Linear through ``torch.nn.utils.prune`` masks, then
+    (``config.finalize``, the default) bake them in, so the returned model saves and reloads
+    (``save_pretrained`` / ``from_pretrained``) with its pruned weights; with ``finalize=False`` the masks stay
+    and the state dict still holds the pruned weights. Structured ones slice the layers and update
+    ``model.config``. A GPT-2 ``Conv1D`` is converted to ``nn.Linear`` first. ``config.recover`` trains the pruned
+    copy with the masks applied, before they are baked in."""
     if config is None:
         config = PruneConfig(**kwargs)
     elif kwargs:
@@ -399,7 +444,7 @@ def _prune(model: nn.Module, config: PruneConfig) -> PruneResult:
         device = next(pruned.parameters()).device
     except StopIteration:
         device = torch.device("cpu")
-    calib = _calib_batches(config.calib, device) if config.calib is not None else None
+    calib = _calib_batches(config.calib, device, pruned) if config.calib is not None else None
     n_before = sum(p.numel() for p in pruned.parameters())
     record: dict[str, Any] = {"method": config.method, "sparsity": config.sparsity, "scope": config.scope}
     record["converted_conv1d"] = converted
@@ -426,6 +471,16 @@ def _prune(model: nn.Module, config: PruneConfig) -> PruneResult:
         if calib is None:
             raise ValueError("recover needs calib data (PruneConfig.calib) to train on, got calib=None")
         record["recover_loss"] = recover(pruned, calib, config.recover)
+    if config.method not in STRUCTURED:
+        if config.finalize:
+            finalize(pruned)
+        else:
+            for lin in prunable_linears(pruned).values():
+                if hasattr(lin, "weight_mask"):
+                    lin.register_state_dict_post_hook(_fold_mask_on_save)
+                    lin.register_load_state_dict_pre_hook(_unfold_mask_on_load)
+                    lin.register_load_state_dict_post_hook(_reapply_mask_after_load)
+    record["finalized"] = config.method in STRUCTURED or config.finalize
     return PruneResult(pruned, record)
 
 

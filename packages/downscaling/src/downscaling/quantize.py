@@ -69,7 +69,9 @@ def supported_schemes(device: str | torch.device = "cpu", dtype: torch.dtype = t
     dev = torch.device(device)
     out = []
     for scheme, backend in SUPPORTED:
-        if backend == "torch.ao" and (dev.type != "cpu" or torch.backends.quantized.engine == "none"):
+        if backend == "torch.ao" and (
+            dev.type != "cpu" or torch.backends.quantized.engine == "none" or dtype != torch.float32
+        ):  # quantize_dynamic's int8 Linear takes float32 activations only
             continue
         if scheme == "int4_weight" and backend == "torchao" and (dev.type != "cuda" or dtype != torch.bfloat16):
             continue
@@ -112,6 +114,12 @@ def quantize(model: nn.Module, scheme: Scheme = "int8_dynamic", backend: Backend
             f"scheme='int4_weight' with backend='torchao' needs a bfloat16 model on CUDA (torchao's int4 weight-only "
             f"kernels: tinygemm / tile-packed), got a {dtype} model on {dev.type}; for int4 weights on this device "
             f"use backend='quanto'; supported here: {here}"
+        )
+    if backend == "torch.ao" and dtype != torch.float32:
+        raise ValueError(
+            f"backend='torch.ao' quantizes float32 models only (quantize_dynamic's int8 Linear takes float32 "
+            f"activations), got a {dtype} model; call model.float() first or pick one of the pairs supported here: "
+            f"{here}"
         )
     if (scheme, backend) not in here:
         raise ValueError(
