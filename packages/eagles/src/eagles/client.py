@@ -21,6 +21,7 @@ from eagles.config import EaglesConfig
 from eagles.graph import temperature, topological_edge_scores
 from eagles.metrics import gnn_macs, sparsifier_macs
 from eagles.nn import EaglesModel, build_model, masked_layers
+from icml25_shared.validate import check_tensor
 
 __all__ = [
     "ClientGraph",
@@ -60,6 +61,13 @@ class ClientGraph:
             if mask is None:
                 raise ValueError(f"client data must have a {split}_mask (see eagles.partition), got none")
             self.masks[split] = mask.bool()
+            check_tensor(f"data.{split}_mask", self.masks[split], shape=(n,))
+            unlabelled = int((self.y[self.masks[split]] < 0).sum())
+            if unlabelled:
+                raise ValueError(
+                    f"data.{split}_mask must select labelled nodes only (data.y ≥ 0; a label < 0 marks an unlabelled "
+                    f"node, which may only lie outside the masks), got {unlabelled} nodes with data.y < 0"
+                )
         self.num_train = int(self.masks["train"].sum())
         self._topo: dict[int, Tensor] = {}
 

@@ -13,6 +13,12 @@ DEFAULT_BANDS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 """Consensus-mask densities visited in the pre-train phase (Sec. 4.2), in decreasing order."""
 
 
+def _sequence(name: str, value: Any, what: str) -> tuple:
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of {what}, got {value!r} ({type(value).__name__})")
+    return tuple(value)
+
+
 @dataclass
 class EaglesConfig:
     """Hyper-parameters of the two sparsifiers, the client objective and the server.
@@ -71,7 +77,7 @@ class EaglesConfig:
     """Seeds the initial weights (identical on every client) and the per-(client, round) local randomness."""
 
     def __post_init__(self) -> None:
-        ratios = tuple(self.keep_ratios) if not isinstance(self.keep_ratios, str) else ()
+        ratios = _sequence("keep_ratios", self.keep_ratios, "floats in [0, 1], one per edge expert, e.g. (0.9, 0.5)")
         if len(ratios) == 0:
             raise ValueError(f"keep_ratios must be a non-empty sequence of floats in [0, 1], got {self.keep_ratios!r}")
         self.keep_ratios = tuple(check_float(f"keep_ratios[{i}]", k, min=0.0, max=1.0) for i, k in enumerate(ratios))
@@ -84,7 +90,7 @@ class EaglesConfig:
         self.lr = check_float("lr", self.lr, min=0.0, min_open=True)
         self.threshold_lr = check_float("threshold_lr", self.threshold_lr, min=0.0, allow_none=True)
         self.local_epochs = check_int("local_epochs", self.local_epochs, min=1)
-        bands = tuple(self.bands) if not isinstance(self.bands, str) else ()
+        bands = _sequence("bands", self.bands, "strictly decreasing densities in (0, 1], e.g. (0.9, 0.5, 0.3)")
         if len(bands) == 0:
             raise ValueError(f"bands must be a non-empty sequence of densities in (0, 1], got {self.bands!r}")
         self.bands = tuple(check_float(f"bands[{i}]", b, min=0.0, max=1.0, min_open=True) for i, b in enumerate(bands))

@@ -188,7 +188,15 @@ class PartStore:
         path = self._path(key)
         if not self.resume or not path.exists():
             return None
-        part = json.loads(path.read_text())
+        try:
+            part = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"resume: part {key!r} in {path} is not valid JSON ({err}; a copy cut short?): delete {path} so "
+                "that this part runs again, or restore it"
+            ) from err
+        if not isinstance(part, dict) or "result" not in part:
+            raise ValueError(f"resume: part {key!r} in {path} holds no 'result': delete {path} so that it runs again")
         if part.get("config_hash") != self.hash:
             mine = _setup_fields(self.setup)
             theirs = part.get("setup", {})
@@ -221,7 +229,21 @@ class PartStore:
         os.replace(tmp, self._path(key))
 
     def mask(self, key: str) -> dict[str, Tensor]:
-        packed = torch.load(self._path(key, ".mask.pt"), weights_only=True)
+        """The consensus mask stored with the pre-train part ``key``."""
+        path = self._path(key, ".mask.pt")
+        if not path.exists():
+            raise FileNotFoundError(
+                f"resume: the pre-train part {key!r} is stored ({self._path(key)}) but its consensus mask {path} is "
+                f"missing, and the re-trains need it: delete {self._path(key)} so that the pre-train runs again "
+                "(it stores its mask), or restore the mask file"
+            )
+        try:
+            packed = torch.load(path, weights_only=True)
+        except Exception as err:
+            raise ValueError(
+                f"resume: the consensus mask {path} of part {key!r} cannot be read ({err}): delete it and "
+                f"{self._path(key)} so that the pre-train runs again"
+            ) from err
         return {
             k: torch.from_numpy(np.unpackbits(v.numpy(), count=math.prod(shape)).astype(bool)).reshape(shape)
             for k, (shape, v) in packed.items()

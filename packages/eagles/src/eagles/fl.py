@@ -27,6 +27,7 @@ __all__ = [
     "mask_density",
     "mask_distance",
     "context_distance",
+    "check_binary",
     "minmax_normalize",
     "personalized_weights",
     "personalized_aggregate",
@@ -46,11 +47,26 @@ def _check_masks(masks: Sequence[MaskDict]) -> list[str]:
         if list(m) != keys:
             raise ValueError(f"masks[{c}] must have the layers {keys}, got {list(m)}")
         for k in keys:
+            check_binary(f"masks[{c}][{k!r}]", m[k])
             if tuple(m[k].shape) != tuple(masks[0][k].shape):
                 raise ValueError(
                     f"masks[{c}][{k!r}] must have shape {tuple(masks[0][k].shape)}, got {tuple(m[k].shape)}"
                 )
     return keys
+
+
+def check_binary(name: str, mask: Tensor) -> Tensor:
+    """A layer mask: a bool tensor, or a numeric one holding only 0 and 1 (anything else would be read as
+    "kept" by ``bool()`` and give a wrong distance); returns it."""
+    check_tensor(name, mask)
+    if mask.dtype != torch.bool:
+        bad = (mask != 0) & (mask != 1)
+        if bool(bad.any()):
+            raise ValueError(
+                f"{name} must be a bool mask or hold only 0 and 1, got {int(bad.sum())} other entries "
+                f"(e.g. {mask[bad].reshape(-1)[0].item()!r})"
+            )
+    return mask
 
 
 def consensus_mask(masks: Sequence[MaskDict]) -> dict[str, Tensor]:
@@ -135,6 +151,8 @@ def personalized_weights(d_mask: Tensor | None, d_ctx: Tensor | None) -> Tensor:
     for name, d in (("d_mask", d_mask), ("d_ctx", d_ctx)):
         if d is not None:
             check_tensor(name, d, shape=(c, c), dtype="floating", finite=True)
+            if bool((d < 0).any()):
+                raise ValueError(f"{name} must hold distances ≥ 0, got a minimum of {float(d.min())!r}")
     dn = sum(minmax_normalize(d.to(torch.float64)) for d in ds) / len(ds)
     s = (1 - dn).clamp(0, 1)
     return s / s.sum(1, keepdim=True)
@@ -147,6 +165,12 @@ def _float_keys(states: Sequence[Mapping[str, Tensor]]) -> list[str]:
     for c, st in enumerate(states):
         if list(st) != keys:
             raise ValueError(f"states[{c}] must have the keys of states[0], got {sorted(set(st) ^ set(keys))} apart")
+        for k in keys:
+            if tuple(st[k].shape) != tuple(states[0][k].shape):
+                raise ValueError(
+                    f"states[{c}][{k!r}] must have the shape of states[0][{k!r}], {tuple(states[0][k].shape)}, "
+                    f"got {tuple(st[k].shape)}"
+                )
     return keys
 
 
@@ -158,6 +182,14 @@ def personalized_aggregate(states: Sequence[Mapping[str, Tensor]], weights: Tens
     c = len(states)
     check_tensor("weights", weights, shape=(c, c), dtype="floating", finite=True)
     a = weights.to(torch.float64)
+    if bool((a < 0).any()):
+        raise ValueError(f"weights must be non-negative (A = S / S1, Sec. 4.4), got a minimum of {float(a.min())!r}")
+    rows = a.sum(1)
+    if not torch.allclose(rows, torch.ones_like(rows), rtol=0.0, atol=1e-6):
+        raise ValueError(
+            f"weights must be row-stochastic (every row sums to 1, so that θ_i is a weighted mean), got row sums "
+            f"{[round(float(r), 6) for r in rows]}"
+        )
     out: list[dict[str, Tensor]] = [{} for _ in range(c)]
     for k in keys:
         t0 = states[0][k]
@@ -257,12 +289,17 @@ class DensityBandSelector:
             self.current += 1
         return new
 
+    def _key(self, band: float) -> float | None:
+        """The stored band equal to ``band`` up to float rounding (0.1 + 0.2 finds 0.3), or None."""
+        b = float(check_float("band", band, min=0.0, max=1.0))
+        return next((k for k in self.stored if abs(k - b) <= 1e-9), None)
+
     def has(self, band: float) -> bool:
-        return float(band) in self.stored
+        return self._key(band) is not None
 
     def get(self, band: float) -> StoredMask:
-        key = float(check_float("band", band, min=0.0, max=1.0))
-        if key not in self.stored:
+        key = self._key(band)
+        if key is None:
             raise KeyError(f"band {band} has no stored mask; stored: {sorted(self.stored, reverse=True)}")
         return self.stored[key]
 

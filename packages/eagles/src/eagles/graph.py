@@ -66,8 +66,10 @@ def matmul(x: Tensor, w_t: Tensor) -> Tensor:
 def check_graph(x: Tensor, edge_index: Tensor, edge_attr: Tensor | None = None) -> int:
     """Validate node features and edges; returns the number of nodes."""
     check_tensor("x", x, ndim=2, dtype="floating")
-    if not _is_sparse(x):
-        check_tensor("x", x, finite=True)
+    values = x._values() if x.layout == torch.sparse_coo else x.values() if _is_sparse(x) else x
+    if not bool(torch.isfinite(values).all()):
+        bad = int((~torch.isfinite(values)).sum())
+        raise ValueError(f"x must be finite (no NaN or inf), got {bad} non-finite entries ({x.layout})")
     check_tensor("edge_index", edge_index, ndim=2, dtype="integer")
     n = x.size(0)
     if edge_index.size(0) != 2:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
+from eagles.fl import check_binary
 from icml25_shared.validate import check_choice, check_int
 
 __all__ = ["TRAIN_FACTOR", "payload_bytes", "CommMeter", "FlopsMeter", "gnn_macs", "sparsifier_macs"]
@@ -30,17 +31,22 @@ def payload_bytes(
 ) -> dict[str, int]:
     """Bytes of one state dict, split into ``gnn`` and ``sparsifier`` (keys starting with ``sparsifier.``).
 
-    Tensors named in ``masks`` (layer weight name → bool mask) cost 4·nnz (+ ⌈numel/8⌉ unless ``mask_known``);
-    every other floating tensor 4·numel; integer tensors their own byte size.
+    Tensors named in ``masks`` (layer weight name → bool mask of the weight's shape) cost nnz values
+    (+ ⌈numel/8⌉ bitmask bytes unless ``mask_known``); every other tensor its own ``nbytes`` (float32: 4·numel).
     """
     out = {"gnn": 0, "sparsifier": 0}
     masks = masks or {}
+    unknown = sorted(set(masks) - set(state))
+    if unknown:
+        raise ValueError(f"masks must name tensors of state, got {unknown} which state does not hold")
     for k, t in state.items():
         if k in masks:
-            m = masks[k]
-            b = 4 * int(m.sum()) + (0 if mask_known else math.ceil(m.numel() / 8))
-        elif t.is_floating_point():
-            b = 4 * t.numel()
+            m = check_binary(f"masks[{k!r}]", masks[k])
+            if tuple(m.shape) != tuple(t.shape):
+                raise ValueError(
+                    f"masks[{k!r}] must have the shape of state[{k!r}], {tuple(t.shape)}, got {tuple(m.shape)}"
+                )
+            b = t.element_size() * int(m.count_nonzero()) + (0 if mask_known else math.ceil(m.numel() / 8))
         else:
             b = t.numel() * t.element_size()
         out["sparsifier" if k.startswith("sparsifier.") else "gnn"] += b

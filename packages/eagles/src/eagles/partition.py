@@ -131,7 +131,9 @@ def split_clients(
     data: Data, assignment: np.ndarray | Tensor, seed: int = 0, fractions: tuple[float, float] = (0.6, 0.2)
 ) -> list[Data]:
     """Node-induced client subgraphs from a node → client assignment (values 0..C−1, every client non-empty),
-    with random train/val/test masks (``fractions`` train, val; the rest test), seeded per client."""
+    with random train/val/test masks (``fractions`` train, val; the rest test) over the client's labelled nodes,
+    seeded per client. A label < 0 marks an unlabelled node (as ogbn data sets do): it keeps its edges and
+    features but lies in no mask."""
     n = check_data(data)
     a = torch.as_tensor(np.asarray(assignment), dtype=torch.long)
     if a.shape != (n,):
@@ -146,10 +148,11 @@ def split_clients(
     for i in range(c):
         nodes = torch.nonzero(a == i).view(-1)
         ei, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=n)
-        k = nodes.numel()
-        perm = torch.from_numpy(np.random.default_rng([seed, i]).permutation(k))
+        labelled = torch.nonzero(data.y[nodes] >= 0).view(-1)  # every node, in order, when all are labelled
+        k = labelled.numel()
+        perm = labelled[torch.from_numpy(np.random.default_rng([seed, i]).permutation(k))]
         n_tr, n_va = round(fractions[0] * k), round(fractions[1] * k)
-        masks = [torch.zeros(k, dtype=torch.bool) for _ in range(3)]
+        masks = [torch.zeros(nodes.numel(), dtype=torch.bool) for _ in range(3)]
         masks[0][perm[:n_tr]] = True
         masks[1][perm[n_tr : n_tr + n_va]] = True
         masks[2][perm[n_tr + n_va :]] = True
