@@ -7,7 +7,7 @@ from torch import nn
 
 from bslora.config import BSLoRAConfig
 
-__all__ = ["MODES", "tiny_llama_config", "tiny_llama", "bs_config", "randomize", "ToyDecoder"]
+__all__ = ["MODES", "tiny_llama_config", "tiny_llama", "tied_llama", "bs_config", "randomize", "ToyDecoder", "train"]
 
 MODES = {
     "slice": {},
@@ -37,6 +37,19 @@ def tiny_llama(seed: int = 0, dtype=torch.float32, **kw):
 
     torch.manual_seed(seed)
     return LlamaForCausalLM(tiny_llama_config(**kw)).to(dtype).eval()
+
+
+def tied_llama(seed: int = 0):
+    """The README's quick-start shape in miniature: a Llama whose lm_head shares the embedding's tensor."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                      tie_word_embeddings=True)  # fmt: skip
+    model = LlamaForCausalLM(cfg).eval()
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    return model
 
 
 def bs_config(mode: str, **kw) -> BSLoRAConfig:
@@ -93,3 +106,18 @@ def assert_mixed_equals_rows_alone(m, ids, rows, tol: float = 1e-5) -> None:
                 m.set_adapter(name)
                 alone = m(input_ids=ids[i : i + 1]).logits
             torch.testing.assert_close(mixed[i : i + 1], alone, rtol=tol, atol=tol)
+
+
+def train(m, tmp, max_steps: int, *, save_steps: int | None = None, resume: str | None = None):
+    """A ``transformers.Trainer`` run of ``m`` (in place) on 8 fixed rows, batch 2, seed 3."""
+    from transformers import Trainer, TrainingArguments
+
+    ids = torch.randint(0, 64, (8, 7), generator=torch.Generator().manual_seed(0))
+    data = [{"input_ids": ids[i], "labels": ids[i]} for i in range(len(ids))]
+    args = TrainingArguments(
+        output_dir=str(tmp), per_device_train_batch_size=2, max_steps=max_steps, learning_rate=1e-2,
+        report_to=[], use_cpu=True, logging_strategy="no", disable_tqdm=True, seed=3,
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+    )  # fmt: skip
+    Trainer(model=m, args=args, train_dataset=data).train(resume_from_checkpoint=resume)
+    return m

@@ -58,14 +58,60 @@ def test_get_peft_model_equals_get_bslora_model(mode):
     assert not plugin.is_registered()
 
 
-def test_unsupported_peft_checkpoint_path_raises_clearly(tmp_path):
+def test_peft_save_pretrained_from_pretrained_add_set_and_load_adapter(tmp_path):
+    """peft's own adapter management on a BSLoRA PeftModel: save_pretrained (adapter tensors only, each shared
+    tensor once), PeftModel.from_pretrained, add_adapter, set_adapter (inference_mode freezes) and load_adapter."""
     with plugin.registered():
         pm = peft.get_peft_model(tiny_llama(), _peft_cfg("slice"))
-        with pytest.raises(NotImplementedError, match="export_to_lora"):
-            pm.save_pretrained(str(tmp_path))
-        # our own checkpoint format works from the peft wrapper
-        pm.base_model.save_pretrained(tmp_path / "ours")
-        assert (tmp_path / "ours" / "adapter_model.safetensors").is_file()
+        randomize(pm)
+        pm.eval()
+        ref = pm(input_ids=IDS).logits
+        pm.save_pretrained(str(tmp_path))
+        from safetensors.torch import load_file
+
+        saved = load_file(str(tmp_path / "adapter_model.safetensors"))
+        ours = pm.base_model.adapter_state_dict()
+        assert len(saved) == len(ours) and sum(v.numel() for v in saved.values()) == sum(
+            v.numel() for v in ours.values()
+        )
+        assert not any(".default." in k for k in saved)  # peft's layout: the adapter name is not stored
+        again = peft.PeftModel.from_pretrained(tiny_llama(), str(tmp_path)).eval()
+        assert torch.equal(again(input_ids=IDS).logits, ref)
+        pm.add_adapter("other", _peft_cfg("kron"))
+        assert pm.active_adapter == "default" and "other" in pm.base_model.peft_config
+        pm.set_adapter("other")
+        assert pm.base_model.active_adapter == "other"
+        assert pm.base_model.bslora_shared["other"]["inter"].B.requires_grad
+        pm.set_adapter("other", inference_mode=True)
+        assert not pm.base_model.bslora_shared["other"]["inter"].B.requires_grad
+        pm.load_adapter(str(tmp_path), "loaded")
+        pm.set_adapter("loaded")
+        assert torch.equal(pm(input_ids=IDS).logits, ref)
+        with pytest.raises(ValueError, match="already exists"):
+            pm.add_adapter("other", _peft_cfg("slice"))
+
+
+def test_trainer_through_peft_saves_resumes_and_loads(tmp_path):
+    """``transformers.Trainer`` on the peft-wrapped model: checkpoints are peft adapter folders; resuming from one
+    gives the uninterrupted run's adapters; ``PeftModel.from_pretrained`` serves the final one."""
+    pytest.importorskip("accelerate")
+    from bslora_testing import tied_llama, train
+
+    def fresh():
+        base = tied_llama()
+        torch.manual_seed(100)
+        return peft.get_peft_model(base, _peft_cfg("slice"))
+
+    with plugin.registered():
+        whole = train(fresh(), tmp_path / "run", 2, save_steps=1)
+        assert (tmp_path / "run" / "checkpoint-1" / "adapter_model.safetensors").is_file()
+        resumed = train(fresh(), tmp_path / "again", 2, save_steps=1, resume=str(tmp_path / "run" / "checkpoint-1"))
+        ref, got = whole.base_model.adapter_state_dict(), resumed.base_model.adapter_state_dict()
+        for k in ref:
+            torch.testing.assert_close(got[k], ref[k], rtol=0, atol=1e-6, msg=k)
+        loaded = peft.PeftModel.from_pretrained(tied_llama(), str(tmp_path / "run" / "checkpoint-2")).eval()
+        whole.eval()
+        torch.testing.assert_close(loaded(input_ids=IDS).logits, whole(input_ids=IDS).logits, rtol=0, atol=1e-6)
 
 
 def test_register_is_idempotent_and_refuses_a_foreign_entry():

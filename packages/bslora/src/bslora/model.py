@@ -18,12 +18,32 @@ from bslora.config import BSLoRAConfig
 from bslora.layer import BASE_ADAPTER, BSLoRALinear, InterShare, IntraShare, MixedBatch, SharedPair
 from icml25_shared.validate import ArgumentTypeError, check_bool, check_choice
 
-__all__ = ["BSLoRAModel", "get_bslora_model", "find_targets", "check_kron_shapes", "CONFIG_NAME", "WEIGHTS_NAME"]
+__all__ = [
+    "BSLoRAModel",
+    "get_bslora_model",
+    "find_targets",
+    "check_kron_shapes",
+    "CONFIG_NAME",
+    "WEIGHTS_NAME",
+    "STATE_CONFIG_PREFIX",
+    "TRAINER_WEIGHTS_NAME",
+]
 
 logger = logging.getLogger(__name__)
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
+TRAINER_WEIGHTS_NAME = "model.safetensors"  # what transformers.Trainer writes for a model that is not a PreTrainedModel
+STATE_CONFIG_PREFIX = "bslora_config."  # state_dict() entry holding an adapter's config (JSON bytes, uint8)
+_ADAPTER_STORES = ("lora_A", "lora_B", "intra_adapt", "inter_adapt")
+
+
+def _config_tensor(config: BSLoRAConfig) -> torch.Tensor:
+    return torch.tensor(list(json.dumps(config.to_dict(), sort_keys=True).encode("utf-8")), dtype=torch.uint8)
+
+
+def _config_from_tensor(t: torch.Tensor) -> BSLoRAConfig:
+    return BSLoRAConfig.from_dict(json.loads(bytes(t.to(torch.uint8).tolist()).decode("utf-8")))
 
 
 def _conv1d_type() -> type | None:
@@ -137,6 +157,9 @@ class BSLoRAModel(nn.Module):
         self.peft_config: dict[str, BSLoRAConfig] = {}
         self.active_adapter: str = adapter_name
         self._layer_list: list[BSLoRALinear] | None = None  # the wrapped modules, found once (see _layers)
+        self._load_prefix = ""
+        self.register_load_state_dict_pre_hook(BSLoRAModel._load_pre_hook)
+        self.register_load_state_dict_post_hook(BSLoRAModel._load_post_hook)
         for p in model.parameters():
             p.requires_grad_(False)
         self.add_adapter(adapter_name, config, autocast_adapter_dtype=autocast_adapter_dtype)
@@ -484,14 +507,85 @@ class BSLoRAModel(nn.Module):
                 kept += [v[2] for v in layer._mixed._kept.values()]
         return {"adapters": per, "adapters_total": sum(per.values()), "base": base, "caches": nbytes(kept)}
 
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
-        """``base_model.generate`` with the active adapter."""
-        try:
+    def generate(self, *args: Any, adapter_names: list[str] | None = None, **kwargs: Any) -> Any:
+        """``base_model.generate`` with the active adapter, or with ``adapter_names`` (one per prompt row,
+        ``"__base__"`` = no adapter): every row decodes with its own adapter in one batched generation, as peft's
+        ``generate(adapter_names=...)`` does. With ``num_beams > 1`` (or ``num_return_sequences > 1`` when
+        sampling) each row's name is repeated for its beams / sequences, as transformers expands the prompts."""
+        if adapter_names is None:
+            try:
+                return self.base_model.generate(*args, **kwargs)
+            finally:
+                self.clear_caches()
+        if isinstance(adapter_names, str) or not isinstance(adapter_names, (list, tuple)):
+            raise ArgumentTypeError(
+                f"adapter_names must be a list of adapter names (one per prompt row), got {adapter_names!r}"
+            )
+        batch = self._batch_size(args, kwargs)
+        if batch is not None and batch != len(adapter_names):
+            raise ValueError(f"adapter_names has {len(adapter_names)} entries, expected the batch size {batch}")
+        beams = int(kwargs.get("num_beams") or getattr(getattr(self.base_model, "generation_config", None),
+                                                        "num_beams", 1) or 1)  # fmt: skip
+        seqs = int(kwargs.get("num_return_sequences") or 1)
+        repeat = beams if beams > 1 else seqs
+        rows = [n for n in adapter_names for _ in range(repeat)]
+        with self._mixed_batch(rows, None):
             return self.base_model.generate(*args, **kwargs)
-        finally:
-            self.clear_caches()
 
     # ------------------------------------------------------------------ save / load
+    def _adapter_keys(self) -> set[str]:
+        """``state_dict`` keys (relative to this module) of every adapter's tensors."""
+        keys = {f"bslora_shared.{k}" for k in self.bslora_shared.state_dict()}
+        for mod_name, layer in self.bslora_layers():
+            for store in _ADAPTER_STORES:
+                keys |= {f"base_model.{mod_name}.{store}.{k}" for k in getattr(layer, store).state_dict()}
+        return keys
+
+    def state_dict(self, *args: Any, destination: Any = None, prefix: str = "", keep_vars: bool = False) -> Any:
+        """The adapters only, as a peft checkpoint holds them: every adapter's tensors under their module keys
+        (``base_model.<module>.lora_A.<adapter>.weight``, ``bslora_shared.<adapter>.inter.A``...) plus one
+        ``bslora_config.<adapter>`` entry per adapter (its config as JSON bytes), and none of the frozen base
+        model's tensors (they come from the base model; ``base_model.state_dict()`` has everything).
+
+        This is what ``transformers.Trainer`` saves into ``checkpoint-N/model.safetensors`` and loads back on
+        ``resume_from_checkpoint``, and :meth:`from_pretrained` reads such a checkpoint. A tied-embedding base no
+        longer reaches safetensors' shared-memory check, and a checkpoint is the size of the adapters.
+        :meth:`load_state_dict` accepts this dict (missing base keys are expected) as well as a full one."""
+        out = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        keep = {prefix + k for k in self._adapter_keys()}
+        for k in [k for k in out if k.startswith(prefix) and k not in keep]:
+            del out[k]
+        for name, cfg in self.peft_config.items():
+            out[f"{prefix}{STATE_CONFIG_PREFIX}{name}"] = _config_tensor(cfg)
+        return out
+
+    @staticmethod
+    def _load_pre_hook(module: BSLoRAModel, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Consume the ``bslora_config.<adapter>`` entries: each must name a loaded adapter with the same config."""
+        error_msgs = args[-1]
+        module._load_prefix = prefix
+        for key in [k for k in state_dict if k.startswith(prefix + STATE_CONFIG_PREFIX)]:
+            name = key[len(prefix + STATE_CONFIG_PREFIX) :]
+            cfg = _config_from_tensor(state_dict.pop(key))
+            if name not in module.peft_config:
+                error_msgs.append(
+                    f"state dict holds BSLoRA adapter {name!r}, which this model does not have (loaded adapters: "
+                    f"{list(module.peft_config)}); add it first, or use BSLoRAModel.from_pretrained on the checkpoint"
+                )
+            elif cfg.to_dict() != module.peft_config[name].to_dict():
+                error_msgs.append(
+                    f"adapter {name!r}: the state dict's config {cfg.to_dict()} differs from the model's "
+                    f"{module.peft_config[name].to_dict()}"
+                )
+
+    @staticmethod
+    def _load_post_hook(module: BSLoRAModel, incompatible: Any) -> None:
+        """Base-model keys absent from the dict are expected (:meth:`state_dict` holds the adapters only)."""
+        adapter = {module._load_prefix + k for k in module._adapter_keys()}
+        prefix = module._load_prefix
+        missing = incompatible.missing_keys
+        missing[:] = [k for k in missing if not k.startswith(prefix) or k in adapter]
+
     def adapter_state_dict(self, adapter_name: str | None = None) -> dict[str, torch.Tensor]:
         """Every tensor of one adapter, each shared tensor once. Keys: ``<module>.lora_A.weight``,
         ``<module>.lora_B.weight``, ``<module>.{intra,inter}.<a|b|u_in|...>``, ``bslora_shared.intra.<l>.<A|B>``,
@@ -576,17 +670,57 @@ class BSLoRAModel(nn.Module):
     def from_pretrained(
         cls, model: nn.Module, save_directory: str | Path, adapter_name: str = "default", *, is_trainable: bool = False
     ) -> BSLoRAModel:
-        """Wrap ``model`` with the adapter saved in ``save_directory``."""
-        d = Path(save_directory)
-        if not (d / CONFIG_NAME).is_file():
-            raise FileNotFoundError(f"{d / CONFIG_NAME} does not exist; expected a folder written by save_pretrained")
-        cfg = BSLoRAConfig.from_dict(json.loads((d / CONFIG_NAME).read_text(encoding="utf-8")))
+        """Wrap ``model`` with the adapter saved in ``save_directory``: a folder written by :meth:`save_pretrained`
+        (``adapter_config.json`` + ``adapter_model.safetensors``) or a ``transformers.Trainer`` checkpoint
+        (``checkpoint-N/model.safetensors``, written from :meth:`state_dict`: every adapter it holds is restored
+        under its saved name and ``adapter_name`` is made active; with a single adapter that adapter is active)."""
         from safetensors.torch import load_file
 
+        d = Path(save_directory)
+        if not (d / CONFIG_NAME).is_file():
+            if (d / TRAINER_WEIGHTS_NAME).is_file():
+                return cls._from_trainer_checkpoint(model, d, adapter_name, is_trainable)
+            raise FileNotFoundError(
+                f"{d / CONFIG_NAME} does not exist; expected a folder written by save_pretrained or a "
+                f"transformers.Trainer checkpoint holding {TRAINER_WEIGHTS_NAME}"
+            )
+        cfg = BSLoRAConfig.from_dict(json.loads((d / CONFIG_NAME).read_text(encoding="utf-8")))
         out = cls(model, cfg, adapter_name)
         out.load_adapter_state_dict(load_file(str(d / WEIGHTS_NAME)), adapter_name)
         if not is_trainable:
             out._freeze(adapter_name)
+        return out
+
+    @classmethod
+    def _from_trainer_checkpoint(cls, model: nn.Module, d: Path, adapter_name: str, is_trainable: bool) -> BSLoRAModel:
+        from safetensors.torch import load_file
+
+        sd = load_file(str(d / TRAINER_WEIGHTS_NAME))
+        configs = {k[len(STATE_CONFIG_PREFIX) :]: _config_from_tensor(v) for k, v in sd.items()
+                   if k.startswith(STATE_CONFIG_PREFIX)}  # fmt: skip
+        if not configs:
+            raise ValueError(
+                f"{d / TRAINER_WEIGHTS_NAME} holds no BSLoRA adapter (no {STATE_CONFIG_PREFIX}<name> entry); "
+                "expected a checkpoint that transformers.Trainer wrote for a BSLoRAModel"
+            )
+        names = list(configs)
+        active = adapter_name if adapter_name in configs else names[0] if len(names) == 1 else None
+        if active is None:
+            raise ValueError(f"adapter_name={adapter_name!r} is not in the checkpoint, which holds {names}")
+        out = cls(model, configs[active], active)
+        for name in names:
+            if name != active:
+                out.add_adapter(name, configs[name])
+        out.set_adapter(active)
+        result = out.load_state_dict(sd, strict=False)
+        if result.missing_keys or result.unexpected_keys:
+            raise ValueError(
+                f"{d / TRAINER_WEIGHTS_NAME}: missing keys {result.missing_keys[:5]}, unexpected keys "
+                f"{result.unexpected_keys[:5]}"
+            )
+        for name in names:
+            if not is_trainable or name != active:
+                out._freeze(name)
         return out
 
 

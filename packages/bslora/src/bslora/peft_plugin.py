@@ -11,14 +11,14 @@ without touching their private tables. peft's registries (``PEFT_TYPE_TO_CONFIG_
 enum, so the plain string ``"BSLORA"`` is a valid key there. :func:`register` writes those three entries, exactly
 what ``register_peft_method`` would write, without altering the enum.
 
-What works through peft: ``get_peft_model``, forward (also ``adapter_names=[...]`` mixed batches), training,
-``print_trainable_parameters``, ``merge_and_unload`` and every ``BSLoRAModel`` method via
-``peft_model.base_model`` (``peft_model.base_model.disable_adapter()`` included). What does not: peft's own
-``PeftModel.save_pretrained`` / ``from_pretrained`` (its checkpoint code branches on ``PeftType`` members; they
-raise ``NotImplementedError``), ``PeftModel.disable_adapter()`` and ``get_model_status()`` (they need peft's
-``BaseTuner``). Save with
-``peft_model.base_model.save_pretrained(dir)`` (shared tensors once) or export to plain LoRA with
-:func:`bslora.export_to_lora`, which peft's ``LoraModel`` loads natively.
+What works through peft: ``get_peft_model``, forward (also ``adapter_names=[...]`` mixed batches, and
+``generate(adapter_names=...)``), training, ``print_trainable_parameters``, ``merge_and_unload``,
+``PeftModel.save_pretrained`` / ``PeftModel.from_pretrained`` / ``load_adapter`` (peft's layout: the adapter's
+tensors, each shared tensor once, the adapter name dropped from the keys), ``add_adapter`` and ``set_adapter``
+(``inference_mode=True`` freezes), ``transformers.Trainer`` checkpoints and ``resume_from_checkpoint`` (through
+those), and every ``BSLoRAModel`` method via ``peft_model.base_model`` (``peft_model.base_model.disable_adapter()``
+included). What does not: ``PeftModel.disable_adapter()`` and ``get_model_status()`` (they need peft's
+``BaseTuner``). :func:`bslora.export_to_lora` gives a plain LoRA that peft's ``LoraModel`` loads natively.
 """
 
 from __future__ import annotations
@@ -88,14 +88,74 @@ class BSLoRAPeftTuner(BSLoRAModel):
         # peft's PeftModelForCausalLM passes inputs_embeds=None, output_attentions=None...: drop the Nones
         return super().forward(*args, **{k: v for k, v in kwargs.items() if v is not None})
 
-    @classmethod
-    def _get_adapter_state_dict(cls, *args: Any, **kwargs: Any) -> dict:
-        raise NotImplementedError(
-            "peft's PeftModel.save_pretrained does not support BSLoRA (its checkpoint code branches on PeftType "
-            "members); use peft_model.base_model.save_pretrained(dir) or bslora.export_to_lora"
-        )
+    # ------------------------------------------------------------------ peft's adapter management
+    def set_adapter(self, adapter_name: str, inference_mode: bool = False) -> None:
+        """``PeftModel.set_adapter(name, inference_mode=...)`` lands here: activate ``adapter_name`` (frozen when
+        ``inference_mode``)."""
+        super().set_adapter(adapter_name)
+        if inference_mode:
+            self._freeze(adapter_name)
 
-    _remap_adapter_state_dict_for_load = _get_adapter_state_dict
+    def inject_adapter(self, model: nn.Module, adapter_name: str, **_: Any) -> None:
+        """``PeftModel.add_adapter`` / ``load_adapter`` land here, with the config already stored under
+        ``adapter_name``: inject it (not activated), as :meth:`BSLoRAModel.add_adapter` does."""
+        if model is not self.base_model:
+            raise ValueError("BSLoRAPeftTuner.inject_adapter injects into its own base model only")
+        cfg = self.peft_config.pop(adapter_name)
+        if not isinstance(cfg, BSLoRAConfig):
+            raise TypeError(f"adapter {adapter_name!r}: BSLoRA cannot mix with {type(cfg).__name__} adapters")
+        active = self.active_adapter
+        try:
+            self.add_adapter(adapter_name, cfg)
+        except Exception:
+            self.peft_config[adapter_name] = cfg  # peft removes it again on failure
+            raise
+        self.set_adapter(active)
+
+    def set_requires_grad(self, adapter_names: str | list[str], requires_grad: bool = True) -> None:
+        """``PeftModel.set_requires_grad`` (used by ``load_adapter(is_trainable=True)``)."""
+        names = [adapter_names] if isinstance(adapter_names, str) else list(adapter_names)
+        self._check_names(names)
+        for name in names:
+            for _, layer in self.bslora_layers():
+                for store in (layer.lora_A, layer.lora_B, layer.intra_adapt, layer.inter_adapt):
+                    if name in store:
+                        store[name].requires_grad_(requires_grad)
+            self.bslora_shared[name].requires_grad_(requires_grad)
+
+    # ------------------------------------------------------------------ peft's checkpoint hooks
+    @classmethod
+    def _remove_adapter_name_from_key(cls, key: str, adapter_name: str) -> str:
+        """``...q_proj.lora_A.default.weight`` -> ``...q_proj.lora_A.weight``, ``bslora_shared.default.inter.A`` ->
+        ``bslora_shared.inter.A`` (the name follows an adapter store, not only at peft's usual places)."""
+        parts = key.split(".")
+        for i in range(1, len(parts)):
+            if parts[i] == adapter_name and parts[i - 1] in _STORES:
+                return ".".join(parts[:i] + parts[i + 1 :])
+        return key
+
+    @classmethod
+    def _adapter_keys_of(cls, keys: Any, adapter_name: str) -> list[str]:
+        return [k for k in keys if cls._remove_adapter_name_from_key(k, adapter_name) != k]
+
+    @classmethod
+    def _get_adapter_state_dict(
+        cls, model: nn.Module, config: Any, adapter_name: str, state_dict: dict, unwanted_adapter_names: Any
+    ) -> dict:
+        """peft's ``get_peft_model_state_dict`` (``PeftModel.save_pretrained``, ``Trainer`` checkpoints): the
+        adapter's tensors, each shared tensor once; peft then drops the adapter name from the keys."""
+        return {k: state_dict[k] for k in cls._adapter_keys_of(state_dict, adapter_name)}
+
+    @classmethod
+    def _remap_adapter_state_dict_for_load(cls, model: nn.Module, config: Any, adapter_name: str, state_dict: dict):
+        """peft's ``set_peft_model_state_dict`` (``PeftModel.from_pretrained`` / ``load_adapter``): checkpoint keys
+        back to the model's keys for ``adapter_name``."""
+        to_model = {cls._remove_adapter_name_from_key(k, adapter_name): k
+                    for k in cls._adapter_keys_of(model.state_dict(), adapter_name)}  # fmt: skip
+        return {to_model.get(k, k): v for k, v in state_dict.items()}
+
+
+_STORES = ("bslora_shared", "lora_A", "lora_B", "intra_adapt", "inter_adapt")
 
 
 def _mappings() -> tuple[dict, dict, dict]:
