@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from icml25_shared.validate import check_choice
 from proofaug.backends.base import BackendError, ProverBackend, StatementError, normalize_goals
+from proofaug.backends.kernel import screen_body
 from proofaug.config import Problem, ProofAugConfig
 from proofaug.dialects import Dialect, dialect_for, focused_goals
 from proofaug.structure import ProofScript, Sentence, innermost, split_sentences
@@ -133,6 +134,7 @@ class ProofAug:
         self.memo_lookups = 0
         self._calls0 = 0
         self._proposer_calls = 0
+        self._why = ""
 
     # ------------------------------------------------------------------------------------------------ public
     def augment(self, problem: Problem, proposal: str) -> ProofAugResult:
@@ -163,16 +165,22 @@ class ProofAug:
         t0 = time.perf_counter()
         self._calls0 = self.backend.calls
         self._proposer_calls = 0
+        self._why = ""
         script = _parse(proposal, problem.language)
         tried: list[str] = []
         used: list[int] = []
+        if problem.language == "coq":
+            why = screen_body(script.body, final=False)
+            if why is not None:  # never sent to the prover: it could edit the prover's environment
+                return self._result(False, script.render(), "failed", tried, used, False, t0, f"rejected: {why}")
         try:
             if method == "plain" or (method == "proofaug" and not self.config.use_sorry):
                 # plain checking: the REPL pass first (cheap), the final check decides
                 text = script.render()
                 semi = self._mcsp(problem, script, "plain")
                 if semi is None or semi.holes or not script.ended:
-                    return self._result(False, text, "failed", tried, used, False, t0)
+                    why = self._why or ("the proof needs holes" if semi is not None else "")
+                    return self._result(False, text, "failed", tried, used, False, t0, why)
                 return self._final(problem, text, "init_proof", tried, used, False, t0)
             if method == "theorem_ladder":
                 script = replace(script, body=[], dropped="")
@@ -181,11 +189,12 @@ class ProofAug:
                 mode = {"proofaug": "mcsp", "dsp_holes": "holes", "first_error": "truncate"}[method]
                 semi = self._mcsp(problem, script, mode)
             if semi is None:
-                return self._result(False, script.render(), "failed", tried, used, False, t0)
+                why = f"abandoned: {self._why}" if self._why else "abandoned"
+                return self._result(False, script.render(), "failed", tried, used, False, t0, why)
             coarse_ok = method in ("proofaug", "theorem_ladder")
             filled = self._fill(problem, semi, coarse_ok, tried, used, dialect_for(problem.language))
             if filled is None:
-                return self._result(False, semi.text, "failed", tried, used, semi.has_timeout, t0)
+                return self._result(False, semi.text, "failed", tried, used, semi.has_timeout, t0, self._why)
             semi, stage = filled
             if stage == "init_atp" and not semi.modified and not used:
                 stage = "init_proof"
@@ -293,6 +302,7 @@ class ProofAug:
             msg = res.message if res is not None else "unterminated sentence"
             has_timeout |= bool(res is not None and res.timed_out)
             if mode in ("plain", "holes"):
+                self._why = f"{s.code[:60]!r}: {msg[:200]}"
                 return None
             modified = True
             if mode == "truncate":
@@ -333,6 +343,7 @@ class ProofAug:
                     i += 1
                     continue
             log.debug("R5: %r failed with %s", s.code, msg)
+            self._why = f"{s.code[:60]!r}: {msg[:200]}"
             return None
         while expect:  # Lean: blocks left open by truncation
             if not close_block(d.insert_indent(body, None)):
@@ -349,6 +360,7 @@ class ProofAug:
                 msg = r.message if d.unclosed(r.message) else ""
             indent = d.insert_indent(body, None)
             if mode in ("plain", "holes") or not msg or close_one(indent) != "inserted":
+                self._why = f"the proof cannot be ended: {(r.message if d.end is not None else msg)[:200]}"
                 return None
             modified = True
         else:
@@ -407,6 +419,7 @@ class ProofAug:
                     coarsened |= ci > 0
                     break
             else:
+                self._why = f"no ladder tactic and no coarser cut fills the hole at {semi.body[hole].code[:60]!r}"
                 return None
         return semi, ("coarse_atp" if coarsened else "erp" if erp_used else "init_atp")
 
@@ -477,7 +490,7 @@ class ProofAug:
     def _erp(self, problem: Problem, semi: SemiProof, cut: Cut) -> SemiProof | None:
         """Sec. 3.3: one model query for a hole the ladder cannot fill; accepted only if the completion closes
         the goal exactly as the hole did (goal list equal to the one after ``admit``)."""
-        from proofaug.proposers import erp_prompt
+        from proofaug.proposers import check_proposals, erp_prompt
 
         assert self.proposer is not None
         state = semi.states[cut.start]
@@ -488,7 +501,7 @@ class ProofAug:
         prefix = "".join(s.text for s in semi.body[: cut.start])
         prompt = erp_prompt(problem, semi.script.head + prefix, semi.goals[cut.start])
         self._proposer_calls += 1
-        completions = self.proposer(prompt, 1)
+        completions = check_proposals(self.proposer(prompt, 1), 1, "proposer (ERP)")
         if not completions:
             return None
 

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from proofaug.augment import ProofAugResult
-from proofaug.backends.coq import HAMMER_PRELUDE, CoqBackend, final_prefilter
-from proofaug.backends.coq import _assumptions as _assumption_names
+from proofaug.backends.coq import CoqBackend
 from proofaug.config import COQ_LADDER, COQ_QUICK_LADDER, ProofAugConfig
 from proofaug.pool import Job, ProverPool, pass_at_k
 from proofaug.suite import KINDS, SuiteItem
@@ -121,46 +120,99 @@ def run_suite(
 
 
 def independent_check(
-    run: SuiteRun, coqc: str = "coqc", timeout: float = 600.0, *, hammer: bool = False
+    run: SuiteRun,
+    coqc: str = "coqc",
+    timeout: float = 600.0,
+    *,
+    hammer: bool = False,
+    coqchk: str = "coqchk",
+    allowed_axioms: tuple[str, ...] = (),
 ) -> tuple[int, int]:
-    """Re-check every distinct successful proof with a fresh ``coqc`` and ``Print Assumptions``; returns (false
+    """Re-check every distinct successful proof with fresh ``coqc`` and ``coqchk`` processes; returns (false
     positives, proofs checked).
 
-    One file per header holds every proof (theorems renamed ``pa_check_i``) and ``Print Assumptions`` of their
-    tuple: the union of their assumptions, one traversal of the shared library closure instead of one per proof.
-    Any failure or local axiom falls back to one fresh ``coqc`` per proof to count the culprits. ``hammer``: the
-    proofs may use CoqHammer's tactics (its import follows the header).
+    Independent of the backend's final check (no code shared beyond writing the file; no screen of the text):
+    per header, one file holds every proof (theorems renamed ``pa_proof_i``); a second file compiled after it
+    loads that library, restates each problem's statement as ``pa_goal_i`` and proves it by ``exact`` of
+    ``pa_proof_i`` after reverting the statement's binders (so the proved constant must have the statement's type,
+    up to conversion), then prints the assumptions of all the goals. ``coqchk -o`` re-checks both compiled files in
+    the kernel checker: no axiom of ours, nothing relying on type-in-type, unsafe (co)fixpoints or assumed
+    positivity; the printed assumptions must lie in ``allowed_axioms`` (default none). A failing batch is re-run
+    one proof at a time to count the culprits. ``hammer``: CoqHammer's import follows the header.
     """
     todo: dict[tuple[str, str, str], Any] = {}
     for res in run.results.values():
         for item, r in zip(run.items, res, strict=True):
             if r.success:
                 todo.setdefault((item.problem.header, item.problem.statement, r.proof), item.problem)
-    bad = 0
     by_header: dict[str, list] = defaultdict(list)
     for (header, _, proof), problem in todo.items():
-        if final_prefilter(proof) is not None:
-            bad += 1
-        else:
-            by_header[header].append((problem, proof))
+        by_header[header].append((problem, proof))
+    bad = 0
     for header, group in by_header.items():
-        parts = [header + (f"\n{HAMMER_PRELUDE}" if hammer else "")]
-        for i, (problem, proof) in enumerate(group):
-            stmt = re.sub(rf"\b{re.escape(problem.name)}\b", f"pa_check_{i}", problem.statement, count=1)
-            parts.append(f"\n{stmt}\n{proof}")
-        names = ", ".join(f"pa_check_{i}" for i in range(len(group)))
-        parts.append(f"\nDefinition pa_all := ({names}{', I' if len(group) == 1 else ''}).\nPrint Assumptions pa_all.")
-        with tempfile.TemporaryDirectory(prefix="proofaug_recheck_") as tmp:
-            path = Path(tmp, "Recheck.v")
-            path.write_text("\n".join(parts) + "\n")
-            proc = subprocess.run([coqc, "-q", str(path)], capture_output=True, text=True, timeout=timeout, cwd=tmp)
-        allowed = set(re.findall(r"(?:Axiom|Parameter|Conjecture|Hypothesis|Variable)s?\s+([A-Za-z_][\w']*)", header))
-        local = [a for a in _assumption_names(proc.stdout) if "." not in a and a not in allowed]
-        if proc.returncode == 0 and not local:
+        prelude = header + ("\nFrom Hammer Require Import Hammer Tactics." if hammer else "")
+        if _recheck(prelude, group, coqc, coqchk, timeout, set(allowed_axioms)):
             continue
-        with CoqBackend(coqc=coqc, hammer=hammer) as fresh:
-            bad += sum(not fresh.check(problem, proof).ok for problem, proof in group)
+        bad += sum(not _recheck(prelude, [one], coqc, coqchk, timeout, set(allowed_axioms)) for one in group)
     return bad, len(todo)
+
+
+_RECHECK_SUB, _RECHECK_GOAL = "RecheckSubmission", "RecheckGoals"
+
+
+def _recheck(prelude: str, group: list, coqc: str, coqchk: str, timeout: float, allowed: set[str]) -> bool:
+    """One batch of :func:`independent_check`: True when every proof of ``group`` passes."""
+    sub, goals = [prelude], [prelude, f"Require {_RECHECK_SUB}."]
+    for i, (problem, proof) in enumerate(group):
+        name = re.escape(problem.name)
+        sub.append(re.sub(rf"\b{name}\b", f"pa_proof_{i}", problem.statement, count=1) + "\n" + proof)
+        goals.append(
+            re.sub(rf"\b{name}\b", f"pa_goal_{i}", problem.statement, count=1)
+            + "\nProof. repeat match goal with H : _ |- _ => revert H end. "
+            + f"exact {_RECHECK_SUB}.pa_proof_{i}. Qed."
+        )
+    names = ", ".join(f"pa_goal_{i}" for i in range(len(group)))
+    goals.append(f"Definition pa_all := ({names}, I).\nPrint Assumptions pa_all.")
+    with tempfile.TemporaryDirectory(prefix="proofaug_recheck_") as tmp:
+        Path(tmp, f"{_RECHECK_SUB}.v").write_text("\n\n".join(sub) + "\n")
+        Path(tmp, f"{_RECHECK_GOAL}.v").write_text("\n\n".join(goals) + "\n")
+        try:
+            for f in (_RECHECK_SUB, _RECHECK_GOAL):
+                p = subprocess.run(
+                    [coqc, "-q", "-R", ".", "", f"{f}.v"], capture_output=True, text=True, timeout=timeout, cwd=tmp
+                )
+                if p.returncode != 0:
+                    return False
+            printed = p.stdout.strip()
+            k = subprocess.run(
+                [coqchk, "-silent", "-o", "-R", ".", "", "-norec", _RECHECK_SUB, "-norec", _RECHECK_GOAL],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                cwd=tmp,
+            )
+        except subprocess.TimeoutExpired:
+            return False
+    if k.returncode != 0 or "CONTEXT SUMMARY" not in k.stdout + k.stderr:
+        return False
+    summary = (k.stdout + k.stderr).split("CONTEXT SUMMARY", 1)[1]
+    section = ""
+    for line in summary.splitlines():
+        if line.startswith("* "):
+            section = line
+            rest = line.split(":", 1)[1].strip()
+            if not section.startswith(("* Theory", "* Axioms")) and rest not in ("", "<none>"):
+                return False
+        elif line.strip() and section:
+            entry = line.strip()
+            if not section.startswith(("* Theory", "* Axioms")) or entry.startswith((_RECHECK_SUB, _RECHECK_GOAL)):
+                return False
+    if printed == "Closed under the global context":
+        return True
+    if "assumed" in printed or not printed.startswith("Axioms:"):
+        return False
+    listed = [ln.split(" :")[0].strip() for ln in printed.splitlines()[1:] if ln and not ln[0].isspace()]
+    return all(a in allowed for a in listed)
 
 
 def plot_rates(run: SuiteRun, out_dir: Path, name: str = "pass_rates") -> Path:

@@ -208,7 +208,7 @@ def prove(
 
     ``log`` (JSONL) records each attempt; a rerun with the same log resumes after the attempts already made.
     """
-    from proofaug.proposers import prompt_for
+    from proofaug.proposers import check_proposals, prompt_for
 
     budget = check_int("budget", budget, min=1)
     if not isinstance(problem, Problem):
@@ -223,6 +223,7 @@ def prove(
     results = list(done)
     while len(results) < budget:
         proposals = proposer(text, 1, problem=problem) if _takes_problem(proposer) else proposer(text, 1)
+        proposals = check_proposals(proposals, 1)
         if not proposals:
             break
         res = proofaug.augment(problem, proposals[0])

@@ -25,6 +25,7 @@ __all__ = [
     "ProposerError",
     "prompt_for",
     "erp_prompt",
+    "check_proposals",
     "STOP",
 ]
 
@@ -39,6 +40,25 @@ _COMMENT = {"coq": ("(*", "*)"), "lean": ("/-", "-/"), "isabelle": ("(*", "*)")}
 
 class ProposerError(RuntimeError):
     """A proposal source failed (HTTP status after retries, exhausted file, malformed line)."""
+
+
+def check_proposals(value: Any, n: int, who: str = "proposer") -> list[str]:
+    """The proposer contract: ``proposer(prompt, n)`` returns a list (or tuple) of at most ``n`` strings.
+
+    Raises ``TypeError`` naming ``who``, the value and the expectation (a bare ``str`` is not a list of proposals:
+    indexing it would give its first character)."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"{who} must return a list of proof strings for n={n}, got {type(value).__name__} {str(value)[:60]!r}"
+        )
+    for i, v in enumerate(value):
+        if not isinstance(v, str):
+            raise TypeError(
+                f"{who} must return a list of proof strings for n={n}, got {type(v).__name__} {v!r} at index {i}"
+            )
+    if len(value) > n:
+        raise ValueError(f"{who} must return at most n={n} proposals, got {len(value)}")
+    return list(value)
 
 
 def prompt_for(problem: Problem, few_shot: str = "") -> str:

@@ -334,6 +334,8 @@ class ProofScript:
         text = "".join(s.text for s in sents)
         if self.language != "coq":
             return self.head + text + self.tail
+        if not self.head and text[:1] and not text[0].isspace():
+            text = "\n" + text  # a body-only proposal: `Proof.` and its first tactic must not fuse into one word
         return (self.head or "Proof.") + text + (self.tail or "\nQed.")
 
 

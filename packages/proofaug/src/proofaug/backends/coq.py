@@ -26,8 +26,9 @@ from typing import Any
 
 from icml25_shared.validate import check_float
 from proofaug.backends.base import BackendError, CheckResult, StatementError, StepResult
+from proofaug.backends.kernel import kernel_check, screen_proof, statement_type
 from proofaug.config import Problem
-from proofaug.structure import classify, parse_proof, split_sentences, strip_comments
+from proofaug.structure import classify, split_sentences
 
 __all__ = ["CoqBackend", "coq_available", "hammer_available", "final_prefilter", "HAMMER_PRELUDE"]
 
@@ -39,12 +40,6 @@ _GAVE_UP = re.compile(
     re.S,
 )
 _SELECTOR = re.compile(r"^(\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*|all|par|!|\[\s*[A-Za-z_][\w']*\s*\])\s*:")
-_FORBIDDEN = re.compile(r"\b(admit|give_up|Admitted|Abort)\b")
-_DECL = re.compile(
-    r"^(Axiom|Axioms|Parameter|Parameters|Conjecture|Hypothesis|Hypotheses|Variable|Variables|Definition|Fixpoint|"
-    r"Theorem|Lemma|Example|Inductive|Local|Global|Require|Context|Instance|Existing|Admit)\b"
-)
-_DECLARED = re.compile(r"^\s*(?:Axiom|Parameter|Conjecture|Hypothesis|Variable)s?\s+([A-Za-z_][\w']*)", re.M)
 
 HAMMER_PRELUDE = "From Hammer Require Import Hammer Tactics."
 _APT = "install Debian's packages: apt-get install coq (and libcoq-hammer eprover for the hammer)"
@@ -104,19 +99,18 @@ def clean_output(text: str) -> str:
 
 
 def final_prefilter(proof: str) -> str | None:
-    """Why ``proof`` cannot be a real proof before running anything (``admit``, declarations …), or None."""
-    script = parse_proof(proof)
-    if not script.ended:
-        return "the proof does not end with Qed./Defined."
-    if script.dropped.strip():
-        return f"text after the proof: {script.dropped.strip()[:60]!r}"
-    for s in script.body:
-        code = strip_comments(s.code)
-        if _FORBIDDEN.search(code):
-            return f"forbidden sentence {s.code!r}"
-        if _DECL.match(code):
-            return f"declaration inside the proof: {s.code!r}"
-    return None
+    """Why ``proof`` cannot be a real proof before running anything, or None (:func:`kernel.screen_proof`)."""
+    return screen_proof(proof)
+
+
+def _coq_only(problem: Problem) -> None:
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a Problem, got {type(problem).__name__}")
+    if problem.language != "coq":
+        other = {"lean": "LeanReplBackend", "isabelle": "IsabelleBackend"}[problem.language]
+        raise ValueError(
+            f"problem.language={problem.language!r}: CoqBackend runs Coq problems only (use {other} for this problem)"
+        )
 
 
 class CoqBackend:
@@ -131,11 +125,16 @@ class CoqBackend:
             ``sauto`` needs that line in its file).
         watchdog: seconds past a command's own timeout after which the process is killed and restarted.
         atp_limit: ``Set Hammer ATPLimit`` (seconds) before ``hammer``.
-        fresh_check: final checks by a fresh ``coqc`` process each (default). ``False`` checks in a second,
-            separate ``coqtop`` that is rewound to the header before every check (no state is shared with the
-            search process) and skips ``Print Assumptions`` (about 0.6 CPU-s per ``lia`` proof): milliseconds
-            instead of a second per check. Pair it with a fresh-``coqc`` re-check of the successes with
-            ``Print Assumptions``, as the reproduction does (``experiments.independent_check``).
+        fresh_check: the final check compiles the file with ``coqc``, checks the statement by type in a second
+            file and re-checks both with ``coqchk`` (:mod:`proofaug.backends.kernel`; default, about 1 CPU-s).
+            ``False`` is a fast pre-screen for searches: the same sentence screen, then a second, separate
+            ``coqtop`` rewound to the header before every check runs the proof to ``Qed.`` (Coq's kernel checks
+            the term) and the statement by type; it lists no axioms the header's libraries provide, so pair it
+            with the kernel re-check of every success, as the reproduction does
+            (``experiments.independent_check``).
+        coqchk: the ``coqchk`` executable (final check).
+        allowed_axioms: axioms a proof may depend on, as ``Print Assumptions`` names them (e.g.
+            ``ClassicalDedekindReals.sig_forall_dec`` for a real-analysis header); default none.
     """
 
     def __init__(
@@ -148,12 +147,22 @@ class CoqBackend:
         watchdog: float = 30.0,
         atp_limit: int = 10,
         fresh_check: bool = True,
+        coqchk: str = "coqchk",
+        allowed_axioms: tuple[str, ...] = (),
     ) -> None:
         self.coqtop = shutil.which(coqtop)
         self.coqc = shutil.which(coqc)
-        if self.coqtop is None or self.coqc is None:
-            missing = coqtop if self.coqtop is None else coqc
-            raise FileNotFoundError(f"coqtop={coqtop!r}/coqc={coqc!r}: {missing!r} not found on PATH; {_APT}")
+        self.coqchk = shutil.which(coqchk)
+        for arg, given, found in (
+            ("coqtop", coqtop, self.coqtop),
+            ("coqc", coqc, self.coqc),
+            ("coqchk", coqchk, self.coqchk),
+        ):
+            if found is None:
+                raise FileNotFoundError(f"{arg}={given!r}: not found on PATH; {_APT}")
+        if isinstance(allowed_axioms, str) or not all(isinstance(a, str) for a in allowed_axioms):
+            raise TypeError(f"allowed_axioms must be a tuple of axiom names, got {allowed_axioms!r}")
+        self.allowed_axioms = tuple(allowed_axioms)
         self.memory_limit_gb = check_float("memory_limit_gb", memory_limit_gb, min=0.25)
         self.watchdog = check_float("watchdog", watchdog, min=0.0, min_open=True)
         self.hammer = bool(hammer)
@@ -264,6 +273,15 @@ class CoqBackend:
     # -------------------------------------------------------------------- protocol
     def start(self, problem: Problem) -> StepResult:
         """Header (cached per worker: ``BackTo`` its state) then the statement; the state before ``Proof.``."""
+        _coq_only(problem)
+        self._enter_header(problem)
+        self.calls += 1
+        t0 = time.perf_counter()
+        out, state = self._send(" ".join(problem.statement.split()), 60.0)
+        self.log.append(("start", problem.name, time.perf_counter() - t0))
+        return self._result(out, state, self._header_state)
+
+    def _enter_header(self, problem: Problem) -> None:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = None
             self._spawn()
@@ -275,6 +293,12 @@ class CoqBackend:
             for s in prelude:
                 if s.kind == "blank":
                     continue
+                if not s.terminated:  # coqtop would wait for the period forever
+                    self._header = None
+                    raise StatementError(
+                        f"header of {problem.name!r} fails at {s.code[:60]!r}: Syntax error: '.' expected "
+                        "(every Coq sentence ends with a period)"
+                    )
                 out, _ = self._send(s.code, 600.0)
                 err = self._error(out)
                 if err is not None:
@@ -282,11 +306,6 @@ class CoqBackend:
                     raise StatementError(f"header of {problem.name!r} fails at {s.code!r}: {err}")
             self._header, self._header_state = problem.header, self._current
         self._goto(self._header_state)
-        self.calls += 1
-        t0 = time.perf_counter()
-        out, state = self._send(" ".join(problem.statement.split()), 60.0)
-        self.log.append(("start", problem.name, time.perf_counter() - t0))
-        return self._result(out, state, self._header_state)
 
     def run(self, state: Any, sentence: str, timeout: float) -> StepResult:
         """One sentence from ``state``; tactics run as ``Timeout t (…)`` (goal-selector sentences: watchdog only)."""
@@ -317,9 +336,14 @@ class CoqBackend:
         return self._result(out, new, int(state))
 
     def check(self, problem: Problem, proof: str, timeout: float = 60.0) -> CheckResult:
-        """Fresh ``coqc`` on header + statement + proof, then ``Print Assumptions``; rejects axioms of the file.
+        """The sound final check (:mod:`proofaug.backends.kernel`): sentence screen, ``coqc`` on header +
+        statement + proof, the statement by type in a second file, ``coqchk`` on both; axioms outside
+        ``allowed_axioms`` and bypassed guard/positivity/universe checks are rejected.
 
         Results are memoised per text (a repeated check is neither run nor counted as a call)."""
+        _coq_only(problem)
+        if not isinstance(proof, str):
+            raise TypeError(f"proof must be a str, got {type(proof).__name__}")
         key = (problem.header, problem.statement, proof)
         if key in self._checked:
             return self._checked[key]
@@ -335,44 +359,37 @@ class CoqBackend:
             return CheckResult(False, why)
         if not self.fresh_check:
             return self._check_warm(problem, proof, timeout)
-        prelude = f"\n{HAMMER_PRELUDE}" if self.hammer else ""
-        src = f"{problem.header}{prelude}\n\n{problem.statement}\n{proof}\n\nPrint Assumptions {problem.name}.\n"
-        t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="proofaug_") as tmp:
-            path = Path(tmp, "ProofAugCheck.v")
-            path.write_text(src)
-            try:
-                proc = subprocess.run(
-                    [self.coqc, "-q", str(path)],
-                    capture_output=True,
-                    text=True,
-                    timeout=timeout,
-                    preexec_fn=_limit(self.memory_limit_gb),
-                    cwd=tmp,
-                    start_new_session=True,
-                )
-            except subprocess.TimeoutExpired:
-                self.log.append(("check", problem.name, time.perf_counter() - t0))
-                return CheckResult(False, f"coqc timed out after {timeout} s")
-        self.log.append(("check", problem.name, time.perf_counter() - t0))
-        out = proc.stdout + proc.stderr
-        if proc.returncode != 0:
-            return CheckResult(False, " ".join(out.split())[:500])
-        return self._judge(problem, proc.stdout)
+        return kernel_check(
+            problem.header,
+            problem.statement,
+            proof,
+            coqc=self.coqc,
+            coqchk=self.coqchk,
+            prelude=HAMMER_PRELUDE if self.hammer else "",
+            allowed_axioms=self.allowed_axioms,
+            timeout=timeout,
+            preexec_fn=_limit(self.memory_limit_gb),
+            log=lambda dt: self.log.append(("check", problem.name, dt)),
+        )
 
     def _check_warm(self, problem: Problem, proof: str, timeout: float) -> CheckResult:
-        """The check in the separate checker process: statement, every sentence, ``Qed.`` (the pre-filter has
-        rejected ``admit`` and declarations; ``Print Assumptions`` is left to the fresh re-check)."""
+        """The pre-screen in the separate checker process: the problem's statement elaborated first as
+        ``pa_target``, then statement, every sentence, ``Qed.`` (the kernel checks the term) and
+        ``pa_check : pa_target := name`` (the statement by type). The screen has rejected vernacular and
+        ``admit``; library axioms are not listed (the kernel re-check does that)."""
         if self._checker is None:
             self._checker = CoqBackend(
                 self.coqtop, self.coqc, self.memory_limit_gb, watchdog=self.watchdog, hammer=self.hammer
             )
         chk = self._checker
         t0 = time.perf_counter()
+        name, target = statement_type(problem.statement)
         try:
-            r = chk.start(problem)
-            if not r.ok:
-                return CheckResult(False, r.message)
+            chk._enter_header(problem)
+            for code in (f"Definition pa_target := ({target}).", " ".join(problem.statement.split())):
+                err = chk._error(chk._send(code, 60.0)[0])
+                if err is not None:
+                    return CheckResult(False, f"statement {code[:60]!r}: {err}")
             for s in split_sentences(proof):
                 if s.kind == "blank":
                     continue
@@ -380,19 +397,14 @@ class CoqBackend:
                 err = chk._error(out)
                 if err is not None:
                     return CheckResult(False, f"{s.code[:60]!r}: {err}")
+            err = chk._error(chk._send(f"Definition pa_check : pa_target := {name}.", 60.0)[0])
+            if err is not None:
+                return CheckResult(False, f"the proved constant {name!r} does not have the problem's statement: {err}")
         except BackendError as err:
             return CheckResult(False, str(err))
         finally:
             self.log.append(("check", problem.name, time.perf_counter() - t0))
         return CheckResult(True, "warm check: assumptions not listed")
-
-    def _judge(self, problem: Problem, stdout: str) -> CheckResult:
-        assumptions = _assumptions(stdout)
-        allowed = set(_DECLARED.findall(problem.header))
-        local = [a for a in assumptions if "." not in a and a not in allowed]
-        if local:
-            return CheckResult(False, f"the proof declares its own axioms: {', '.join(local)}", tuple(assumptions))
-        return CheckResult(True, "", tuple(assumptions))
 
     def close(self) -> None:
         """Kill our coqtop processes (and their process groups)."""
@@ -411,18 +423,3 @@ class CoqBackend:
 
     def __getstate__(self) -> dict:
         raise TypeError("CoqBackend holds a live process; pass a factory (e.g. CoqBackend itself) to ProverPool")
-
-
-def _assumptions(stdout: str) -> list[str]:
-    """Names listed by ``Print Assumptions`` (empty when closed under the global context)."""
-    if "Closed under the global context" in stdout:
-        return []
-    names, on = [], False
-    for line in stdout.splitlines():
-        if re.match(r"^(Axioms|Section Variables|Opaque constants|Transparent constants):", line):
-            on = True
-            continue
-        m = re.match(r"^([^\s:][^\s]*)(?: :|$)", line)
-        if on and m:
-            names.append(m.group(1))
-    return names
