@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas.testing as pd_testing
 import pytest
 import torch
 
@@ -147,3 +148,27 @@ def test_annealing_law_recovers_its_own_curves():
         curves.append((lr, steps, law.predict(lr, steps)))
     fitted = AnnealingLaw().fit(curves[:2])
     np.testing.assert_allclose(fitted.predict(curves[2][0], steps), curves[2][2], rtol=1e-6)
+
+
+def test_train_family_forks_equal_separate_runs():
+    """WSD branches (shorter and equal length) forked from a constant-LR trunk, and a cosine branch forked at step
+    1, give exactly the frames of separate runs; only the unshared steps are trained twice."""
+    from supercollapse.train import branch_point, train_family
+
+    kw = dict(batch=16, eval_batches=2, estimator="per_example")
+    trunk = RunSpec(16, 3, Schedule("const", 60), n_evals=12, **kw)
+    branches = [
+        RunSpec(16, 3, Schedule("linear", 60, decay_frac=0.2), n_evals=12, label="wsd60", **kw),
+        RunSpec(16, 3, Schedule("linear", 40, decay_frac=0.2), n_evals=8, label="wsd40", **kw),
+        RunSpec(16, 3, Schedule("cosine", 40), n_evals=8, label="cos40", **kw),
+    ]
+    assert [branch_point(trunk, b) for b in branches] == [49, 33, 1]  # s = 1 up to and at (1 − f)·T
+    frames = train_family(trunk, branches, TASK, test_size=64)
+    for spec, got in zip([trunk, *branches], frames):
+        want = train_run(spec, TASK, test_size=64)
+        assert got["noise_trace"].notna().all()
+        pd_testing.assert_frame_equal(got, want, check_exact=True)
+    with pytest.raises(ValueError, match="evaluates at other steps"):
+        branch_point(trunk, RunSpec(16, 3, Schedule("linear", 40, decay_frac=0.2), n_evals=10, **kw))
+    with pytest.raises(ValueError, match="must match its trunk in seed"):
+        branch_point(trunk, RunSpec(16, 4, Schedule("linear", 60, decay_frac=0.2), n_evals=12, **kw))

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from supercollapse.noise import GradNoiseTracker
 from supercollapse.schedules import Schedule
 from supercollapse.tasks import FourierRegression
 
-__all__ = ["RunSpec", "train_run", "train_sweep", "mse_half", "parameter_count"]
+__all__ = ["RunSpec", "train_run", "train_family", "branch_point", "train_sweep", "mse_half", "parameter_count"]
 
 _TEST_SEED = 1_000_003
 
@@ -101,7 +102,41 @@ def train_run(
         return _train(spec, task, check_int("test_size", test_size, min=1), progress)
 
 
-def _train(spec: RunSpec, task: FourierRegression, test_size: int, progress: bool | None) -> pd.DataFrame:
+@dataclass
+class _State:
+    """One run in progress: after ``t`` optimizer steps (and the evaluation at step ``t``, if any)."""
+
+    spec: RunSpec
+    model: ResidualMLP
+    opt: torch.optim.Optimizer
+    sched: torch.optim.lr_scheduler.LambdaLR
+    data_gen: torch.Generator
+    noise_gen: torch.Generator
+    tracker: GradNoiseTracker | None
+    s_all: np.ndarray
+    tau_all: np.ndarray
+    evals: set[int]
+    rows: list[tuple[int, float, float, float, float]]
+    t: int = 0
+
+
+def _eval_steps(spec: RunSpec) -> set[int]:
+    T, n = spec.schedule.total_steps, spec.n_evals
+    return set(np.unique(np.round(np.linspace(T / n, T, n)).astype(int)).tolist())
+
+
+def _tracker(spec: RunSpec, model: ResidualMLP, opt: torch.optim.Optimizer) -> GradNoiseTracker | None:
+    if spec.estimator == "none":
+        return None
+    return GradNoiseTracker(model, opt, mse_half, preconditioned=True, estimator=spec.estimator, reduction="mean")
+
+
+def _schedule_arrays(spec: RunSpec) -> tuple[np.ndarray, np.ndarray]:
+    s_all = spec.schedule(np.arange(spec.schedule.total_steps + 1))
+    return s_all, spec.base_lr * np.concatenate([[0.0], np.cumsum(s_all[:-1])])
+
+
+def _start(spec: RunSpec, task: FourierRegression) -> _State:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         model = ResidualMLP(spec.width, spec.depth, in_dim=task.dim, mlp_ratio=spec.mlp_ratio)
@@ -110,41 +145,142 @@ def _train(spec: RunSpec, task: FourierRegression, test_size: int, progress: boo
         by_lr.setdefault(g["lr"], []).extend(g["params"])  # one group per distinct μP rate: fewer kernel launches
     groups = [{"params": ps, "lr": lr} for lr, ps in by_lr.items()]
     opt = torch.optim.Adam(groups, betas=spec.betas, eps=spec.eps, foreach=True)
-    sched = spec.schedule.as_lambda_lr(opt)
-    T = spec.schedule.total_steps
-    data_gen = torch.Generator().manual_seed(spec.seed)
-    noise_gen = torch.Generator().manual_seed(10_000 + spec.seed)
-    x_test, y_test = task.sample(test_size, torch.Generator().manual_seed(_TEST_SEED))
-    evals = set(np.unique(np.round(np.linspace(T / spec.n_evals, T, spec.n_evals)).astype(int)).tolist())
-    tracker = None
-    if spec.estimator != "none":
-        tracker = GradNoiseTracker(
-            model, opt, mse_half, preconditioned=True, estimator=spec.estimator, reduction="mean"
-        )
-    p = sum(q.numel() for q in model.parameters())
-    s_all = spec.schedule(np.arange(T + 1))
-    tau_all = spec.base_lr * np.concatenate([[0.0], np.cumsum(s_all[:-1])])
-    rows = []
-    for t in track(range(1, T + 1), f"train {spec.run_id}", disable=None if progress is None else not progress):
-        x, y = task.sample(spec.batch, data_gen)
+    s_all, tau_all = _schedule_arrays(spec)
+    return _State(
+        spec, model, opt, spec.schedule.as_lambda_lr(opt), torch.Generator().manual_seed(spec.seed),
+        torch.Generator().manual_seed(10_000 + spec.seed), _tracker(spec, model, opt), s_all, tau_all,
+        _eval_steps(spec), [],
+    )  # fmt: skip
+
+
+def _fork(st: _State, spec: RunSpec) -> _State:
+    """A copy of ``st`` (model, Adam state, data and noise generators, the rows so far) that continues under
+    ``spec``'s schedule from step ``st.t``."""
+    model = copy.deepcopy(st.model)
+    index = {id(p): i for i, p in enumerate(st.model.parameters())}
+    new_params = list(model.parameters())
+    groups = [{"params": [new_params[index[id(p)]] for p in g["params"]], "lr": g["lr"]} for g in st.opt.param_groups]
+    opt = torch.optim.Adam(groups, betas=spec.betas, eps=spec.eps, foreach=True)
+    # load_state_dict keeps same-device tensors as they are: deep-copy, or the branch would update the trunk's moments
+    opt.load_state_dict(copy.deepcopy(st.opt.state_dict()))
+    gens = []
+    for g in (st.data_gen, st.noise_gen):
+        c = torch.Generator()
+        c.set_state(g.get_state())
+        gens.append(c)
+    s_all, tau_all = _schedule_arrays(spec)
+    rows = [(t, loss, s_all[t], tau_all[t], tr) for t, loss, _, _, tr in st.rows]  # τ(t ≤ k) agree; s(k) may not
+    sched = spec.schedule.as_lambda_lr(opt, last_epoch=st.t - 1)  # sets the LR of step st.t
+    return _State(spec, model, opt, sched, *gens, _tracker(spec, model, opt), s_all, tau_all, _eval_steps(spec), rows,
+                  st.t)  # fmt: skip
+
+
+def _advance(st: _State, task: FourierRegression, test: tuple[torch.Tensor, torch.Tensor], until: int, bar) -> None:
+    spec, model, opt = st.spec, st.model, st.opt
+    for t in range(st.t + 1, until + 1):
+        x, y = task.sample(spec.batch, st.data_gen)
         loss = mse_half(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        sched.step()
-        if t in evals:
+        st.sched.step()
+        if t in st.evals:
             with torch.no_grad():
-                test = float(mse_half(model(x_test), y_test))
+                test_loss = float(mse_half(model(test[0]), test[1]))
             trace = float("nan")
-            if tracker is not None:
-                trace = tracker.trace([task.sample(spec.batch, noise_gen) for _ in range(spec.eval_batches)])
-            rows.append((t, test, s_all[t], tau_all[t], trace))
-    f = pd.DataFrame(rows, columns=["step", "loss", "s", "tau", "noise_trace"])
+            if st.tracker is not None:
+                trace = st.tracker.trace([task.sample(spec.batch, st.noise_gen) for _ in range(spec.eval_batches)])
+            st.rows.append((t, test_loss, st.s_all[t], st.tau_all[t], trace))
+        if bar is not None:
+            bar.update(1)
+    st.t = max(st.t, until)
+
+
+def _frame(st: _State) -> pd.DataFrame:
+    spec = st.spec
+    p = sum(q.numel() for q in st.model.parameters())
+    f = pd.DataFrame(st.rows, columns=["step", "loss", "s", "tau", "noise_trace"])
     return pd.DataFrame(
         {"run_id": spec.run_id, "size": float(p), "seed": spec.seed, "schedule": spec.name, "step": f["step"],
          "compute": 6.0 * p * spec.batch * f["step"], "loss": f["loss"], "tokens": spec.batch * f["step"],
          "lr": spec.base_lr * f["s"], "tau": f["tau"], "noise_trace": f["noise_trace"], "width": spec.width}
     )  # fmt: skip
+
+
+def _test_set(task: FourierRegression, test_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return task.sample(test_size, torch.Generator().manual_seed(_TEST_SEED))
+
+
+def _train(spec: RunSpec, task: FourierRegression, test_size: int, progress: bool | None) -> pd.DataFrame:
+    st = _start(spec, task)
+    T = spec.schedule.total_steps
+    with track(None, f"train {spec.run_id}", total=T, disable=None if progress is None else not progress) as bar:
+        _advance(st, task, _test_set(task, test_size), T, bar)
+    return _frame(st)
+
+
+_SHARED_FIELDS = ("width", "seed", "depth", "mlp_ratio", "batch", "base_lr", "base_width", "freeze_at", "betas",
+                  "eps", "eval_batches", "estimator")  # fmt: skip
+
+
+def branch_point(trunk: RunSpec, branch: RunSpec) -> int:
+    """The number of steps ``branch`` shares with ``trunk``: the first step at which their LR factors differ (at
+    most the shorter run's length). Raises ``ValueError`` when the two differ in anything but the schedule, the
+    label and ``n_evals``, or when their evaluation steps differ before that point."""
+    for name in _SHARED_FIELDS:
+        if getattr(trunk, name) != getattr(branch, name):
+            raise ValueError(
+                f"a branch must match its trunk in {name}: trunk {getattr(trunk, name)!r}, branch "
+                f"{branch.run_id!r} {getattr(branch, name)!r}"
+            )
+    n = min(trunk.schedule.total_steps, branch.schedule.total_steps)
+    steps = np.arange(n)
+    differ = np.flatnonzero(trunk.schedule(steps) != branch.schedule(steps))
+    k = int(differ[0]) if differ.size else n
+    before_t = sorted(t for t in _eval_steps(trunk) if t <= k)
+    before_b = sorted(t for t in _eval_steps(branch) if t <= k)
+    if before_t != before_b:
+        raise ValueError(
+            f"branch {branch.run_id!r} shares {k} steps with trunk {trunk.run_id!r} but evaluates at other steps "
+            f"before it ({before_b[:5]}... vs {before_t[:5]}...): give both the same spacing T / n_evals"
+        )
+    return k
+
+
+def train_family(
+    trunk: RunSpec,
+    branches: Sequence[RunSpec],
+    task: FourierRegression | None = None,
+    *,
+    test_size: int = 2048,
+    progress: bool | None = False,
+) -> list[pd.DataFrame]:
+    """Train ``trunk`` and every branch, sharing the steps a branch has in common with the trunk.
+
+    A branch that differs from the trunk only in its schedule (and label and ``n_evals``) follows exactly the
+    trunk's trajectory until its LR factor first differs (:func:`branch_point`; e.g. a warmup-stable-decay run
+    until its decay starts, on a constant-LR trunk): it is forked there (model, Adam state, data and noise
+    generators, logged rows) and trained on alone. Returns ``[trunk frame, *branch frames]``, each equal to
+    :func:`train_run` of that spec (a test), at the cost of the trunk plus each branch's unshared steps.
+    """
+    if not isinstance(trunk, RunSpec) or not all(isinstance(b, RunSpec) for b in branches):
+        raise TypeError("trunk and branches must be RunSpec instances")
+    task = task if task is not None else FourierRegression(modes=1000)
+    test_size = check_int("test_size", test_size, min=1)
+    points = [branch_point(trunk, b) for b in branches]
+    frames: list[pd.DataFrame | None] = [None] * len(branches)
+    total = trunk.schedule.total_steps + sum(b.schedule.total_steps - k for b, k in zip(branches, points))
+    with torch_threads(1), track(None, f"train {trunk.run_id} + {len(branches)} branches", total=total,
+                                 disable=None if progress is None else not progress) as bar:  # fmt: skip
+        test = _test_set(task, test_size)
+        st = _start(trunk, task)
+        for i in sorted(range(len(branches)), key=lambda j: points[j]):
+            _advance(st, task, test, points[i], bar)
+            br = _fork(st, branches[i])
+            _advance(br, task, test, branches[i].schedule.total_steps, bar)
+            frames[i] = _frame(br)
+        _advance(st, task, test, trunk.schedule.total_steps, bar)
+    return [_frame(st), *frames]
 
 
 def train_sweep(
