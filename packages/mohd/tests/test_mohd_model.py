@@ -47,11 +47,11 @@ def _set_impl(model, impl):
 
 
 @pytest.mark.parametrize(
-    ("name", "slots"),
-    [(n, "grouped_gemm") for n in SWITCHES] + [(n, "slot_loop") for n in ("default", "K2_topk", "output_site", "ffn")],
+    ("name", "tile"),
+    [(n, 16) for n in SWITCHES] + [(n, t) for n in ("default", "K2_topk", "output_site", "ffn") for t in (1, 5)],
 )
-def test_gather_equals_masked_forward_and_gradients(name, slots, monkeypatch):
-    monkeypatch.setattr("mohd.layer.SLOT_LOOP_MAX", 0 if slots == "grouped_gemm" else 1 << 20)
+def test_gather_equals_masked_forward_and_gradients(name, tile, monkeypatch):
+    monkeypatch.setattr("mohd.layer.SLOT_TILE", tile)
     model = tiny_mohd(seed=3, **SWITCHES[name])
     ids = _ids(3, 9)
     results = {}

@@ -51,3 +51,43 @@ def test_full_mode_runs_at_a_few_steps(tmp_path):
     shorts = [c.short for c in result.claims]
     assert "M384 (3x) < V128 (expansion)" in shorts and "M64 ~ V64 at half activation" in shorts
     assert "Mixtral 4e top-1" in result.settings["table"]
+
+
+def _runs(**finals):
+    from mohd.experiments import RunResult
+
+    return {n: [RunResult(n, s, [0, 1], [9.0, v], [], 1, 1, 0.0) for s, v in enumerate(vs)] for n, vs in finals.items()}
+
+
+def test_expansion_verdict_comes_from_the_interval_over_seeds():
+    """Every seed's d > 0 is not enough: a spread that puts the interval across 0 is inconclusive; a tight positive
+    spread holds; a tight negative one does not hold."""
+    from mohd.reproduce import _expansion_claim
+
+    seeds = [0, 1, 2]
+    wide = _expansion_claim(_runs(V64=[2.0, 2.05, 2.0], M128=[1.999, 2.0, 1.998]), "V64", "M128", "2x", seeds)
+    assert wide.verdict == "inconclusive" and wide.holds is None
+    assert wide.details["seeds"]["interval"][0] < 0 < wide.details["seeds"]["interval"][1]
+    tight = _expansion_claim(_runs(V64=[2.0, 2.01, 2.02], M128=[1.95, 1.961, 1.969]), "V64", "M128", "2x", seeds)
+    assert tight.verdict == "holds" and "3 seeds" in tight.measured
+    worse = _expansion_claim(_runs(V64=[2.0, 2.01, 2.02], M128=[2.05, 2.061, 2.069]), "V64", "M128", "2x", seeds)
+    assert worse.verdict == "does not hold"
+
+
+def test_seed_selects_disjoint_training_seeds(tmp_path, monkeypatch):
+    """``reproduce(seed=s)`` trains on ``seed_list(s, n)``: seed 0 keeps today's seeds, seed 1 new ones."""
+    import mohd.reproduce as rep
+
+    seen = {}
+
+    def fake_run_all(specs, setup, corpus):
+        seen["seeds"] = setup.seeds
+        return _runs(**{s.name: [2.0 + 0.01 * i for i in range(len(setup.seeds))] for s in specs})
+
+    monkeypatch.setattr(rep, "run_all", fake_run_all)
+    monkeypatch.setattr(rep, "plot_curves", lambda *a, **k: tmp_path / "val_loss.png")
+    _corpus()
+    rep.reproduce(False, tmp_path, setup=dataclasses.replace(TINY, seeds=(0, 1, 2)), seed=0)
+    assert seen["seeds"] == (0, 1, 2)
+    rep.reproduce(False, tmp_path, setup=dataclasses.replace(TINY, seeds=(0, 1, 2)), seed=1)
+    assert seen["seeds"] == (3, 4, 5)

@@ -14,9 +14,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from torch import nn
 from transformers import LlamaConfig, MixtralConfig, PretrainedConfig, PreTrainedModel
+from transformers.models.mixtral.modeling_mixtral import MixtralExperts, MixtralTopKRouter
 
 from mohd.config import MoHDConfig
+from mohd.fusion import BlockDiagFusion, GroupFusion, MonarchFusion
+from mohd.layer import MoHDFeedForward, MoHDSublayer
+from mohd.routing import SubDimRouter
 
 __all__ = ["ParamCount", "count_active_parameters", "count_touched_parameters", "activated_flops"]
 
@@ -85,15 +90,95 @@ def _fusion_params(cfg: MoHDConfig) -> int:
 def count_active_parameters(model_or_config: PreTrainedModel | PretrainedConfig) -> ParamCount:
     """Exact total and activated parameter counts of a MoHD, Llama or Mixtral model (or config).
 
+    A model is counted from its modules (parameter shapes and each sublayer's own shared / routed groups), so the
+    count follows the model even after its config object is edited; a config is counted by the closed form.
     MoHD, per layer (R router, Phi fusion, Pi = H(2A + 2A_kv + 3F) projections, A attention width, A_kv KV width,
     F FFN width): total non-embedding ``L(2H + 2R + 2Phi + Pi) + H`` and activated ``L(2H + 2R + 2Phi + delta Pi)
     + H``; with ``fusion_site="output"`` the write projections (W_o, W_down) count in full; with ``placement="ffn"``
     one router and fusion per layer, attention dense and the FFN at delta. Llama: active = total. Mixtral: all
     experts in the total, ``num_experts_per_tok`` of them active.
     """
-    cfg = model_or_config.config if isinstance(model_or_config, PreTrainedModel) else model_or_config
-    if not isinstance(cfg, PretrainedConfig):
-        raise TypeError(f"model_or_config must be a PreTrainedModel or a PretrainedConfig, got {type(cfg).__name__}")
+    if isinstance(model_or_config, PreTrainedModel):
+        return _count_from_modules(model_or_config)
+    if not isinstance(model_or_config, PretrainedConfig):
+        raise TypeError(
+            f"model_or_config must be a PreTrainedModel or a PretrainedConfig, got {type(model_or_config).__name__}"
+        )
+    return _count_from_config(model_or_config)
+
+
+def _active_projection(name: str, weight: torch.Tensor, owner: nn.Module) -> int:
+    """Entries of one projection weight that a token touches, from the sublayer that owns it."""
+    sub = getattr(owner, "subdims", None)
+    if sub is None:  # a dense sublayer (Llama, or attention with placement="ffn")
+        return weight.numel()
+    width = (sub.num_shared + sub.num_routed) * sub.group_size  # active part of the cut width
+    out_dim, in_dim = weight.shape
+    if isinstance(owner, MoHDFeedForward):  # F is cut: rows of gate/up, columns of down
+        return width * in_dim if name in ("gate_proj", "up_proj") else out_dim * width
+    if name in ("o_proj", "down_proj"):  # write projections: active rows (all with fusion_site="output")
+        return weight.numel() if sub.fusion_site == "output" else width * in_dim
+    return out_dim * width  # read projections: active columns
+
+
+def _count_from_modules(model: PreTrainedModel) -> ParamCount:
+    counted: set[int] = set()
+
+    def take(params) -> int:
+        n = 0
+        for p in params:
+            if id(p) not in counted:
+                counted.add(id(p))
+                n += p.numel()
+        return n
+
+    emb = model.get_input_embeddings()
+    embedding = take([emb.weight])
+    out = model.get_output_embeddings()
+    head = take([out.weight]) if out is not None else 0
+    router = fusion = scaling = norms = proj_total = proj_active = 0
+    for mod in model.modules():
+        own = list(mod.parameters(recurse=False))
+        if isinstance(mod, (SubDimRouter, MixtralTopKRouter)):
+            router += take(own)
+        elif isinstance(mod, (MonarchFusion, GroupFusion, BlockDiagFusion)):
+            fusion += take(own)
+        elif isinstance(mod, MoHDSublayer):
+            scaling += take(own)  # the learned alpha
+        elif type(mod).__name__.endswith("RMSNorm"):
+            norms += take(own)
+        elif isinstance(getattr(mod, "experts", None), MixtralExperts):  # an MoE block: top_k of its experts
+            n = take(mod.experts.parameters(recurse=False))
+            proj_total += n
+            proj_active += n * mod.top_k // mod.experts.num_experts
+        for name in _PROJECTIONS:
+            child = getattr(mod, name, None)
+            if isinstance(child, nn.Linear) and id(child.weight) not in counted:
+                proj_total += take([child.weight])
+                proj_active += _active_projection(name, child.weight, mod)
+    left = [n for n, p in model.named_parameters() if id(p) not in counted]
+    if left:
+        raise TypeError(
+            f"count_active_parameters supports MoHD, Llama and Mixtral models; {type(model).__name__} has "
+            f"parameters it cannot place: {left[:4]}"
+        )
+    dense = embedding + head + norms + router + fusion + scaling
+    return ParamCount(
+        total=dense + proj_total,
+        active=dense + proj_active,
+        embedding=embedding,
+        head=head,
+        projection_total=proj_total,
+        projection_active=proj_active,
+        router=router,
+        fusion=fusion,
+        norms=norms,
+        scaling=scaling,
+    )
+
+
+def _count_from_config(cfg: PretrainedConfig) -> ParamCount:
+    """The closed form of :func:`count_active_parameters` for a config."""
     h, layers, a, akv, f, v, _ = _widths(cfg)
     embedding = v * h
     head = 0 if cfg.tie_word_embeddings else v * h
@@ -146,7 +231,7 @@ def activated_flops(model_or_config: PreTrainedModel | PretrainedConfig, context
     fusion, LM head; the embedding is a lookup) plus attention over ``context`` cached positions
     (``4 A context`` per layer: scores and weighted sum)."""
     cfg = model_or_config.config if isinstance(model_or_config, PreTrainedModel) else model_or_config
-    pc = count_active_parameters(cfg)
+    pc = count_active_parameters(model_or_config)
     _, layers, a, _, _, v, _ = _widths(cfg)
     head = pc.head or v * cfg.hidden_size
     matmul = 2 * (pc.projection_active + pc.router + pc.fusion + head)

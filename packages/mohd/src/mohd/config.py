@@ -102,7 +102,7 @@ class MoHDConfig(LlamaConfig):
     """All-reduce the router statistics over the default process group before the aux loss (data parallel)."""
     impl: str = "auto"
     """``"masked"``: dense matmuls on zeroed inputs (the oracle); ``"gather"``: shared groups as one GEMM and the
-    specialized groups dispatched like MoE experts (grouped GEMM); ``"auto"`` = gather."""
+    specialized groups dispatched like MoE experts in fixed-shape tiles (batch-invariant); ``"auto"`` = gather."""
 
     def __post_init__(self, **kwargs: Any) -> None:
         super().__post_init__(**kwargs)

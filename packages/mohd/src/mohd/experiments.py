@@ -67,7 +67,7 @@ class Setup:
         return asdict(self)
 
 
-# spec of the issue: 2 layers, attention 4 x 16, F = 128, context 64, batch 32, AdamW 3e-3, warm-up 20 + cosine;
+# our target: 2 layers, attention 4 x 16, F = 128, context 64, batch 32, AdamW 3e-3, warm-up 20 + cosine;
 # 200 steps cut to 40 to fit 60 CPU-s on one thread (steps are cut, never seeds)
 QUICK = Setup(
     layers=2, heads=4, head_dim=16, ffn=128, context=64, batch=32, steps=40, warmup=5, eval_batches=2, eval_points=3

@@ -12,8 +12,8 @@ Per token x in R^H cut into N groups of width d_s (reconstruction of the paper's
 4. sparse write ``x <- x + m (.)_group f(u)``: the write projections (W_o, W_down) only compute the active rows.
 
 Two implementations, equal in outputs and gradients: ``"masked"`` (dense matmuls on zeroed inputs, the oracle) and
-``"gather"`` (the shared groups as one GEMM over all tokens, the specialized groups dispatched like MoE experts
-through a grouped GEMM: ``icml25_shared.kernels.grouped_matmul``, Triton on CUDA).
+``"gather"`` (the shared groups as one GEMM over all tokens, the specialized groups dispatched like MoE experts,
+each group's slots in fixed-shape tiles: :func:`slot_matmul`, batch-invariant).
 """
 
 from __future__ import annotations
@@ -33,27 +33,43 @@ from transformers.models.llama.modeling_llama import (
     eager_attention_forward,
 )
 
-from icml25_shared.kernels import grouped_matmul
 from mohd.config import MoHDConfig
 from mohd.fusion import build_fusion
 from mohd.routing import Routing, SubDimRouter, dense_routing
 
 __all__ = ["MoHDSublayer", "MoHDAttention", "MoHDMLP", "MoHDFeedForward", "MoHDDecoderLayer"]
 
-SLOT_LOOP_MAX = 8
-"""Off CUDA, at most this many routed slots (decoding: one token, K slots) are multiplied one by one on views of
-the weight blocks (no copies); more go through the grouped GEMM."""
+SLOT_TILE = 16
+"""Rows per multiplication of the routed slots: every slot is multiplied in a (SLOT_TILE, d_in) x (d_in, d_out)
+product of the same shape, whatever the batch holds (see :func:`slot_matmul`)."""
 
 
 def slot_matmul(x: Tensor, weight: Tensor, group: Tensor) -> Tensor:
     """``y[i] = x[i] @ weight[group[i]]`` for the routed slots: ``x`` (S, d_in), ``weight`` (G, d_in, d_out), usually
-    a strided view of a projection's column or row blocks.
+    a strided view of a projection's column or row blocks (read in place, no copy of the weights).
 
-    CUDA, or many slots: ``icml25_shared.kernels.grouped_matmul`` (rows sorted by group; Triton on CUDA). A few slots
-    on CPU: one vector-matrix product per slot on the block view (gathering the blocks would copy strided memory)."""
-    if x.is_cuda or x.shape[0] > SLOT_LOOP_MAX:
-        return grouped_matmul(x, weight, group)
-    return torch.stack([x[i] @ weight[g] for i, g in enumerate(group.tolist())])
+    Batch-invariant: the slots of each group are cut into tiles of :data:`SLOT_TILE` rows (the last one padded
+    with zeros) and every tile goes through a ``torch.bmm`` of the same shape, so a slot's result has one
+    reduction order whatever the other tokens of the batch are, how many share its group, where it sits in its
+    tile and where the weights lie in memory. A grouped GEMM whose per-group row count follows the routing (or a
+    vector-matrix product for a few slots, as in decoding) lets BLAS pick a different kernel, and so different
+    round-off, for the same token in another batch."""
+    s, d_in = x.shape
+    d_out = weight.shape[2]
+    if s == 0:
+        return x.new_zeros(0, d_out)
+    order = torch.argsort(group, stable=True)
+    counts = torch.bincount(group, minlength=weight.shape[0]).tolist()
+    pieces, start = [], 0
+    for g, c in enumerate(counts):
+        if c == 0:
+            continue
+        tiles = -(-c // SLOT_TILE)
+        xg = x.index_select(0, order[start : start + c])
+        xg = torch.cat([xg, xg.new_zeros(tiles * SLOT_TILE - c, d_in)]).view(tiles, SLOT_TILE, d_in)
+        pieces.append(torch.bmm(xg, weight[g].expand(tiles, d_in, d_out)).view(-1, d_out)[:c])
+        start += c
+    return x.new_zeros(s, d_out).index_copy(0, order, torch.cat(pieces))
 
 
 class MoHDSublayer(nn.Module):
@@ -117,7 +133,7 @@ class MoHDSublayer(nn.Module):
         """``[W @ (alpha g (.) u) for W in weights]``: projections (out_i, H) that read the residual stream.
 
         masked: one dense matmul per weight on the zeroed input; gather: the shared columns as one GEMM, each routed
-        slot's d_s columns through a grouped GEMM, summed over the K slots of a token."""
+        slot's d_s columns through :func:`slot_matmul`, summed over the K slots of a token."""
         coef = self.read_coefficients(routing)
         m, n, ds, ns = u.shape[0], self.num_groups, self.group_size, self.num_shared
         if self.impl == "masked":
@@ -136,8 +152,8 @@ class MoHDSublayer(nn.Module):
 
     def sparse_write(self, y: Tensor, routing: Routing, weight: Tensor) -> Tensor:
         """``m (.) (W y)`` for the write projection ``W`` (H, inner); with ``fusion_site="output"``
-        ``m (.) Fuse(W y)`` (all rows computed). gather: shared rows as one GEMM, each slot's d_s rows through a
-        grouped GEMM, scattered into the token's row."""
+        ``m (.) Fuse(W y)`` (all rows computed). gather: shared rows as one GEMM, each slot's d_s rows through
+        :func:`slot_matmul`, scattered into the token's row."""
         wcoef = self.write_coefficients(routing)
         m, n, ds, ns = y.shape[0], self.num_groups, self.group_size, self.num_shared
         if self.fusion_site == "output" or self.impl == "masked":

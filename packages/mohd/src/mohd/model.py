@@ -2,7 +2,8 @@
 
 The embedding, final norm and LM head read and write all of H (dense); every decoder sublayer is a
 :class:`~mohd.layer.MoHDSublayer`. Outputs follow HF's MoE models: ``loss`` includes ``router_aux_loss_coef *
-aux_loss`` when labels are given, ``aux_loss`` is the load-balancing loss averaged over the routed sublayers, and
+aux_loss`` when labels are given, ``aux_loss`` is the load-balancing loss averaged over the routed sublayers (``None``
+when no sublayer routes, the dense limit), and
 ``router_logits`` (one tensor of shape (B*T, N - N_s) per routed sublayer) is returned with ``output_router_logits``.
 """
 
@@ -21,7 +22,7 @@ from transformers.modeling_outputs import MoeCausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
 from transformers.utils import ModelOutput
 
-from icml25_shared.validate import check_finite
+from icml25_shared.validate import check_finite, check_tensor
 from mohd.config import MoHDConfig
 from mohd.fusion import BlockDiagFusion, GroupFusion, MonarchFusion
 from mohd.layer import MoHDDecoderLayer, MoHDSublayer
@@ -78,13 +79,17 @@ class MoHDModel(MoHDPreTrainedModel):
     def __init__(self, config: MoHDConfig) -> None:
         super().__init__(config)
         self.padding_idx = config.pad_token_id
-        self.vocab_size = config.vocab_size
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size, self.padding_idx)
         self.layers = nn.ModuleList([MoHDDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.rotary_emb = LlamaRotaryEmbedding(config=config)
         self.gradient_checkpointing = False
         self.post_init()
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the input embedding (read from the module, so ``resize_token_embeddings`` is followed)."""
+        return self.embed_tokens.num_embeddings
 
     def forward(
         self,
@@ -98,24 +103,38 @@ class MoHDModel(MoHDPreTrainedModel):
         output_router_logits: bool | None = None,
         past_key_values: Cache | None = None,
         **kwargs: Any,
-    ) -> MoHDModelOutputWithPast:
-        """Hidden states, the KV cache, the mean load-balancing loss and (optionally) the router logits."""
+    ) -> MoHDModelOutputWithPast | tuple:
+        """Hidden states, the KV cache, the mean load-balancing loss (``None`` without routed sublayers) and
+        (optionally) the router logits; a tuple of the set fields with ``return_dict=False``."""
         cache = cache if cache is not None else past_key_values
+        return_dict = kwargs.pop("return_dict", None)
+        return_dict = self.config.return_dict if return_dict is None else return_dict
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("exactly one of input_ids and inputs_embeds must be given")
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if output_router_logits is None:
             output_router_logits = self.config.output_router_logits
         if inputs_embeds is None:
-            if input_ids.is_floating_point():
-                raise ValueError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
-            if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.vocab_size):
+            check_tensor("input_ids", input_ids, ndim=2, dtype="integer")
+            if input_ids.shape[1] == 0:
                 raise ValueError(
-                    f"input_ids must lie in [0, vocab_size={self.vocab_size}), got values in "
+                    f"input_ids must hold at least one token per sequence, got shape {tuple(input_ids.shape)} "
+                    "(batch, 0)"
+                )
+            vocab = self.vocab_size
+            if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
+                raise ValueError(
+                    f"input_ids must lie in [0, vocab_size={vocab}), got values in "
                     f"[{int(input_ids.min())}, {int(input_ids.max())}]"
                 )
             inputs_embeds = self.embed_tokens(input_ids)
         else:
+            check_tensor("inputs_embeds", inputs_embeds, ndim=3, dtype="floating")
+            if inputs_embeds.shape[1] == 0:
+                raise ValueError(
+                    f"inputs_embeds must hold at least one position per sequence, got shape "
+                    f"{tuple(inputs_embeds.shape)} (batch, 0, hidden)"
+                )
             check_finite("inputs_embeds", inputs_embeds)
             inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)
         if use_cache and cache is None:
@@ -147,14 +166,15 @@ class MoHDModel(MoHDPreTrainedModel):
             if output_hidden_states:
                 all_hidden.append(hidden)
         hidden = self.norm(hidden)
-        aux = torch.stack([r.aux_loss for r in routings]).mean() if routings else hidden.new_zeros(())
-        return MoHDModelOutputWithPast(
+        aux = torch.stack([r.aux_loss for r in routings]).mean() if routings else None
+        output = MoHDModelOutputWithPast(
             last_hidden_state=hidden,
             cache=cache if use_cache else None,
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             aux_loss=aux,
             router_logits=tuple(r.logits for r in routings) if output_router_logits else None,
         )
+        return output if return_dict else output.to_tuple()
 
 
 class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):
@@ -193,10 +213,11 @@ class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):
         logits_to_keep: int | Tensor = 0,
         past_key_values: Cache | None = None,
         **kwargs: Any,
-    ) -> MoeCausalLMOutputWithPast:
+    ) -> MoeCausalLMOutputWithPast | tuple:
         """Logits, and with ``labels`` the loss ``LM + router_aux_loss_coef * aux_loss`` (labels shifted inside, as
         in every HF causal LM)."""
-        kwargs.pop("return_dict", None)
+        return_dict = kwargs.pop("return_dict", None)
+        return_dict = self.config.return_dict if return_dict is None else return_dict
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -206,6 +227,7 @@ class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):
             use_cache=use_cache,
             output_hidden_states=output_hidden_states,
             output_router_logits=output_router_logits,
+            return_dict=True,
             **kwargs,
         )
         hidden = out.last_hidden_state
@@ -214,9 +236,9 @@ class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):
         loss = None
         if labels is not None:
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
-            if self.config.router_aux_loss_coef:
+            if self.config.router_aux_loss_coef and out.aux_loss is not None:
                 loss = loss + self.config.router_aux_loss_coef * out.aux_loss.to(loss.device)
-        return MoeCausalLMOutputWithPast(
+        output = MoeCausalLMOutputWithPast(
             loss=loss,
             aux_loss=out.aux_loss,
             logits=logits,
@@ -224,6 +246,8 @@ class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):
             hidden_states=out.hidden_states,
             router_logits=out.router_logits,
         )
+        # as every transformers model: a plain tuple of the fields that are set (Llama's order without routing)
+        return output if return_dict else output.to_tuple()
 
 
 AutoConfig.register("mohd", MoHDConfig, exist_ok=True)

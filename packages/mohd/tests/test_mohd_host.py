@@ -1,0 +1,162 @@
+"""What a transformers user does with a causal LM, done on MoHD and on ``LlamaForCausalLM`` with the same calls:
+resizing the vocabulary, tuple outputs, save/load, bad input shapes; plus the batch invariance of the gather path
+(a token's logits do not depend on which other tokens share its batch) and accounting read from the modules."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from mohd_testing import SWITCHES, VOCAB, tiny_llama_config, tiny_mohd
+from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+from mohd import MoHDConfig, MoHDForCausalLM, count_active_parameters, count_touched_parameters
+from mohd.layer import slot_matmul
+
+
+def _ids(b: int = 2, t: int = 7, seed: int = 1, vocab: int = VOCAB) -> torch.Tensor:
+    return torch.randint(0, vocab, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def _dense_pair() -> tuple[LlamaForCausalLM, MoHDForCausalLM]:
+    """Llama and the MoHD dense limit (N_s = N, no fusion) with the same weights, float64."""
+    torch.manual_seed(0)
+    lcfg = tiny_llama_config()
+    llama = LlamaForCausalLM(lcfg).double().eval()
+    cfg = MoHDConfig.from_llama(lcfg, num_subdims=4, num_shared=4, num_routed=0, fusion="none", scaling="none")
+    model = MoHDForCausalLM(cfg).double().eval()
+    model.load_state_dict(llama.state_dict(), strict=True)
+    return llama, model
+
+
+def _misaligned(model: torch.nn.Module, offset: int) -> torch.nn.Module:
+    """A copy whose parameters live ``offset`` elements into a larger buffer (another memory alignment, as a
+    tensor loaded from a file may have)."""
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for mod in out.modules():
+            for name, p in list(mod._parameters.items()):
+                if p is None:
+                    continue
+                view = torch.empty(p.numel() + offset, dtype=p.dtype)[offset:].view(p.shape)
+                mod._parameters[name] = torch.nn.Parameter(view.copy_(p), requires_grad=p.requires_grad)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["llama", "mohd"])
+def test_resize_token_embeddings_then_new_ids_are_accepted(kind):
+    llama, dense = _dense_pair()
+    model = llama if kind == "llama" else tiny_mohd(seed=0)
+    model.resize_token_embeddings(VOCAB + 3, mean_resizing=False)
+    assert model.config.vocab_size == VOCAB + 3
+    ids = torch.tensor([[1, VOCAB + 1, VOCAB + 2]])
+    assert model(ids).logits.shape == (1, 3, VOCAB + 3)
+    with pytest.raises((ValueError, IndexError)):
+        model(torch.tensor([[VOCAB + 3]]))
+
+
+def test_return_dict_false_gives_llamas_tuple():
+    llama, model = _dense_pair()
+    ids = _ids()
+    for kwargs in ({}, {"labels": ids}, {"use_cache": False}):
+        ref, out = llama(ids, return_dict=False, **kwargs), model(ids, return_dict=False, **kwargs)
+        assert type(out) is tuple and type(ref) is tuple and len(out) == len(ref)
+        for a, b in zip(out, ref, strict=True):
+            assert type(a) is type(b)
+            if isinstance(a, torch.Tensor):
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    # the base model too, and a routed model: the tuple of the fields that are set, in the output's order
+    assert type(model.model(ids, return_dict=False)) is tuple
+    routed = tiny_mohd(seed=1)
+    out, tup = routed(ids, labels=ids), routed(ids, labels=ids, return_dict=False)
+    assert type(tup) is tuple and len(tup) == len(out.to_tuple())
+    assert torch.equal(tup[0], out.loss) and torch.equal(tup[1], out.aux_loss) and torch.equal(tup[2], out.logits)
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        (torch.zeros(2, 0, dtype=torch.long), r"input_ids must hold at least one token.*\(2, 0\)"),
+        (torch.tensor([1, 2, 3]), r"input_ids must have 2 dimensions.*\(3,\)"),
+        (torch.zeros(1, 2, 3, dtype=torch.long), r"input_ids must have 2 dimensions"),
+    ],
+)
+def test_bad_input_shapes_raise_clear_errors(ids, match):
+    llama, model = _dense_pair()
+    with pytest.raises(Exception):  # noqa: B017 -- Llama fails deep inside its layers
+        llama(ids)
+    with pytest.raises(ValueError, match=match):
+        model(ids)
+    with pytest.raises(ValueError, match=match):
+        tiny_mohd(seed=0)(ids)
+    with pytest.raises(ValueError, match="inputs_embeds must hold at least one position"):
+        model(inputs_embeds=torch.zeros(2, 0, 24, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", ["default", "K2_topk", "ffn", "output_site", "learned"])
+def test_count_active_parameters_follows_the_modules_not_an_edited_config(name):
+    model = tiny_mohd(seed=1, **SWITCHES[name])
+    before = count_active_parameters(model)
+    cfg = model.config
+    cfg.num_routed, cfg.num_shared, cfg.vocab_size = cfg.num_routed + 1, 1, VOCAB + 50
+    cfg.fusion, cfg.intermediate_size = "none", 2 * cfg.intermediate_size
+    after = count_active_parameters(model)
+    touched = count_touched_parameters(model)
+    assert after == before
+    assert after.total == sum(p.numel() for p in model.parameters())
+    assert (after.projection_active, after.active) == (touched["projection"], touched["active"])
+
+
+def test_slot_matmul_row_does_not_depend_on_the_other_rows():
+    """Each slot's product is bitwise the same alone, among few or many other slots, in any order and position,
+    and with the weights at another memory alignment."""
+    g = torch.Generator().manual_seed(0)
+    for d_in, d_out, groups in ((6, 32, 5), (16, 96, 3), (48, 24, 2)):
+        x = torch.randn(90, d_in, generator=g)
+        group = torch.randint(0, groups, (90,), generator=g)
+        base = torch.randn(d_out, groups, d_in, generator=g)
+        weight = base.permute(1, 2, 0)  # a strided view, as the model passes
+        full = slot_matmul(x, weight, group)
+        subsets = (torch.arange(1), torch.arange(3), torch.arange(9), torch.arange(40), torch.randperm(90, generator=g))
+        for rows in subsets:
+            torch.testing.assert_close(slot_matmul(x[rows], weight, group[rows]), full[rows], rtol=0, atol=0)
+        moved = torch.empty(base.numel() + 3)[3:].view(base.shape).copy_(base).permute(1, 2, 0)
+        torch.testing.assert_close(slot_matmul(x, moved, group), full, rtol=0, atol=0)
+        ref = torch.stack([x[i].double() @ weight[int(k)].double() for i, k in enumerate(group)]).float()
+        torch.testing.assert_close(full, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["default", "K2_topk", "ffn", "no_shared"])
+def test_future_tokens_do_not_perturb_past_logits_in_float32(name):
+    """Causality to the last bit on the gather path: changing the second half of every sequence (which reroutes
+    those tokens) leaves the first half's float32 logits bitwise equal."""
+    model = tiny_mohd(seed=3, dtype=torch.float32, **SWITCHES[name])
+    g = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        ids = torch.randint(0, VOCAB, (4, 48), generator=g)
+        changed = ids.clone()
+        changed[:, 24:] = torch.randint(0, VOCAB, (4, 24), generator=g)
+        with torch.no_grad():
+            a, b = model(ids).logits, model(changed).logits
+        torch.testing.assert_close(a[:, :24], b[:, :24], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["llama", "mohd"])
+def test_save_load_and_realigned_weights_are_bitwise_in_float32(kind, tmp_path):
+    """``save_pretrained`` -> ``from_pretrained`` (tensors at the alignment the loader gives) and weights moved to
+    other alignments by hand: float32 logits bitwise equal on the default gather path, as for Llama."""
+    if kind == "llama":
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(tiny_llama_config()).eval()
+    else:
+        model = tiny_mohd(seed=7, dtype=torch.float32, **SWITCHES["K2_topk"])
+        assert model.config.resolved_impl == "gather"
+    ids = _ids(3, 40)
+    with torch.no_grad():
+        ref = model(ids).logits
+        model.save_pretrained(tmp_path)
+        loaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32, attn_implementation="eager")
+        assert torch.equal(loaded.eval()(ids).logits, ref)
+        for offset in (1, 3, 5):
+            assert torch.equal(_misaligned(model, offset)(ids).logits, ref), offset
