@@ -140,7 +140,7 @@ def test_dense_layer_equals_sparse_formula_at_keep_ratio_one(moe_in_dense):
     """r = 1: the dense layer is the sparse formula without the (zero) fused token, plus the MoE term only when
     ``moe_in_dense``."""
     torch.manual_seed(0)
-    net = SoftShapeNet(small_config(depth=1, moe_in_dense=moe_in_dense)).eval()
+    net = SoftShapeNet(small_config(depth=1, sparse_rate=0.0, moe_in_dense=moe_in_dense)).eval()
     x = torch.randn(4, 1, 60)
     torch.testing.assert_close(net(x).logits, _manual_forward(net, x, moe_in_dense), atol=1e-6, rtol=0)
     other = _manual_forward(net, x, not moe_in_dense)

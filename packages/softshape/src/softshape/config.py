@@ -170,6 +170,11 @@ class SoftShapeConfig:
                 f"emb_dim must be divisible by 4 (Inception: 4 branches of emb_dim // 4), got {self.emb_dim}"
             )
         self.sparse_rate = check_float("sparse_rate", self.sparse_rate, min=0.0, max=1.0, max_open=True)
+        if self.depth == 1 and self.sparse_rate > 0 and self.sparsify != "none":
+            raise ValueError(
+                f"sparse_rate={self.sparse_rate} would be ignored at depth=1: layer 1 never sparsifies (keep ratios "
+                "r_l = 1 - linspace(0, sparse_rate, depth)[l]); use depth >= 2, or sparse_rate=0 for a dense model"
+            )
         self.dropout = check_float("dropout", self.dropout, min=0.0, max=1.0, max_open=True)
         self.sparsify = check_choice("sparsify", self.sparsify, SPARSIFY_MODES)
         self.gating = check_choice("gating", self.gating, GATING_MODES)

@@ -8,6 +8,8 @@ import json
 import logging
 import math
 import os
+import weakref
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -99,6 +101,38 @@ def to_3d(X: Any, *, allow_nan: bool, length: int | None = None) -> tuple[np.nda
             "training column means)"
         )
     return np.ascontiguousarray(X3), was_2d
+
+
+class _Float64Copy:
+    """The float64 inference copy of a network, rebuilt whenever the network changes: another network object, or
+    any parameter or buffer replaced, moved or modified in place (an optimiser step, ``load_state_dict``, ``.to``),
+    seen through each tensor's storage pointer and autograd version counter. Never pickled or deep-copied (a
+    pickle carries the weights once; the copy is rebuilt on first use)."""
+
+    def __init__(self) -> None:
+        self._ref: weakref.ref | None = None
+        self._key: tuple | None = None
+        self._net: SoftShapeNet | None = None
+
+    @staticmethod
+    def _state(net: SoftShapeNet) -> tuple:
+        return tuple((t.data_ptr(), t._version, t.dtype, t.device) for t in chain(net.parameters(), net.buffers()))
+
+    def get(self, net: SoftShapeNet) -> SoftShapeNet:
+        key = self._state(net)
+        if self._net is None or self._ref is None or self._ref() is not net or self._key != key:
+            self._net = copy.deepcopy(net).double().eval()
+            self._ref, self._key = weakref.ref(net), key
+        return self._net
+
+    def __getstate__(self) -> dict:
+        return {"_ref": None, "_key": None, "_net": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def __deepcopy__(self, memo: dict) -> _Float64Copy:
+        return _Float64Copy()
 
 
 class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
@@ -398,7 +432,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         self.history_ = history
         self.best_epoch_ = int(best_epoch)
         self.sparse_inference_ = self._eval_mode(best_sparse)
-        self._net64 = (net, copy.deepcopy(net).double().eval())
+        self._net64 = _Float64Copy()
         self.expert_utilisation_ = self.expert_utilisation(X)
         return None
 
@@ -424,14 +458,14 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "network_")
 
     def _inference_net(self) -> SoftShapeNet:
-        """A float64 copy of the fitted network (cached), so that a case's prediction does not depend on the other
-        cases of its batch: float32 convolutions pick batch-size-dependent algorithms (differences ~1e-7)."""
-        cached = getattr(self, "_net64", None)
-        if cached is not None and cached[0] is self.network_:
-            return cached[1]
-        # built at fit / load; built afresh (not stored: predict leaves the estimator unchanged) if the network
-        # was replaced since
-        return copy.deepcopy(self.network_).double().eval()
+        """A float64 copy of the fitted network, so that a case's prediction does not depend on the other cases of
+        its batch (float32 convolutions pick batch-size-dependent algorithms, differences ~1e-7). The copy follows
+        ``network_``: it is rebuilt after any change of its parameters (an optimiser step in a custom loop,
+        ``load_state_dict``) or of the object itself, so predictions are never those of older weights."""
+        holder = getattr(self, "_net64", None)
+        if not isinstance(holder, _Float64Copy):  # an estimator unpickled from an older version, or set by hand
+            return copy.deepcopy(self.network_).double().eval()
+        return holder.get(self.network_)
 
     @torch.no_grad()
     def _run(self, X: Any, *, return_scores: bool = False) -> dict[str, np.ndarray]:
@@ -576,13 +610,32 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         clf.classes_ = np.asarray(meta["classes"])
         clf.n_channels_, clf.n_timepoints_ = meta["n_channels"], meta["n_timepoints"]
         clf.best_epoch_, clf.sparse_inference_ = meta["best_epoch"], meta["sparse_inference"]
-        clf._net64 = (clf.network_, copy.deepcopy(clf.network_).double().eval())
+        clf._net64 = _Float64Copy()
         clf.expert_utilisation_ = np.asarray(meta["expert_utilisation"], dtype=np.float64)
         if meta["n_features_in"] is not None:
             clf.n_features_in_ = meta["n_features_in"]
         if "nan_fill" in blob:
             clf.nan_fill_ = blob["nan_fill"].numpy()
         return clf
+
+    def expected_failed_checks(self) -> dict[str, str]:
+        """The scikit-learn estimator checks this estimator may fail, with the reason, for
+        ``check_estimator(est, expected_failed_checks=est.expected_failed_checks())`` or
+        ``parametrize_with_checks([est], expected_failed_checks=lambda e: e.expected_failed_checks())`` (scikit-learn
+        >= 1.6 declares expected failures there; its tags have no such field).
+
+        ``check_classifiers_train`` asks for accuracy > 0.83 on its blobs after one ``fit``: a network needs enough
+        epochs for that. It fails with the package's fast test settings (``epochs=2``) and passes with a learning
+        configuration (``emb_dim=8, epochs=40, warmup_epochs=5, lr=0.02, dropout=0``); declared whenever fewer than
+        35 post-warm-up epochs are configured."""
+        if self.epochs - self.warmup_epochs >= 35:
+            return {}
+        return {
+            "check_classifiers_train": (
+                f"epochs={self.epochs} (warm-up {self.warmup_epochs}) is too short to reach the accuracy > 0.83 "
+                "that the check asks on its blobs; it passes with epochs=40, warmup_epochs=5, lr=0.02"
+            )
+        }
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
