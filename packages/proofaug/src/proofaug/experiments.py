@@ -19,7 +19,17 @@ from proofaug.config import COQ_LADDER, COQ_QUICK_LADDER, ProofAugConfig
 from proofaug.pool import Job, ProverPool, pass_at_k
 from proofaug.suite import KINDS, SuiteItem
 
-__all__ = ["Setup", "QUICK", "FULL", "SuiteRun", "run_suite", "independent_check", "plot_rates"]
+__all__ = [
+    "Setup",
+    "QUICK",
+    "FULL",
+    "SuiteRun",
+    "run_suite",
+    "independent_check",
+    "plot_rates",
+    "margin",
+    "only_proofaug",
+]
 
 BASELINES = ("plain", "theorem_ladder", "dsp_holes", "first_error")
 
@@ -36,6 +46,8 @@ class Setup:
     workers: int = 2
     atp: bool = False
     sauto: bool = False
+    n_seeds: int = 5
+    """Quick: how many seeded stratified samples (``suite.sample_quick``) the headline claim is judged on."""
 
     def config(self) -> ProofAugConfig:
         hammers = self.hammers + (("sauto",) if self.sauto else ())
@@ -44,8 +56,8 @@ class Setup:
         )
 
 
-QUICK = Setup()
-FULL = Setup(quick=False, hammers=COQ_LADDER, methods=(*BASELINES, "proofaug", "proofaug+erp"), sauto=True)
+QUICK = Setup(methods=(*BASELINES, "proofaug", "proofaug+erp"))
+FULL = Setup(quick=False, hammers=COQ_LADDER, methods=(*BASELINES, "proofaug", "proofaug+erp"), sauto=True, n_seeds=1)
 
 
 @dataclass
@@ -58,6 +70,13 @@ class SuiteRun:
     false_positives: int = 0
     rechecked: int = 0
     settings: dict[str, Any] = field(default_factory=dict)
+
+    def subset(self, ids: set[str] | list[str]) -> SuiteRun:
+        """The same results restricted to the items whose id is in ``ids`` (suite order kept)."""
+        keep = [i for i, it in enumerate(self.items) if it.id in set(ids)]
+        return SuiteRun(
+            [self.items[i] for i in keep], {m: [r[i] for i in keep] for m, r in self.results.items()}, self.memo
+        )
 
     def rate(self, method: str) -> float:
         res = self.results[method]
@@ -109,13 +128,15 @@ def run_suite(
     jobs = []
     for item in items:
         for m in setup.methods:
+            if m == "proofaug+erp" and item.erp is None and "proofaug" in setup.methods:
+                continue  # without a completion ERP never fires: the proofaug row's result is this row's
             erp = item.erp if m == "proofaug+erp" else None
             method = "proofaug" if m == "proofaug+erp" else m
             jobs.append(Job(item.problem, item.proposal, method, erp, f"{item.id}:{m}", memo=m))
     with ProverPool(backend_factory, setup.workers, config=config) as pool:
-        flat = pool.map(jobs, group=lambda j: j.key.rsplit(":", 1)[0])
+        flat = dict(zip((j.key for j in jobs), pool.map(jobs, group=lambda j: j.key.rsplit(":", 1)[0]), strict=True))
         memo = pool.memo_stats()
-    results = {m: flat[j :: len(setup.methods)] for j, m in enumerate(setup.methods)}
+    results = {m: [flat.get(f"{it.id}:{m}") or flat[f"{it.id}:proofaug"] for it in items] for m in setup.methods}
     return SuiteRun(items, results, memo)
 
 
@@ -230,3 +251,24 @@ def plot_rates(run: SuiteRun, out_dir: Path, name: str = "pass_rates") -> Path:
     ax2.set_title("ProofAug stages")
     ax2.set_ylabel("proposals")
     return save_figure(fig, out_dir, name)
+
+
+def margin(rates: dict[str, float], method: str = "proofaug") -> float:
+    """rate(method) − the best baseline's rate: the headline claim's figure on one sample."""
+    return rates[method] - max(rates[m] for m in BASELINES if m in rates)
+
+
+def only_proofaug(run: SuiteRun) -> dict[str, list[str]]:
+    """Ids of proposals that proofaug (or proofaug+erp) repairs and no baseline does, by the stage of the success:
+    ``init_atp`` (MCSP kept correct steps after an error), ``coarse_atp`` (a coarser cut), ``erp``."""
+    out: dict[str, list[str]] = {"init_atp": [], "coarse_atp": [], "erp": []}
+    rows = ["proofaug+erp", "proofaug"] if "proofaug+erp" in run.results else ["proofaug"]
+    for i, it in enumerate(run.items):
+        if any(run.results[m][i].success for m in BASELINES if m in run.results):
+            continue
+        for m in rows:
+            r = run.results[m][i]
+            if r.success and r.stage in out:
+                out[r.stage].append(it.id)
+                break
+    return out

@@ -2,7 +2,7 @@
 
 The suite: 24 Coq problems (miniF2F-style statements written by the developers, plus induction and list lemmas)
 × 4 flawed or correct proposals of documented kinds, with the expected outcome of every method written before the
-first run. Kinds and proportions (fixed in advance, 96 proposals):
+first run. Kinds and proportions of the first 96 proposals (fixed in advance):
 
 ======  ===  =====================================================================================
 kind    n    what
@@ -15,6 +15,14 @@ K4      14   bullet / brace structure errors and truncated proofs
 K5      12   wrong strategy for a theorem no cut can rescue (needs induction)
 K6      12   DSP-style sketch with ``admit`` holes
 ======  ===  =====================================================================================
+
+A second batch of 13 (written, with its predictions, after the first runs showed that no K0–K6 proposal of the
+old fixed quick subset needed a step of ProofAug that truncation at the first error lacks): K7 (6) a flaw in an
+early case of an induction or case split whose later cases are correct and beyond the ladder; K8 (4) a wrong step
+that succeeds and leaves an unprovable goal inside an otherwise correct structure; 3 more K5 proposals with a
+scripted ERP completion (the induction the proposal lacks).
+
+The quick reproduction draws, per seed, a stratified sample of 24 (:data:`QUICK_QUOTA`, :func:`sample_quick`).
 
 15 of the 24 theorems are beyond the quick ladder at the theorem level (induction, rewriting, ``mod``).
 """
@@ -30,7 +38,16 @@ from pathlib import Path
 from proofaug.config import Problem
 from proofaug.structure import split_sentences
 
-__all__ = ["SuiteItem", "load_suite", "load_problems", "load_minif2f_rocq", "KINDS", "METHODS"]
+__all__ = [
+    "SuiteItem",
+    "load_suite",
+    "load_problems",
+    "load_minif2f_rocq",
+    "sample_quick",
+    "KINDS",
+    "METHODS",
+    "QUICK_QUOTA",
+]
 
 KINDS = {
     "K0": "correct",
@@ -40,7 +57,12 @@ KINDS = {
     "K4": "bullet/brace errors, truncation",
     "K5": "wrong strategy, unrescuable",
     "K6": "DSP sketch with admit holes",
+    "K7": "flaw in an early case, later cases correct",
+    "K8": "wrong step leaves an unprovable goal",
 }
+#: Per seed, how many proposals of each stratum the quick reproduction draws (24 in all); ``K5+erp`` are the K5
+#: proposals that carry a scripted ERP completion.
+QUICK_QUOTA = {"K0": 3, "K1": 3, "K2": 3, "K3": 3, "K4": 2, "K5": 1, "K5+erp": 2, "K6": 2, "K7": 3, "K8": 2}
 METHODS = ("plain", "theorem_ladder", "dsp_holes", "first_error", "proofaug", "proofaug+erp")
 
 
@@ -82,6 +104,26 @@ def load_suite(quick: bool = False) -> list[SuiteItem]:
         if item.quick or not quick:
             items.append(item)
     return items
+
+
+def sample_quick(seed: int, items: list[SuiteItem] | None = None) -> list[SuiteItem]:
+    """The quick reproduction's proposals for ``seed``: per stratum of :data:`QUICK_QUOTA`, that many proposals
+    drawn without replacement by ``random.Random(1234 + seed)``, in suite order."""
+    import random
+
+    items = load_suite() if items is None else items
+    rng = random.Random(1234 + int(seed))
+    chosen: set[str] = set()
+    for stratum, k in QUICK_QUOTA.items():
+        pool = [it.id for it in items if _stratum(it) == stratum]
+        if len(pool) < k:
+            raise ValueError(f"stratum {stratum!r} has {len(pool)} proposals, the quota asks for {k}")
+        chosen.update(rng.sample(pool, k))
+    return [it for it in items if it.id in chosen]
+
+
+def _stratum(item: SuiteItem) -> str:
+    return item.kind + ("+erp" if item.kind == "K5" and item.erp else "")
 
 
 _THEOREM = re.compile(r"(Theorem|Lemma|Example)\s+([A-Za-z_][\w']*)")
