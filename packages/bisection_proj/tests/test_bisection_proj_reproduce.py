@@ -21,18 +21,36 @@ def test_tiny_pipeline_is_consistent():
     assert r["history"]["step"][0] == 0 and len(r["history"]["gamma"]) == len(r["history"]["step"])
 
 
+BASE = {"feas_raw": 0.5, "feas_bp": 1.0, "speedup_post": 200.0, "gap_raw": 0.02, "gap_bp": 0.03, "gap_proj": 0.02,
+        "gap_ip": 1.0, "dist_bp": 0.2, "dist_proj": 0.05}  # fmt: skip
+
+
+def _runs(**per_seed):
+    """Two seeds' results: BASE with each key's list of per-seed values."""
+    runs = [dict(BASE), dict(BASE)]
+    for k, vals in per_seed.items():
+        for r, v in zip(runs, vals):
+            r[k] = v
+    return runs
+
+
 @pytest.mark.parametrize(
-    ("change", "holds"),
+    ("change", "verdicts"),
     [
-        ({}, True),
-        ({"feas_bp": 0.99}, False),
-        ({"feas_raw": 1.0}, False),
-        ({"speedup_post": 10.0}, False),
-        ({"gap_bp": 0.2}, False),
-    ],  # fmt: skip
+        ({}, ["holds", "holds", "holds"]),
+        ({"feas_bp": [1.0, 0.99]}, ["does not hold", "holds", "holds"]),  # one unrepaired point at one seed
+        ({"speedup_post": [10.0, 12.0]}, ["holds", "does not hold", "holds"]),
+        ({"speedup_post": [20.0, 400.0]}, ["holds", "inconclusive", "holds"]),  # the interval straddles 50x
+        ({"gap_bp": [0.2, 0.21]}, ["holds", "holds", "does not hold"]),
+        ({"gap_bp": [0.03, 0.12]}, ["holds", "holds", "inconclusive"]),
+    ],
 )
-def test_headline_verdict_rule(change, holds):
-    r = {"feas_raw": 0.5, "feas_bp": 1.0, "speedup_post": 200.0, "gap_raw": 0.02, "gap_bp": 0.03, "gap_proj": 0.02,
-         "gap_ip": 1.0, "dist_bp": 0.2, "dist_proj": 0.05}  # fmt: skip
-    r.update(change)
-    assert _headline(r, "QP").holds is holds
+def test_headline_verdicts_come_from_the_interval_over_seeds(change, verdicts):
+    claims = _headline(_runs(**change), [0, 1], "QP")
+    assert [c.verdict for c in claims] == verdicts
+    assert all("2 seeds" in c.measured for c in claims if c.details.get("seeds", {}).get("n") == 2)
+
+
+def test_headline_is_not_judged_when_the_raw_solver_is_already_feasible():
+    claims = _headline(_runs(feas_raw=[1.0, 0.5]), [0, 1], "QP")
+    assert claims[0].verdict == "shown" and "nothing to repair" in claims[0].measured

@@ -131,14 +131,15 @@ def run_reproductions(
 
         def report(_: Sequence[Job]) -> None:
             for j in jobs:
-                if seen.get(j.name) == j.state:
+                key = str(j.out_dir)
+                if seen.get(key) == j.state:
                     continue
-                seen[j.name] = j.state
+                seen[key] = j.state
+                seed = "" if j.seed is None else f" (seed {j.seed})"
                 if j.state == "running":
-                    console.print(f"  started  {j.name}")
+                    console.print(f"  started  {j.name}{seed}")
                 elif j.state in ("done", "crashed") and j.result is not None:
                     what = f"skipped, {j.result.skipped}" if j.result.skipped else counts_text(j.result.claims)
-                    seed = "" if j.seed is None else f" (seed {j.seed})"
                     console.print(
                         f"  {j.state:<8} {j.name}{seed}: {what}; "
                         f"{j.result.runtime_s:.1f} s wall, {j.result.cpu_s:.1f} CPU-s",

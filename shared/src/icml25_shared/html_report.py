@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from icml25_shared.report import ReproResult, _fmt, _jsonable, counts_text, load_results, verdict_counts
+from icml25_shared.report import ReproResult, _jsonable, counts_text, load_results, verdict_counts, with_unit
 from icml25_shared.verdict import FAILS, HOLDS, INCONCLUSIVE, SHOWN, SKIPPED
 
 __all__ = ["write_report", "write_claims_json", "write_index_html"]
@@ -56,7 +56,7 @@ def _e(x: Any) -> str:
 
 
 def _value(x: Any, unit: str) -> str:
-    return _e(_fmt(x) + (f" {unit}" if unit and x is not None else ""))
+    return _e(with_unit(x, unit))
 
 
 def _plot(folder: Path, r: ReproResult, artefact: str) -> str | None:

@@ -126,7 +126,7 @@ class Claim:
         return cls(
             text,
             paper,
-            sp.text(digits),
+            sp.text(digits, unit),
             None,
             rule=f"{rule}{how}",
             unit=unit,
@@ -314,6 +314,12 @@ def _fmt(x: Any) -> str:
     return str(x)
 
 
+def with_unit(x: Any, unit: str) -> str:
+    """``x`` formatted, with `` unit`` after a number (a text figure carries its own units)."""
+    is_number = isinstance(x, (int, float)) and not isinstance(x, bool)
+    return _fmt(x) + (f" {unit}" if unit and is_number else "")
+
+
 def claims_table(results: list[ReproResult], title: str = "icml25 reproductions"):
     """A compact ``rich.table.Table``, one row per claim, that fits 120 columns.
 
@@ -332,12 +338,11 @@ def claims_table(results: list[ReproResult], title: str = "icml25 reproductions"
     styles = {HOLDS: "green", FAILS: "red", INCONCLUSIVE: "magenta", SHOWN: "yellow", SKIPPED: "dim"}
     for r in results:
         for i, c in enumerate(r.claims):
-            unit = f" {c.unit}" if c.unit else ""
             table.add_row(
                 r.package + ("" if r.mode == "quick" else f" ({r.mode})") if i == 0 else "",
                 c.label,
-                _fmt(c.paper) + (unit if c.paper is not None else ""),
-                _fmt(c.measured) + (unit if c.measured is not None else ""),
+                with_unit(c.paper, c.unit),
+                with_unit(c.measured, c.unit),
                 f"[{styles[c.verdict]}]{c.verdict}[/]",
                 end_section=i == len(r.claims) - 1,
             )

@@ -223,10 +223,10 @@ def train_toys(iters: int, n_theta: int = 2048, seed: int = 0) -> dict[str, Trai
     return hists
 
 
-def ratio_steps(prob: Problem, rhos: tuple[float, ...] = (0.5, 0.9)) -> dict[str, Any]:
+def ratio_steps(prob: Problem, rhos: tuple[float, ...] = (0.5, 0.9), seed: int = 1) -> dict[str, Any]:
     """Bisection steps, time and feasibility for each split ratio ρ on 512 random predictions of ``prob`` with its
-    analytic interior points (needs ``prob.analytic_interior``)."""
-    gen = seed_everything(1)
+    analytic interior points (needs ``prob.analytic_interior``); ``seed`` draws θ and the predictions."""
+    gen = seed_everything(seed)
     theta = prob.sample_theta(512, gen)
     ip = prob.y_to_z(theta, prob.analytic_interior(theta)).unsqueeze(1)
     z = torch.rand(512, prob.z_dim, generator=gen, dtype=theta.dtype)
