@@ -26,6 +26,7 @@ def small_config(**kw) -> EaglesConfig:
 def small_setup(**kw) -> Setup:
     """A three-client Cora reproduction setup small enough for the default run; ``kw`` overrides its fields."""
     base = dict(
+        seeds=(0,),
         num_clients=3,
         rounds=2,
         max_pretrain_rounds=10,

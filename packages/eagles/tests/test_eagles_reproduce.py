@@ -20,8 +20,24 @@ def test_reproduce_small_setup_returns_claims_and_plot(tmp_path, extras):
     labels = [c.label for c in res.claims]
     assert all(len(x) <= 32 for x in labels)
     assert res.settings["band"][0] is not None  # the target band was reached and its mask re-trained
-    assert "(a) acc/comm/MACs vs FedAvg" in labels and "(b) acc/comm/MACs vs FedAvg" in labels
-    assert all(isinstance(c.holds, bool) for c in res.claims if c.label.startswith("(a)"))
+    for v in ("a", "b"):  # one verdict per statement: accuracy, whole-method upload, whole-method MACs
+        judged = [c for c in res.claims if c.label.startswith(f"({v})")]
+        assert [c.label for c in judged] == [
+            f"({v}) acc − FedAvg",
+            f"({v}) total upload / FedAvg",
+            f"({v}) total MACs / FedAvg",
+        ]
+        assert all(c.verdict in ("holds", "does not hold") and c.details["seeds"]["n"] == 1 for c in judged)
+    assert {c.label for c in res.claims if c.verdict == "shown"} >= {"GNN side only", "sparsifier trade-off"}
+    # the whole method's upload charges the pre-training rounds: above the re-train's own total
+    b = next(c for c in res.claims if c.label == "(b) total upload / FedAvg")
+    gnn = next(c for c in res.claims if c.label == "GNN side only").details["b"]
+    assert b.details["seeds"]["mean"] > gnn["up_total_ratio"] > gnn["up_gnn_ratio"]
+    # the trade-off's cost model (parameter counts of real states) equals the sparsifier's metered upload
+    t = next(c for c in res.claims if c.label == "sparsifier trade-off").details
+    model = dict(zip(t["width"]["h"], t["width"]["data_sparsifier_over_gnn"], strict=True))[setup.expert_hidden]
+    assert model == pytest.approx(t["width"]["measured"], rel=1e-9)
+    assert len(res.artifacts) == 2
     # the --full extras: a second keep-ratio set and the three aggregation ablations
     for name in ("b2 vs FedAvg", "d_mask_only vs FedAvg", "d_ctx_only vs FedAvg", "uniform_a vs FedAvg"):
         assert (name in labels) == extras
@@ -91,3 +107,35 @@ def test_command_line_resume_needs_full():
 
     with pytest.raises(SystemExit):
         main(["--out", "unused", "--resume"])
+
+
+def test_method_cost_charges_the_pretraining_rounds_and_the_sparsifier():
+    from eagles.experiments import method_cost
+
+    fed = {"rounds": 10, "up_gnn": 100.0, "up_sparsifier": 0.0, "macs_gnn": 1000.0, "macs_sparsifier": 0.0}
+    pre = {"rounds": 4, "up_gnn": 50.0, "up_sparsifier": 0.0, "macs_gnn": 600.0, "macs_sparsifier": 0.0}
+    b = {"rounds": 10, "up_gnn": 30.0, "up_sparsifier": 70.0, "macs_gnn": 300.0, "macs_sparsifier": 900.0}
+    assert method_cost(b, pre, fed, "up") == (4 * 50 + 10 * 100) / (10 * 100)
+    assert method_cost(b, pre, fed, "macs") == (4 * 600 + 10 * 1200) / (10 * 1000)
+    a = {**b, "up_sparsifier": 0.0}
+    assert method_cost(a, pre, fed, "up") == 0.5  # the GNN side alone would read 0.3, the band's density
+
+
+@pytest.mark.parametrize(
+    ("uploads", "verdict"),
+    [((0.30, 0.31, 0.32), "holds"), ((0.31, 0.35, 0.39), "inconclusive"), ((2.0, 2.05, 2.1), "does not hold")],
+)
+def test_a_variants_verdicts_come_from_the_interval_over_seeds(uploads, verdict):
+    from eagles.reproduce import TARGET, _variant_claims
+
+    v = {
+        "per_seed": {"acc_gap": [0.4, 1.3, 0.0], "up_method": list(uploads), "macs_method": [0.3, 0.31, 0.32]},
+        "seed_ids": [0, 1, 2],
+        "pretrain_rounds": [9, 9, 9],
+    }
+    acc, up, macs = _variant_claims("b", "(b)", v)
+    assert up.verdict == verdict and up.details["seeds"]["n"] == 3
+    assert up.details["rule_threshold"] == TARGET["up"] and up.details["rule_op"] == "<="
+    lo, hi = up.details["seeds"]["interval"]
+    assert (hi <= TARGET["up"]) == (verdict == "holds") and (lo > TARGET["up"]) == (verdict == "does not hold")
+    assert acc.verdict == "holds" and macs.verdict == "holds"  # intervals [-0.9, 2.0] ≥ −2, [0.28, 0.34] ≤ 0.40

@@ -39,7 +39,9 @@ class Setup:
     dataset: str = "Cora"
     num_clients: int = 10
     split: str = "louvain"
-    seeds: tuple[int, ...] = (0,)
+    seeds: tuple[int, ...] = (0, 1)
+    """Seeds of the run (each: its own split, initial weights and local randomness); ``reproduce`` replaces them
+    by ``seed_list(seed, len(seeds))``. Not part of a stored part's configuration digest."""
     rounds: int = 10
     """FedAvg's and each re-train's rounds."""
     max_pretrain_rounds: int = 60
@@ -336,10 +338,25 @@ def run_protocol(setup: Setup, seed: int, data: Data) -> dict[str, Any]:
     return run_parts(replace(setup, seeds=(seed,)), data)[0][0]
 
 
+def method_cost(variant: dict[str, Any], pretrain: dict[str, Any], fedavg: dict[str, Any], kind: str) -> float:
+    """The whole method's cost over FedAvg's, one seed: (pre-training rounds that find the band + re-training
+    rounds) × (GNN + graph sparsifier) per round, over FedAvg's rounds × its per-round cost. ``kind``: ``"up"``
+    (upload bytes) or ``"macs"`` (training MACs). Without the pre-training term, the GNN part alone would equal the
+    chosen band's weight density by construction."""
+    parts = {"up": ("up_gnn", "up_sparsifier"), "macs": ("macs_gnn", "macs_sparsifier")}[kind]
+
+    def total(run: dict[str, Any]) -> float:
+        return run["rounds"] * sum(run[p] for p in parts)
+
+    return (total(pretrain) + total(variant)) / total(fedavg)
+
+
 def summarise(setup: Setup, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Means over seeds and the ratios of the claims (EAGLES / FedAvg). Each variant is averaged over the seeds
     that have it, against FedAvg on the same seeds and split (``fedavg_acc``, ``seeds``): a run summarised
-    before all its parts finished compares like with like."""
+    before all its parts finished compares like with like. ``per_seed`` holds, per seed (``seed_ids``), the
+    figures the claims are judged on: the accuracy gap to FedAvg and the whole method's upload and MACs
+    (:func:`method_cost`)."""
 
     def mean(xs: list[float]) -> float:
         return sum(xs) / len(xs)
@@ -351,12 +368,13 @@ def summarise(setup: Setup, runs: list[dict[str, Any]]) -> dict[str, Any]:
     res["fedavg_acc"] = mean([r["fedavg"]["acc"] for r in ok])
     names = ["a", "b", *(f"b{i + 2}" for i in range(len(setup.extra_keep_ratios))), *ABLATIONS, "random_b"]
     for v in names:
-        base = "random_fedavg" if v.startswith("random_") else "fedavg"
-        have = [r for r in runs if v in r and base in r]
+        rand = v.startswith("random_")
+        base, pre = ("random_fedavg", "random_pretrain") if rand else ("fedavg", "pretrain")
+        have = [(s, r) for s, r in zip(setup.seeds, runs, strict=True) if v in r and base in r]
         if not have:
             continue
-        fed = lambda k, have=have, base=base: mean([r[base][k] for r in have])  # noqa: E731
-        g = lambda k, v=v, have=have: mean([r[v][k] for r in have])  # noqa: E731
+        fed = lambda k, have=have, base=base: mean([r[base][k] for _, r in have])  # noqa: E731
+        g = lambda k, v=v, have=have: mean([r[v][k] for _, r in have])  # noqa: E731
         res[v] = {
             "acc": g("acc"),
             "kept_edges": g("kept_edges"),
@@ -367,5 +385,193 @@ def summarise(setup: Setup, runs: list[dict[str, Any]]) -> dict[str, Any]:
             "macs_total_ratio": (g("macs_gnn") + g("macs_sparsifier")) / fed("macs_gnn"),
             "fedavg_acc": fed("acc"),
             "seeds": len(have),
+            "seed_ids": [s for s, _ in have],
+            "pretrain_rounds": [r[pre]["rounds"] for _, r in have],
+            "per_seed": {
+                "acc_gap": [r[v]["acc"] - r[base]["acc"] for _, r in have],
+                "up_method": [method_cost(r[v], r[pre], r[base], "up") for _, r in have],
+                "macs_method": [method_cost(r[v], r[pre], r[base], "macs") for _, r in have],
+                "up_gnn": [r[v]["up_gnn"] / r[base]["up_gnn"] for _, r in have],
+            },
         }
+        res[v]["up_method_ratio"] = mean(res[v]["per_seed"]["up_method"])
+        res[v]["macs_method_ratio"] = mean(res[v]["per_seed"]["macs_method"])
     return res
+
+
+OGBN_PROTEINS = {"features": 8, "mean_degree": 2 * 39_561_252 / 132_534}
+"""The paper's headline graph: 8 input features, 132,534 nodes, 39.6 M undirected edges (OGB)."""
+
+
+def cost_tradeoff(setup: Setup, res: dict[str, Any], data: Data) -> dict[str, Any]:
+    """When the graph sparsifier pays for itself, from the package's cost model (:mod:`eagles.metrics`) anchored
+    at a run's measured per-round costs (``res`` from :func:`summarise`, needs ``a`` and ``b``).
+
+    - ``rounds``: the whole method's upload and MACs over FedAvg's against the number of re-train rounds R (FedAvg
+      runs R rounds too; the measured pre-training rounds are paid once), for (a) and (b); the R from which (a)
+      meets 1× and the target, and (b)'s limit as R grows.
+    - ``width``: the sparsifier's upload per round over FedAvg's GNN upload against the expert width h, at this
+      graph's feature width and at ogbn-proteins' (8); parameter counts from real model states
+      (``payload_bytes``), exact since they are affine in h.
+    - ``degree``: the training MACs the sparsifier adds minus those its dropped edges save, over FedAvg's GNN
+      MACs, against the mean degree m/n; it pays for itself (negative) only when h < (1 − kept)·Σ f_out / (2K),
+      above the break-even degree d* = 2KF(h + 1) / ((1 − kept)·Σ f_out − 2Kh).
+    """
+    from eagles.client import initial_model, state_of
+    from eagles.metrics import gnn_macs, payload_bytes, sparsifier_macs
+
+    b = res["b"]
+    runs = [r for r in res["runs"] if "b" in r]
+    fed = {k: sum(r["fedavg"][k] for r in runs) / len(runs) for k in ("up_gnn", "macs_gnn")}
+    pre = {k: sum(r["pretrain"]["rounds"] * r["pretrain"][k] for r in runs) / len(runs) for k in ("up_gnn", "macs_gnn")}
+    per_round = {
+        name: {
+            k: sum(r[name][f"{k}_gnn"] + r[name][f"{k}_sparsifier"] for r in runs) / len(runs) for k in ("up", "macs")
+        }
+        for name in ("a", "b")
+    }
+    rounds = sorted({*range(1, 10), *range(10, 100, 5), *range(100, 1001, 50), setup.rounds})
+    curve = {
+        f"{name}_{k}": [(pre[f"{k}_gnn"] + r * per_round[name][k]) / (r * fed[f"{k}_gnn"]) for r in rounds]
+        for name in ("a", "b")
+        for k in ("up", "macs")
+    }
+    target = {"up": 0.35, "macs": 0.40}
+
+    def first_round(name: str, k: str, bound: float) -> int | None:
+        slope = fed[f"{k}_gnn"] * bound - per_round[name][k]  # pays off once R · slope ≥ pre-training cost
+        return None if slope <= 0 else max(1, math.ceil(pre[f"{k}_gnn"] / slope))
+
+    out: dict[str, Any] = {
+        "rounds": {
+            "R": rounds,
+            **curve,
+            "pretrain_rounds": [r["pretrain"]["rounds"] for r in runs],
+            "a_reaches_fedavg_upload_at_R": first_round("a", "up", 1.0),
+            "a_reaches_target_upload_at_R": first_round("a", "up", target["up"]),
+            "a_reaches_target_macs_at_R": first_round("a", "macs", target["macs"]),
+            "b_reaches_fedavg_upload_at_R": first_round("b", "up", 1.0),
+            "b_limit_up": per_round["b"]["up"] / fed["up_gnn"],
+            "b_limit_macs": per_round["b"]["macs"] / fed["macs_gnn"],
+        }
+    }
+    # expert width: parameter counts of real states (affine in h: two widths give every width exactly)
+    f_data = int(data.x.size(1))
+    num_classes = max(2, int(data.y.max()) + 1)
+    widths = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    ratios = setup.keep_ratios_b
+    cfg = base_config(setup, 0, keep_ratios=ratios)
+    width: dict[str, Any] = {"h": widths}
+    for label, f in (("data", f_data), ("ogbn_proteins", OGBN_PROTEINS["features"])):
+        dense = state_of(initial_model(f, num_classes, replace(cfg, graph_sparsifier=False, weight_sparsifier=False)))
+        gnn = payload_bytes(dense)["gnn"]
+        sp = [
+            payload_bytes(state_of(initial_model(f, num_classes, replace(cfg, expert_hidden=h))))["sparsifier"]
+            for h in (1, 2)
+        ]
+        width[f"{label}_sparsifier_over_gnn"] = [(sp[0] + (h - 1) * (sp[1] - sp[0])) / gnn for h in widths]
+        width[f"{label}_features"] = f
+    width["measured_at_h"] = setup.expert_hidden
+    width["measured"] = b["up_total_ratio"] - b["up_gnn_ratio"]
+    out["width"] = width
+    # degree: MACs the sparsifier adds minus those its dropped edges save, per training step (factor 3 cancels)
+    clients = make_clients(data, setup.num_clients, setup.split, setup.seeds[0])
+    n = sum(c.num_nodes for c in clients)
+    m = sum(int(c.edge_index.size(1)) for c in clients)
+    shapes = [(f_data if i == 0 else setup.hidden_channels, setup.hidden_channels) for i in range(setup.num_layers)]
+    shapes[-1] = (shapes[-1][0], num_classes)
+    sum_out = sum(fo for _, fo in shapes)
+    k_exp, kept = len(ratios), float(b["kept_edges"])
+    degrees = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+
+    def net(f: int, h: int, d: float) -> float:
+        mm = round(d * n)
+        dense_shapes = [(f if i == 0 else fi, fo) for i, (fi, fo) in enumerate(shapes)]
+        base = gnn_macs(dense_shapes, [(1.0, 1.0)] * len(shapes), n, mm)
+        saved = base - gnn_macs(dense_shapes, [(1.0, 1.0)] * len(shapes), n, round(kept * mm))
+        return (sparsifier_macs(n, mm, f, h, k_exp, training=True) - saved) / base
+
+    def break_even(f: int, h: int) -> float | None:
+        gain = (1 - kept) * sum_out - 2 * k_exp * h
+        return None if gain <= 0 else 2 * k_exp * f * (h + 1) / gain
+
+    deg: dict[str, Any] = {"mean_degree": degrees, "kept_edges": kept, "sum_f_out": sum_out, "experts": k_exp}
+    deg["data_mean_degree"] = m / n
+    deg["ogbn_proteins_mean_degree"] = OGBN_PROTEINS["mean_degree"]
+    deg["h_max_to_pay"] = (1 - kept) * sum_out / (2 * k_exp)
+    deg["h_max_to_pay_at_kept"] = {k: (1 - k) * sum_out / (2 * k_exp) for k in (0.9, 0.7, 0.5, 0.3)}
+    for label, f in (("data", f_data), ("ogbn_proteins", OGBN_PROTEINS["features"])):
+        deg[f"{label}_net_over_gnn"] = [net(f, setup.expert_hidden, d) for d in degrees]
+        deg[f"{label}_break_even_degree"] = break_even(f, setup.expert_hidden)
+        deg[f"{label}_break_even_degree_h"] = {h: break_even(f, h) for h in (1, 2, 4, 8, 16)}
+    out["degree"] = deg
+    return out
+
+
+def plot_tradeoff(tradeoff: dict[str, Any], target: tuple[float, float] = (0.35, 0.40)):
+    """Three panels of :func:`cost_tradeoff`: the whole method's cost against re-train rounds, the sparsifier's
+    upload against expert width, its net MACs against mean degree."""
+    from icml25_shared.report import subplots
+
+    fig, ax = subplots(1, 3, figsize=(15, 3.8))
+    r = tradeoff["rounds"]
+    for name, label in (("a", "(a) sparsifier off"), ("b", "(b) complete")):
+        ax[0].plot(r["R"], r[f"{name}_up"], label=f"{label}, upload")
+        ax[0].plot(r["R"], r[f"{name}_macs"], ls="--", label=f"{label}, MACs")
+    ax[0].axhline(1.0, c="gray", lw=0.8)
+    ax[0].axhline(target[0], c="gray", ls=":", lw=0.8)
+    ax[0].set(xscale="log", yscale="log", xlabel="re-train rounds R (FedAvg: R rounds)", ylabel="whole method / FedAvg")
+    ax[0].set_title("pre-training paid once", fontsize=10)
+    w = tradeoff["width"]
+    for label in ("data", "ogbn_proteins"):
+        ax[1].plot(w["h"], w[f"{label}_sparsifier_over_gnn"], marker="o", label=f"F = {w[f'{label}_features']}")
+    ax[1].plot([w["measured_at_h"]], [w["measured"]], "k*", ms=10, label="measured")
+    ax[1].axhline(1.0, c="gray", lw=0.8)
+    ax[1].set(xscale="log", yscale="log", xlabel="expert width h", ylabel="sparsifier upload / FedAvg GNN")
+    ax[1].set_title("upload per round (it never saves any)", fontsize=10)
+    d = tradeoff["degree"]
+    for label in ("data", "ogbn_proteins"):
+        ax[2].plot(
+            d["mean_degree"],
+            d[f"{label}_net_over_gnn"],
+            marker="o",
+            label=f"F = {tradeoff['width'][f'{label}_features']}",
+        )
+    ax[2].axvline(d["data_mean_degree"], c="C0", ls=":", lw=0.8)
+    ax[2].axvline(d["ogbn_proteins_mean_degree"], c="C1", ls=":", lw=0.8)
+    ax[2].axhline(0.0, c="gray", lw=0.8)
+    ax[2].set(xscale="log", xlabel="mean degree m/n", ylabel="(sparsifier − saved) MACs / FedAvg GNN")
+    ax[2].set_title(f"net MACs at h = {w['measured_at_h']}, kept {d['kept_edges']:.2f}", fontsize=10)
+    for a in ax:
+        a.legend(fontsize=7)
+    return fig
+
+
+def plot_runs(setup: Setup, runs: list[dict[str, Any]]):
+    """The first seed's accuracy curves (FedAvg, (a), (b)) and its pre-training density against the target band."""
+    from icml25_shared.report import subplots
+
+    fig, axes = subplots(1, 2, figsize=(10, 3.6))
+    first = runs[0]
+    for name, key in (("FedAvg", "fedavg"), ("EAGLES (a)", "a"), ("EAGLES (b)", "b")):
+        if key in first:
+            axes[0].plot(range(1, len(first[key]["curve"]) + 1), first[key]["curve"], label=name)
+    axes[0].set(xlabel="round", ylabel="mean client test acc (%)", title=f"Cora, seed {setup.seeds[0]}")
+    axes[0].legend()
+    dens = first.get("pretrain", {}).get("density_curve", [])
+    axes[1].plot(range(1, len(dens) + 1), dens)
+    axes[1].axhline(setup.target_band, ls="--", c="gray")
+    axes[1].set(xlabel="pre-train round", ylabel="consensus density", title="density bands")
+    return fig
+
+
+def curves_of(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per seed and part: the best validation round and the test-accuracy curve (%, 2 decimals)."""
+    return [
+        {
+            k: {"best_round": v["best_round"], "test_acc": [round(a, 2) for a in v["curve"]]}
+            for k, v in r.items()
+            if isinstance(v, dict) and "curve" in v
+        }
+        for r in runs
+    ]

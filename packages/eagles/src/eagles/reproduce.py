@@ -1,11 +1,12 @@
 """``icml25 reproduce eagles``: EAGLES' headline on real Cora split into 10 Louvain clients.
 
-Claim (abstract: "−80% communication, −82% training FLOPs while maintaining high performance", on ogbn-proteins):
-EAGLES's consensus weight mask keeps FedAvg's accuracy at a third of the GNN's communication and training MACs.
-Quick mode: FedAvg (dense GNN, Flower's size-weighted ``FedAvg``, in process) vs EAGLES pre-trained until the 30%
-density band's consensus mask is stored, then re-trained with that mask fixed (a) with the graph sparsifier off,
-(b) complete with keep ratios (0.95, 0.9, 0.85, 0.8). Holds iff acc ≥ acc(FedAvg) − 2 points, GNN upload ratio
-≤ 0.35 and GNN training-MACs ratio ≤ 0.40. The sparsifier's own cost (large at Cora's 1,433 features) is shown.
+Claim (abstract: "−80% communication, −82% training FLOPs while maintaining high performance", on ogbn-proteins),
+judged on the whole method: FedAvg (dense GNN, Flower's size-weighted ``FedAvg``, in process) vs EAGLES
+pre-trained until the 30% density band's consensus mask is stored, then re-trained with that mask fixed (a) with
+the graph sparsifier off, (b) complete with keep ratios (0.95, 0.9, 0.85, 0.8). One verdict per statement and
+variant, each over seeds (t-interval of the mean): accuracy ≥ FedAvg − 2 points; upload and training MACs of
+the whole method (the pre-training rounds plus the re-training, GNN plus graph sparsifier) ≤ 0.35× and ≤ 0.40×
+FedAvg's over its rounds. The GNN side alone and the trade-off (when the sparsifier pays for itself) are shown.
 ``--full``: official widths, 3 seeds, keep ratios (0.9, 0.7, 0.5, 0.3), aggregation ablations, random split; in
 parts stored under ``out_dir/parts``: ``python -m eagles.reproduce --full --out DIR --resume`` continues a run.
 """
@@ -13,60 +14,52 @@ parts stored under ``out_dir/parts``: ``python -m eagles.reproduce --full --out 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from eagles.experiments import ABLATIONS, PartStore, Setup, load_planetoid, run_parts, summarise
+from eagles.experiments import (
+    ABLATIONS,
+    PartStore,
+    Setup,
+    cost_tradeoff,
+    curves_of,
+    load_planetoid,
+    plot_runs,
+    plot_tradeoff,
+    run_parts,
+    summarise,
+)
 from icml25_shared.device import torch_threads
-from icml25_shared.report import Claim, ReproResult, save_figure, subplots
+from icml25_shared.report import Claim, ReproResult, save_figure
+from icml25_shared.verdict import seed_list
 
 __all__ = ["reproduce"]
 
 PAPER_UP = 0.20  # −80% communication (abstract, ogbn-proteins)
 PAPER_MACS = 0.18  # −82% training FLOPs (abstract, ogbn-proteins)
+TARGET = {"up": 0.35, "macs": 0.40}
+"""Our target: the paper's 0.20 / 0.18 loosened because on a 10-client Cora federation the 30% band alone costs
+≈ 0.30 of FedAvg's GNN; the accuracy rule reads "maintained" as within 2 points of FedAvg."""
+_WHOLE = "of the whole method (the pre-training rounds that find the band plus the re-training, GNN plus graph "
+_WHOLE += "sparsifier) / FedAvg's over its rounds"
+_STATEMENTS = (  # per-seed figure, statement, paper, op, threshold, rule, short, unit
+    ("acc_gap", "mean client test accuracy (best validation round) minus FedAvg's", "maintained", ">=", -2.0,
+     "≥ −2 points (our reading of 'maintained')", "acc − FedAvg", "points"),
+    ("up_method", f"upload bytes {_WHOLE}", PAPER_UP, "<=", TARGET["up"],
+     f"≤ {TARGET['up']} (our target; the paper reports {PAPER_UP} on ogbn-proteins)", "total upload / FedAvg", ""),
+    ("macs_method", f"training MACs {_WHOLE}", PAPER_MACS, "<=", TARGET["macs"],
+     f"≤ {TARGET['macs']} (our target; the paper reports {PAPER_MACS} on ogbn-proteins)", "total MACs / FedAvg", ""),
+)  # fmt: skip
 
 
-def _variant_claims(name: str, label: str, v: dict, fed_acc: float) -> list[Claim]:
-    gap = v["acc"] - fed_acc
-    holds = gap >= -2.0 and v["up_gnn_ratio"] <= 0.35 and v["macs_gnn_ratio"] <= 0.40
-    rule = "acc ≥ FedAvg − 2 and GNN upload ≤ 0.35× and GNN MACs ≤ 0.40×"
+def _variant_claims(name: str, label: str, v: dict) -> list[Claim]:
+    """One verdict per statement, each judged over the variant's seeds."""
     return [
-        Claim(
-            f"EAGLES {label}: the consensus mask keeps FedAvg's accuracy at a third of the GNN's communication "
-            "and training MACs",
-            "−80% comm, −82% FLOPs",
-            f"{gap:+.1f} pts, up {v['up_gnn_ratio']:.2f}×, MACs {v['macs_gnn_ratio']:.2f}×",
-            holds,
-            rule=rule,
-            details=v,
-            short=f"({name}) acc/comm/MACs vs FedAvg",
-        ),
-        Claim(
-            f"EAGLES {label}: accuracy minus FedAvg's (mean client test accuracy at the best validation round)",
-            "≥ −2 (maintained)",
-            round(gap, 2),
-            gap >= -2.0,
-            rule="≥ −2 points",
-            unit="points",
-            short=f"({name}) acc − FedAvg",
-        ),
-        Claim(
-            f"EAGLES {label}: GNN upload bytes per round / FedAvg's",
-            PAPER_UP,
-            round(v["up_gnn_ratio"], 3),
-            v["up_gnn_ratio"] <= 0.35,
-            rule="≤ 0.35",
-            short=f"({name}) GNN upload ratio",
-        ),
-        Claim(
-            f"EAGLES {label}: GNN training MACs per round / FedAvg's",
-            PAPER_MACS,
-            round(v["macs_gnn_ratio"], 3),
-            v["macs_gnn_ratio"] <= 0.40,
-            rule="≤ 0.40",
-            short=f"({name}) GNN MACs ratio",
-        ),
-    ]
+        Claim.over_seeds(f"EAGLES {label}: {text}", paper, v["per_seed"][key], op, thr, seeds=v["seed_ids"], rule=rule,
+                         unit=unit, short=f"({name}) {short}", details={"pretrain_rounds": v["pretrain_rounds"]})
+        for key, text, paper, op, thr, rule, short, unit in _STATEMENTS
+    ]  # fmt: skip
 
 
 def reproduce(
@@ -74,14 +67,17 @@ def reproduce(
     out_dir: Path,
     *,
     download: bool = False,
+    seed: int = 0,
     setup: Setup | None = None,
     resume: bool = False,
     run_missing: bool = True,
 ) -> ReproResult:
-    """Quick (``full=False``): one seed; ``full=True``: ``Setup.full()``, each part stored in ``out_dir/parts`` as
-    it finishes. ``resume``: reuse stored parts (made with the same setup, else an error); ``run_missing=False``:
-    run nothing, summarise the stored parts. ``setup`` shrinks a run (tests only)."""
+    """Quick (``full=False``) or ``full=True`` (``Setup.full()``, each part stored in ``out_dir/parts`` as it
+    finishes) on the seeds ``seed_list(seed, n)``, n the setup's number of seeds. ``resume``: reuse stored parts
+    (made with the same setup, else an error); ``run_missing=False``: run nothing, summarise the stored parts.
+    ``setup`` shrinks a run (tests only)."""
     setup = setup or (Setup.full() if full else Setup())
+    setup = replace(setup, seeds=tuple(seed_list(seed, len(setup.seeds))))
     store = PartStore(Path(out_dir) / "parts", setup, resume=resume or not run_missing) if full else None
     with torch_threads(1):
         data = load_planetoid(setup.dataset, download=download)
@@ -101,73 +97,73 @@ def reproduce(
         )
     if not res["complete"]:
         claims.append(
-            Claim(
-                f"pre-training reaches the {setup.target_band:.0%} density band",
-                "reached",
-                "missed",
-                False,
-                short="target band reached",
-            )
-        )
-    if "a" in res:
-        claims += _variant_claims("a", "(a), graph sparsifier off", res["a"], res["a"]["fedavg_acc"])
-    if "b" in res:
-        claims += _variant_claims("b", "(b), complete", res["b"], res["b"]["fedavg_acc"])
-        b = res["b"]
+            Claim(f"pre-training reaches the {setup.target_band:.0%} density band", "reached", "missed", False,
+                  short="target band reached")
+        )  # fmt: skip
+    for name, label in (("b", "(b), complete"), ("a", "(a), graph sparsifier off")):
+        if name in res:
+            claims += _variant_claims(name, label, res[name])
+    artifacts = []
+    if "a" in res and "b" in res:
+        a, b = res["a"], res["b"]
         claims.append(
             Claim(
-                "EAGLES (b): kept-edge fraction; total upload and MACs with the sparsifier counted / FedAvg's GNN",
-                "ogbn-proteins (8-dim inputs)",
-                f"edges {b['kept_edges']:.2f}, up {b['up_total_ratio']:.2f}×, MACs {b['macs_total_ratio']:.2f}×",
+                "EAGLES: the GNN side alone (re-training rounds, no graph sparsifier, no pre-training) / FedAvg's: "
+                "upload and MACs equal the chosen band's weight density by construction; kept-edge fraction of (b)",
+                "0.20 / 0.18",
+                f"(a) up {a['up_gnn_ratio']:.2f}×, MACs {a['macs_gnn_ratio']:.2f}×; (b) up {b['up_gnn_ratio']:.2f}×, "
+                f"MACs {b['macs_gnn_ratio']:.2f}×, edges {b['kept_edges']:.2f}",
                 None,
-                rule="shown (Cora's 1,433 features make the sparsifier large)",
-                short="(b) edges, total cost",
+                rule="shown: a part of the cost, not the method's",
+                details={"a": a, "b": b},
+                short="GNN side only",
             )
         )
+        t = cost_tradeoff(setup, res, data)
+        r, d, w = t["rounds"], t["degree"], t["width"]
+        f8 = dict(zip(w["h"], w["ogbn_proteins_sparsifier_over_gnn"], strict=True)).get(setup.expert_hidden, 0.0)
+        claims.append(
+            Claim(
+                "When the graph sparsifier pays for itself (cost model anchored at this run): (a) reaches the upload "
+                "target after R re-train rounds (pre-training paid once); (b)'s cost as R grows; the sparsifier's "
+                "upload over FedAvg's GNN at F = 8; it saves MACs only for expert width h < (1 − kept)·Σf_out/2K",
+                None,
+                f"(a) ≤ {TARGET['up']} from R = {r['a_reaches_target_upload_at_R']}; (b) → {r['b_limit_up']:.2f}×; "
+                f"F = 8: {f8:.3f}×; h < {d['h_max_to_pay']:.1f}",
+                None,
+                rule="shown: a model of the measured costs (see settings.tradeoff)",
+                details=t,
+                short="sparsifier trade-off",
+            )
+        )
+        artifacts.append(str(save_figure(plot_tradeoff(t, (TARGET["up"], TARGET["macs"])), out_dir, "eagles_tradeoff")))
     for name in [k for k in res if k.startswith("b") and k[1:].isdigit()] + [
         k for k in (*ABLATIONS, "random_b") if k in res
     ]:
         v = res[name]
         claims.append(
             Claim(
-                f"{name}: accuracy minus FedAvg's (same split), kept edges, over {v['seeds']} seed(s)",
+                f"{name}: accuracy minus FedAvg's (same split), kept edges, whole-method upload / FedAvg's, over "
+                f"{v['seeds']} seed(s)",
                 None,
-                f"{v['acc'] - v['fedavg_acc']:+.1f} pts, edges {v['kept_edges']:.2f}",
+                f"{v['acc'] - v['fedavg_acc']:+.1f} pts, edges {v['kept_edges']:.2f}, up {v['up_method_ratio']:.2f}×",
                 None,
                 details=v,
                 short=f"{name} vs FedAvg"[:32],
             )
         )
-    fig, axes = subplots(1, 2, figsize=(10, 3.6))
-    first = runs[0]
-    for name, key in (("FedAvg", "fedavg"), ("EAGLES (a)", "a"), ("EAGLES (b)", "b")):
-        if key in first:
-            axes[0].plot(range(1, len(first[key]["curve"]) + 1), first[key]["curve"], label=name)
-    axes[0].set(xlabel="round", ylabel="mean client test acc (%)", title=f"Cora, seed {setup.seeds[0]}")
-    axes[0].legend()
-    dens = first.get("pretrain", {}).get("density_curve", [])
-    axes[1].plot(range(1, len(dens) + 1), dens)
-    axes[1].axhline(setup.target_band, ls="--", c="gray")
-    axes[1].set(xlabel="pre-train round", ylabel="consensus density", title="density bands")
     settings = {k: v for k, v in res["setup"].items() if k != "extra"}
     settings["fedavg_acc"] = res.get("fedavg_acc")
     settings["band"] = [r.get("band") for r in runs]
     if store is not None:
         settings["parts"] = log["parts"]
         settings["missing_parts"] = log["missing"]
-    settings["curves"] = [
-        {
-            k: {"best_round": v["best_round"], "test_acc": [round(a, 2) for a in v["curve"]]}
-            for k, v in r.items()
-            if isinstance(v, dict) and "curve" in v
-        }
-        for r in runs
-    ]
+    settings["curves"] = curves_of(runs)
     return ReproResult(
         "eagles",
         claims,
         settings=settings,
-        artifacts=[str(save_figure(fig, out_dir, "eagles_cora"))],
+        artifacts=[str(save_figure(plot_runs(setup, runs), out_dir, "eagles_cora")), *artifacts],
     )
 
 
@@ -188,11 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--resume", action="store_true", help="reuse the finished parts stored in OUT/parts")
     mode.add_argument("--summarise-only", action="store_true", help="run nothing; summarise the stored parts")
     p.add_argument("--download", action="store_true", help="download Cora if it is not installed")
+    p.add_argument("--seed", type=int, default=0, help="base seed (the run's seeds: seed·n … seed·n + n − 1)")
     args = p.parse_args(argv)
     if (args.resume or args.summarise_only) and not args.full:
         p.error("--resume and --summarise-only apply to --full runs (quick mode stores no parts)")
     fn = "reproduce_resume" if args.resume else "reproduce_stored" if args.summarise_only else "reproduce"
-    res = run_in_process("eagles", f"eagles.reproduce:{fn}", args.out, full=args.full, download=args.download)
+    res = run_in_process(
+        "eagles", f"eagles.reproduce:{fn}", args.out, full=args.full, download=args.download, seed=args.seed
+    )
     return 1 if getattr(res, "crashed", False) else 0
 
 
