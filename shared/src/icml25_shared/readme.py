@@ -115,7 +115,10 @@ def summary_table_md(root: str | Path) -> str:
         full = _load(base / "full" / "result_full.json")
         seeds = _seeds(base / "quick" / "seeds.json")
         head = _headline(quick) if quick else None
-        claim = f"{_cell(head.label)}: {_cell(head.measured, head.unit)} — **{head.verdict}**" if head else "-"
+        measured = _cell(head.measured, head.unit) if head else ""
+        if len(measured) > 90:
+            measured = measured[:89].rstrip() + "…"
+        claim = f"{_cell(head.label)}: {measured} — **{head.verdict}**" if head else "-"
         agree = "-" if seeds is None else ("yes" if seeds["agree"] else "**no**") + f" ({len(seeds['seeds'])} seeds)"
         lines.append(
             f"| [{pkg.name}](packages/{pkg.name}) | {claim} | {counts_text(quick.claims) if quick else '-'} | "
