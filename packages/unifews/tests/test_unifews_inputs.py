@@ -69,7 +69,7 @@ def test_conv_input_errors():
         conv.set_scheme("prune_some", "keep")
     with pytest.raises(ValueError, match="scheme_w must be one of"):
         conv.set_scheme("keep", "rewind")
-    with pytest.raises(ValueError, match="does not take edge_weight"):
+    with pytest.raises(ValueError, match="edge_attr needs a layer built with edge_dim"):
         UnifewsGATv2Conv(8, 4).double()(x, ei, torch.ones(ei.size(1), dtype=x.dtype))
     with pytest.raises(ValueError, match="conv must be one of"):
         UnifewsGNN(8, 16, 3, conv="gin")

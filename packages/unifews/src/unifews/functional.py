@@ -30,6 +30,9 @@ __all__ = [
     "edge_threshold",
     "edge_keep_mask",
     "weight_mask",
+    "check_batch",
+    "edge_keep_mask_per_graph",
+    "weight_mask_per_graph",
     "spmm",
     "edge_keys",
 ]
@@ -241,6 +244,76 @@ def weight_mask(
         scale = torch.linalg.vector_norm(hd) / h.size(1) if threshold == "relative" else col.new_tensor(1.0)
         theta = (delta_w * scale / col).clamp_max(0.999 * w_abs.max())
         return w_abs >= theta.unsqueeze(0)
+
+
+def check_batch(batch: Tensor | None, num_nodes: int, device: torch.device) -> tuple[Tensor | None, int]:
+    """``batch`` (PyG's node-to-graph vector of a ``Batch``) checked: ``(batch, number of graphs)``, ``(None, 1)``
+    when None."""
+    if batch is None:
+        return None, 1
+    if not isinstance(batch, Tensor) or batch.dtype != torch.long or batch.dim() != 1:
+        raise TypeError(
+            f"batch must be None or a 1-D int64 tensor (the graph of each node), got "
+            f"{getattr(batch, 'dtype', type(batch).__name__)} with shape {tuple(getattr(batch, 'shape', ()))}"
+        )
+    if batch.numel() != num_nodes:
+        raise ValueError(f"batch must have one entry per node ({num_nodes}), got {batch.numel()}")
+    if int(batch.min()) < 0:
+        raise ValueError(f"batch holds graph ids >= 0, got {int(batch.min())}")
+    return batch.to(device), int(batch.max()) + 1
+
+
+def edge_keep_mask_per_graph(
+    scores: Tensor,
+    is_loop: Tensor,
+    edge_graph: Tensor,
+    num_graphs: int,
+    delta_a: float,
+    threshold: Threshold = "relative",
+    *,
+    active: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`edge_keep_mask` applied to each graph of a batch on its own: ``θ_a[g] = δa · mean s`` over graph
+    ``g``'s (active) edges (``edge_graph``: the graph of each edge), so a graph prunes as it would alone, whatever its
+    batch mates. Returns ``(keep, θ_a per graph)``."""
+    check_choice("threshold", threshold, THRESHOLDS)
+    if threshold == "absolute":
+        theta = scores.new_full((num_graphs,), float(delta_a))
+    else:
+        live = torch.ones_like(is_loop) if active is None else active
+        sums = scores.new_zeros(num_graphs).index_add_(0, edge_graph[live], scores[live])
+        count = torch.bincount(edge_graph[live], minlength=num_graphs).to(scores.dtype)
+        theta = delta_a * sums / count.clamp_min(1)
+    keep = (scores >= theta[edge_graph]) | is_loop
+    return (keep if active is None else keep & active), theta
+
+
+def weight_mask_per_graph(
+    weight: Tensor,
+    h: Tensor,
+    batch: Tensor,
+    num_graphs: int,
+    delta_w: float,
+    threshold: Threshold = "relative",
+    *,
+    eps: float = 1e-12,
+) -> Tensor:
+    """:func:`weight_mask` of each graph of a batch from its own rows of ``h`` (``batch``: the graph of each row):
+    ``(num_graphs, f_out, f_in)`` bool."""
+    check_choice("threshold", threshold, THRESHOLDS)
+    if delta_w == 0:
+        return torch.ones((num_graphs, *weight.shape), dtype=torch.bool, device=weight.device)
+    with torch.no_grad():
+        w_abs = weight.detach().abs()
+        hd = h.detach().to(w_abs.dtype)
+        col2 = hd.new_zeros(num_graphs, h.size(1)).index_add_(0, batch, hd * hd)
+        col = col2.sqrt().clamp_min(eps)
+        if threshold == "relative":
+            scale = col2.sum(1).sqrt() / h.size(1)
+        else:
+            scale = col.new_ones(num_graphs)
+        theta = (delta_w * scale.unsqueeze(1) / col).clamp_max(0.999 * w_abs.max())
+        return w_abs.unsqueeze(0) >= theta.unsqueeze(1)
 
 
 # -------------------------------------------------------------------------------------------------- sparse ops

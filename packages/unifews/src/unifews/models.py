@@ -163,9 +163,17 @@ class UnifewsGNN(nn.Module):
         return g
 
     def forward(
-        self, x: Tensor, edge_index: Any, edge_weight: Tensor | None = None, *, lock: Tensor | None = None
+        self,
+        x: Tensor,
+        edge_index: Any,
+        edge_weight: Tensor | None = None,
+        *,
+        lock: Tensor | None = None,
+        batch: Tensor | None = None,
     ) -> Tensor:
-        """Logits ``[n, out_channels]``. ``lock`` (bool mask or indices): nodes whose messages are restored."""
+        """Logits ``[n, out_channels]``. ``lock`` (bool mask or indices): nodes whose messages are restored.
+        ``batch``: PyG's ``Batch.batch`` for a mini-batch of several graphs (node- or graph-level tasks): every
+        graph is then pruned with its own thresholds, as it would be alone."""
         check_x(x, self.in_channels)
         if self.conv_type == "gat":
             if edge_weight is not None:
@@ -174,7 +182,7 @@ class UnifewsGNN(nn.Module):
             lock = check_lock(lock, x.size(0), x.device)
             h = x
             for i, conv in enumerate(self.convs):
-                h, (ei, _) = conv(h, ei, lock=lock, return_graph=True)
+                h, (ei, _) = conv(h, ei, lock=lock, batch=batch, return_graph=True)
                 if i < len(self.convs) - 1:
                     h = F.dropout(F.relu(self.bns[i](h)), self.dropout, self.training)
             return h
@@ -187,13 +195,13 @@ class UnifewsGNN(nn.Module):
             h = x_0 = F.relu(self.lin_in(h))
             for conv, bn in zip(self.convs, self.bns):
                 h = F.dropout(h, self.dropout, self.training)
-                h = conv(h, x_0, graph, lock=lock, active=active)
+                h = conv(h, x_0, graph, lock=lock, active=active, batch=batch)
                 active = conv.edge_keep
                 h = F.relu(bn(h))
             h = F.dropout(h, self.dropout, self.training)
             return self.lin_out(h)
         for i, conv in enumerate(self.convs):
-            h = conv(h, graph, lock=lock, active=active)
+            h = conv(h, graph, lock=lock, active=active, batch=batch)
             active = conv.edge_keep
             if i < len(self.convs) - 1:
                 h = F.dropout(F.relu(self.bns[i](h)), self.dropout, self.training)

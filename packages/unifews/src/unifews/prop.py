@@ -261,6 +261,7 @@ def unifews_propagate(
     check_choice("spmm_impl", spmm_impl, SPMM_IMPLS)
     if chunk_size is not None:
         check_int("chunk_size", chunk_size, min=1)
+    column_offset = check_int("column_offset", column_offset, min=0)
     n, f = x.shape
     G = graph if graph is not None else PropGraph(edge_index, n, r, x.dtype)
     if G.g.dtype != x.dtype:
