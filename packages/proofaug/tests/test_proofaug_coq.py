@@ -206,23 +206,27 @@ def test_proposal_past_qed_is_cut(coq):
     assert res.success and res.proof == CORRECT
 
 
-def test_fresh_check_print_assumptions():
+def test_fresh_check_allow_list_and_assumptions():
     header = H + "\nAxiom cheat : forall n : nat, n = n + 0."
     prob = Problem("ax", header, "Theorem ax : forall n : nat, n = n + 0.")
-    with CoqBackend() as fresh:  # fresh coqc per check, Print Assumptions
-        ok = fresh.check(prob, "Proof. exact cheat. Qed.")
-        assert ok.ok and ok.assumptions == ("cheat",)  # the header's own axiom is allowed and reported
-        assert fresh.check(prob, "Proof. intros. lia. Qed.").assumptions == ()
-        bad = fresh.check(prob, "Proof.\n  Axiom extra : False.\n  destruct extra.\nQed.")
-        assert not bad.ok
-        assert not fresh.check(prob, "Proof. intros. admit. Qed.").ok
+    with CoqBackend() as fresh:  # coqc + statement by type + coqchk; the allow-list is empty by default
+        used = fresh.check(prob, "Proof. exact cheat. Qed.")
+        assert not used.ok and "cheat" in used.message  # even the header's own axiom must be allowed explicitly
         calls = fresh.calls
         fresh.check(prob, "Proof. exact cheat. Qed.")
         assert fresh.calls == calls  # memoised
-    from proofaug.backends.coq import _assumptions
+    with CoqBackend(allowed_axioms=("cheat",)) as fresh:
+        ok = fresh.check(prob, "Proof. exact cheat. Qed.")
+        assert ok.ok and ok.assumptions == ("cheat",)
+        bad = fresh.check(prob, "Proof.\n  Axiom extra : False.\n  destruct extra.\nQed.")
+        assert not bad.ok and "Axiom extra" in bad.message
+        assert not fresh.check(prob, "Proof. intros. admit. Qed.").ok
+    from proofaug.backends.kernel import _assumptions
 
     out = "Axioms:\nClassicalDedekindReals.sig_forall_dec\n  : forall P : nat -> Prop, x\ncheat : False\n"
-    assert _assumptions(out) == ["ClassicalDedekindReals.sig_forall_dec", "cheat"]
+    assert _assumptions(out) == (["ClassicalDedekindReals.sig_forall_dec", "cheat"], [])
+    assert _assumptions("Axioms:\nloop is assumed to be guarded.\n") == ([], ["loop is assumed to be guarded."])
+    assert _assumptions("Closed under the global context\nsomething else") is None  # not our output: rejected
 
 
 @pytest.mark.skipif(

@@ -96,6 +96,7 @@ def test_prompt_and_stop():
     assert cut_at_stop("intros.\nQed.\nTheorem x", ("\nTheorem", "```")) == "intros.\nQed."
 
 
+@pytest.mark.slow
 def test_transformers_proposer_tiny_gpt2():
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

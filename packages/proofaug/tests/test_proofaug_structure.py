@@ -123,7 +123,7 @@ def test_parse_proof_cuts_second_theorem_and_admitted():
     s = parse_proof("Proof. intros. Admitted.")
     assert [x.code for x in s.body] == ["intros."] and not s.ended
     s = parse_proof("intros. lia.")
-    assert s.render() == "Proof.intros. lia.\nQed."
+    assert s.render() == "Proof.\nintros. lia.\nQed."  # `Proof.intros` would be one word to Coq
     full = "Proof.\n  intros.\n  lia.\nQed."
     assert parse_proof(full).render() == full
 

@@ -9,17 +9,29 @@ from importlib import resources
 import pytest
 
 from proofaug.backends.coq import coq_available
-from proofaug.suite import load_minif2f_rocq, load_problems, load_suite
+from proofaug.suite import QUICK_QUOTA, load_minif2f_rocq, load_problems, load_suite, sample_quick
 
 
 def test_suite_shape_and_kinds():
     items = load_suite()
-    assert len(items) == 96 and len(load_problems()) == 24
-    assert Counter(it.kind for it in items) == {"K0": 16, "K1": 14, "K2": 14, "K3": 14, "K4": 14, "K5": 12, "K6": 12}
-    quick = load_suite(quick=True)
+    assert len(items) == 109 and len(load_problems()) == 24
+    assert Counter(it.kind for it in items) == {
+        "K0": 16, "K1": 14, "K2": 14, "K3": 14, "K4": 14, "K5": 15, "K6": 12, "K7": 6, "K8": 4
+    }  # fmt: skip
+    quick = load_suite(quick=True)  # the original fixed subset (the benchmark's)
     assert Counter(it.kind for it in quick) == {"K0": 4, "K1": 4, "K2": 4, "K3": 4, "K4": 3, "K5": 2, "K6": 3}
     assert all(set(it.expected) >= {"plain", "proofaug"} for it in items)
-    assert Counter(it.problem.name for it in items) == dict.fromkeys(load_problems(), 4)
+    assert Counter(it.problem.name for it in items)["rev_len"] == 7
+    assert sum(it.erp is not None for it in items) == 6
+
+
+def test_sample_quick_is_stratified_seeded_and_varies():
+    a, b = sample_quick(0), sample_quick(1)
+    assert [it.id for it in a] == [it.id for it in sample_quick(0)]  # deterministic per seed
+    assert {it.id for it in a} != {it.id for it in b}  # the seed draws another sample
+    for sample in (a, b):
+        got = Counter(it.kind + ("+erp" if it.kind == "K5" and it.erp else "") for it in sample)
+        assert got == QUICK_QUOTA and len(sample) == 24
 
 
 def test_load_minif2f_rocq(tmp_path):
@@ -58,12 +70,74 @@ def test_missing_coq_names_the_debian_packages():
 @pytest.mark.slow
 @pytest.mark.skipif(not coq_available(), reason="coqtop not installed (apt-get install coq)")
 def test_reproduce_quick(tmp_path):
+    from icml25_shared.verdict import judge
     from proofaug.reproduce import reproduce
 
-    res = reproduce(False, tmp_path)
+    res = reproduce(False, tmp_path, seed=0)
     main = res.claims[0]
-    rates = main.details["rates"]
-    assert set(rates) == {"plain", "theorem_ladder", "dsp_holes", "first_error", "proofaug"}
-    assert main.holds == (rates["proofaug"] > max(v for k, v in rates.items() if k != "proofaug"))
-    assert main.details["false_positives"] == 0 and all(len(c.short) <= 32 for c in res.claims)
-    assert (tmp_path / "pass_rates.png").is_file()
+    assert set(main.details["rates"]) == {
+        "plain",
+        "theorem_ladder",
+        "dsp_holes",
+        "first_error",
+        "proofaug",
+        "proofaug+erp",
+    }
+    values = list(main.details["seeds"]["per_seed"].values())
+    assert len(values) == 5 and main.verdict == judge(values, ">", 0.0)[0]
+    assert main.details["false_positives"] == 0 and "re-checked by coqchk: 0 of" in main.measured
+    assert all(len(c.short) <= 32 for c in res.claims) and (tmp_path / "pass_rates.png").is_file()
+
+
+def test_reproduce_without_coq_is_a_missing_prerequisite(tmp_path, monkeypatch):
+    from icml25_shared.report import MissingPrerequisite
+    from proofaug.reproduce import reproduce
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no coqtop, coqc or coqchk
+    with pytest.raises(MissingPrerequisite) as err:
+        reproduce(False, tmp_path, seed=0)
+    assert (err.value.program, err.value.install) == ("coqtop", "apt-get install coq")
+
+
+def _fake_run(items, wins: set[str]):
+    """Every method succeeds on the same proposals (the K0 ones); proofaug also on ``wins``."""
+    from proofaug.experiments import SuiteRun
+
+    class R:
+        def __init__(self, ok: bool) -> None:
+            self.success, self.stage, self.checker_calls, self.seconds = ok, "init_atp", 1, 0.0
+            self.proof = "Proof. Qed."
+
+    methods = ("plain", "theorem_ladder", "dsp_holes", "first_error", "proofaug", "proofaug+erp")
+    res = {m: [R(it.kind == "K0" or (m.startswith("proofaug") and it.id in wins)) for it in items] for m in methods}
+    return SuiteRun(items, res)
+
+
+@pytest.mark.parametrize("case", ["tie", "one_win", "every_k7", "false_positive"])
+def test_headline_verdict_is_computed_from_the_interval(tmp_path, monkeypatch, case):
+    """The headline margin is judged on the t-interval over the seeded samples: a tie does not hold, a win that only
+    some samples contain is inconclusive, a win in every sample holds, and a false positive overrides all."""
+    from icml25_shared.verdict import judge
+    from proofaug import reproduce as rep
+
+    k7 = [it.id for it in load_suite() if it.kind == "K7"]
+    seen = Counter(i.id for s in range(5) for i in sample_quick(s) if i.kind == "K7")
+    partial = next(i for i in k7 if 0 < seen[i] < 5)  # drawn by some of the five samples only
+    wins = {"tie": set(), "one_win": {partial}, "every_k7": set(k7), "false_positive": set(k7)}[case]
+    monkeypatch.setattr(rep.shutil, "which", lambda prog: f"/usr/bin/{prog}")
+    monkeypatch.setattr(rep, "run_suite", lambda items, st: _fake_run(items, wins))
+    monkeypatch.setattr(rep, "independent_check", lambda run, **kw: (int(case == "false_positive"), 9))
+    monkeypatch.setattr(rep, "plot_rates", lambda run, out: out / "p.png")
+    main = rep.reproduce(False, tmp_path, seed=0).claims[0]
+    values = list(main.details["seeds"]["per_seed"].values())
+    expected = {
+        "tie": "does not hold",
+        "one_win": "inconclusive",
+        "every_k7": "holds",
+        "false_positive": "does not hold",
+    }
+    assert main.verdict == expected[case]
+    if case != "false_positive":
+        assert main.verdict == judge(values, ">", 0.0)[0]
+        lo, hi = main.details["seeds"]["interval"]
+        assert (lo > 0) == (main.verdict == "holds") and (hi <= 0) == (main.verdict == "does not hold")

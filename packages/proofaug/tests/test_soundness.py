@@ -139,27 +139,24 @@ def test_kernel_check_reasons_name_the_route():
 
 
 @needs_coq
-def test_kernel_check_accepts_real_proofs_and_reports_library_axioms():
+def test_kernel_check_accepts_real_proofs_and_rejects_library_axioms():
     ok = Problem("ok", H, "Theorem ok (a b : nat) (h : a <= b) : 2 * a <= 2 * b + 1.")
     assert statement_type(ok.statement) == ("ok", "forall (a b : nat) (h : a <= b), 2 * a <= 2 * b + 1")
     assert kernel_check(ok.header, ok.statement, "Proof. lia. Qed.", timeout=120).ok
     classical = Problem("em", "From Coq Require Import Classical.", "Theorem em : forall P : Prop, P \\/ ~ P.")
-    proof = "Proof. intros P. apply classic. Qed."
-    rejected = kernel_check(classical.header, classical.statement, proof, timeout=120)
-    assert not rejected.ok and "classic" in rejected.message
-    allowed = kernel_check(classical.header, classical.statement, proof, allowed_axioms=("classic",), timeout=120)
-    assert allowed.ok and allowed.assumptions == ("classic",)
+    rejected = kernel_check(classical.header, classical.statement, "Proof. intros P. apply classic. Qed.", timeout=120)
+    assert not rejected.ok and "classic" in rejected.message  # a library axiom outside the (empty) allow-list
 
 
 @needs_coq
 def test_independent_check_catches_what_the_backend_would_screen():
     """The reproduction's re-check has no screen: a false success smuggled into a run is counted by the kernel."""
     good = Problem("g", H, "Theorem g : forall n : nat, n + 0 = n.")
-    cases = [(good, "Proof. intros n. lia. Qed."), (TRAP, KERNEL["reset_redefine"]), (TRAP, KERNEL["bypass_guard"])]
+    cases = [(good, "Proof. intros n. lia. Qed."), (TRAP, KERNEL["reset_redefine"])]
     items = [SuiteItem(f"x/{i}", p, "K0", text, {}) for i, (p, text) in enumerate(cases)]
     fake = [_Res(True, text) for _, text in cases]
     bad, checked = independent_check(SuiteRun(items, {"proofaug": fake}))
-    assert (bad, checked) == (2, 3)
+    assert (bad, checked) == (1, 2)
 
 
 class _Res:

@@ -109,3 +109,9 @@ class Problem:
 
             if len([s for s in split_sentences(self.statement) if s.kind != "blank"]) != 1:
                 raise ValueError(f"statement must be exactly one sentence, got {self.statement[:60]!r}")
+            open_tail = [s for s in split_sentences(self.header) if s.kind != "blank" and not s.terminated]
+            if open_tail:
+                raise ValueError(
+                    f"header must end every sentence with a period, got {open_tail[0].code[:60]!r} "
+                    "(coqtop would wait for the period)"
+                )

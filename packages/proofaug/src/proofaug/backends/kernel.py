@@ -52,6 +52,7 @@ _ATTRIBUTE = re.compile(r"#\[|@\[")
 _SELECTOR = re.compile(r"^(\d+(\s*-\s*\d+)?(\s*,\s*\d+(\s*-\s*\d+)?)*|all|par|!|\[\s*[A-Za-z_][\w']*\s*\])\s*:")
 _UPPER_OK = {"Unshelve"}
 _STATEMENT = re.compile(r"\s*(Theorem|Lemma|Example)\s+([A-Za-z_][\w']*)")
+_DECLARED = re.compile(r"(?:^|\.\s)\s*(?:Axiom|Parameter|Conjecture|Hypothesis|Variable)s?\s+([A-Za-z_][\w']*)")
 
 
 def _first_word(code: str) -> str:
@@ -91,10 +92,10 @@ def screen_body(body: Iterable[Sentence], *, final: bool) -> str | None:
 def screen_proof(proof: str) -> str | None:
     """Why ``proof`` (``Proof. … Qed.``) cannot be a real proof before running anything, or None."""
     script = parse_proof(proof)
-    if not script.ended:
-        return "the proof does not end with Qed./Defined."
     if script.dropped.strip():
         return f"text after the proof or a command inside it: {script.dropped.strip()[:60]!r}"
+    if not script.ended:
+        return "the proof does not end with Qed./Defined."
     head = [s for s in split_sentences(script.head) if s.kind != "blank"]
     if len(head) > 1 or (head and strip_comments(head[0].code).strip() != "Proof."):
         return f"the proof must start with 'Proof.' alone, got {script.head.strip()[:60]!r}"
@@ -181,6 +182,13 @@ def kernel_check(
     """Steps 2–4 of the module docstring on ``header + statement + proof`` (the caller screens first)."""
     allowed = set(allowed_axioms)
     name, target = statement_type(statement)
+    declared = set(_DECLARED.findall(strip_comments(header)))
+
+    def own(axiom: str) -> str:
+        """A header axiom's name without our library prefix (the proof cannot declare a name the header has)."""
+        short = axiom.split(".", 1)[1] if axiom.startswith((f"{SUBMISSION}.", f"{CHECK}.")) else axiom
+        return short if short in declared else axiom
+
     t0 = time.perf_counter()
     deadline = t0 + timeout
 
@@ -229,6 +237,7 @@ def kernel_check(
         if parsed is None:
             return done(CheckResult(False, f"unexpected output of Print Assumptions: {p.stdout.strip()[:200]!r}"))
         axioms, unsafe = parsed
+        axioms = [own(a) for a in axioms]
         if unsafe:
             return done(CheckResult(False, "a kernel check was bypassed: " + "; ".join(unsafe)[:300], tuple(axioms)))
         extra = [a for a in axioms if a not in allowed]
@@ -245,7 +254,11 @@ def kernel_check(
         for section, names in parse_coqchk(summary).items():
             if section.startswith("Theory"):
                 continue
-            bad = [n for n in names if section == "Axioms" and n.startswith(ours) or section != "Axioms"]
+            if section == "Axioms":
+                # declared by the proof (the header's own axioms are judged by use, in Print Assumptions)
+                bad = [n for n in names if n.startswith(ours) and own(n) == n]
+            else:
+                bad = names
             if bad:
                 return done(CheckResult(False, f"coqchk: {section}: {', '.join(bad)[:300]}", tuple(axioms)))
         if "CONTEXT SUMMARY" not in summary:
