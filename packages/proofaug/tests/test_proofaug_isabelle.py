@@ -136,3 +136,24 @@ def test_isabelle_live():
     with IsabelleBackend() as isa:
         res = ProofAug(isa, ProofAugConfig(hammers=("simp",), hammer_timeout=30.0)).augment(prob, "by bogus")
         assert res.success and res.proof.strip() == "by simp"
+
+
+def test_isabelle_final_check_rejects_cheats_before_the_server():
+    isa, client = fake()
+    before = len(client.theories)
+    cheats = [
+        "proof -\n  show ?thesis sorry\nqed",
+        "by (tactic {* all_tac *}) oops",
+        "proof -\n  ML \\<open>Thm.assume\\<close>\n  show ?thesis by simp\nqed",
+        "by (rule cheat_oracle) (* oracle *)",
+        "using axiomatization_thm by simp\naxiomatization where ax: False",
+        "by simp\nlemma other: False sorry",
+        "by simp\ndeclare [[quick_and_dirty]]",
+        "by simp\nsetup \\<open>I\\<close>",
+        "\\<proof>",
+    ]
+    for text in cheats:
+        res = isa.check(P, text)
+        assert not res.ok and "the proof uses" in res.message, text
+    assert len(client.theories) == before  # none reached the server
+    isa.close()

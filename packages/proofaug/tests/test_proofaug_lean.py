@@ -34,9 +34,9 @@ TRANSCRIPT = [
         {"cmd": "theorem t (a b : ℕ) (h : a = 2) : a + b ≥ 2 := by\n  rw [h]\n  omega", "env": 0},
         {"env": 2},
     ),
-    (
-        {"cmd": "theorem t (a b : ℕ) (h : a = 2) : a + b ≥ 2 := by\n  sorry", "env": 0},
-        {"env": 3, "sorries": [{"proofState": 3, "goal": "⊢ a + b ≥ 2"}]},
+    (  # Lean's #print axioms reply (format of Lean 4's `#print axioms`)
+        {"cmd": "#print axioms t", "env": 2},
+        {"env": 2, "messages": [{"severity": "info", "data": "'t' depends on axioms: [propext]"}]},
     ),
 ]
 
@@ -62,14 +62,39 @@ def test_lean_transcript():
     assert not bad.ok and bad.state == 1 and "unknown identifier" in bad.message
     done = lean.run_hammer(r.state, "omega", 10)
     assert done.ok and done.goals == "no goals"
-    assert lean.check(PROB, ":= by\n  rw [h]\n  omega").ok
-    assert not lean.check(PROB, ":= by\n  sorry").ok
+    ok = lean.check(PROB, ":= by\n  rw [h]\n  omega")
+    assert ok.ok and ok.assumptions == ("propext",)
+    assert "sorry" in lean.check(PROB, ":= by\n  sorry").message  # screened: never sent
     assert lean.calls == 6 and not replay.pairs
+
+
+def test_lean_final_check_rejects_cheats_and_extra_axioms():
+    from proofaug.backends.lean import lean_screen
+
+    cheats = [
+        ":= by\n  sorry",
+        ":= by\n  exact sorryAx _",
+        ":= by\n  native_decide",
+        ":= by\n  omega\n\naxiom cheat : False",
+        ":= by\n  set_option debug.skipKernelTC true in omega",
+        ":= by\n  omega\ntheorem t2 : False := by sorry",
+        ":= by\n  run_tac Lean.Elab.admitGoal",
+        ":= by\n  omega\n@[implemented_by x] def y := 1",
+        ":= by\n  omega\nunsafe def z := 1",
+        ":= by\n  omega\n#exit",
+        ":= by\n  omega\nend",
+        ':= by\n  omega\nnotation a " + " b => a * b',
+    ]
+    assert all(lean_screen(c) for c in cheats), [c for c in cheats if not lean_screen(c)]
+    assert lean_screen(":= by\n  rw [h]\n  omega") is None
+    strict = LeanReplBackend(transport=Replay([TRANSCRIPT[0], TRANSCRIPT[5], TRANSCRIPT[6]]), allowed_axioms=())
+    res = strict.check(PROB, ":= by\n  rw [h]\n  omega")
+    assert not res.ok and "propext" in res.message  # the allow-list is explicit
 
 
 def test_lean_statement_with_trailing_by():
     prob = Problem("t", HEADER, PROB.statement + " := by", language="lean")
-    replay = Replay([TRANSCRIPT[0], TRANSCRIPT[1], TRANSCRIPT[5]])
+    replay = Replay([TRANSCRIPT[0], TRANSCRIPT[1], TRANSCRIPT[5], TRANSCRIPT[6]])
     lean = LeanReplBackend(transport=replay)
     assert lean.start(prob).ok  # the same requests as for the bare statement
     assert lean.check(prob, ":= by\n  rw [h]\n  omega").ok and not replay.pairs

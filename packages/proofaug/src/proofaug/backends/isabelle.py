@@ -43,7 +43,12 @@ ISABELLE_LADDER: tuple[str, ...] = (
 #: The pseudo-step that ends a proof (checked without ``oops``).
 ISAR_END = "end"
 
-_CHEATS = re.compile(r"\bsorry\b|\boops\b|\\<proof>|\bsledgehammer\b|\baxiomatization\b|\bskip_proof\b")
+# holes, axioms, ML code (which can add oracles or change the logic), new specifications and theory commands
+_CHEATS = re.compile(
+    r"\b(sorry|oops|sledgehammer|axiomatization|axioms|skip_proof|oracle|ML|ML_val|ML_command|ML_file|setup|"
+    r"local_setup|attribute_setup|method_setup|declare|consts|specification|quick_and_dirty|theory|imports|"
+    r"lemma|theorem|corollary|definition|fun|primrec)\b|\\<proof>"
+)
 
 
 def isabelle_available(isabelle: str = "isabelle") -> bool:

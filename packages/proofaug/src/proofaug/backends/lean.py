@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -23,7 +24,35 @@ from typing import Any
 from proofaug.backends.base import BackendError, CheckResult, StepResult
 from proofaug.config import Problem
 
-__all__ = ["LeanReplBackend", "LEAN_LADDER"]
+__all__ = ["LeanReplBackend", "LEAN_LADDER", "LEAN_STANDARD_AXIOMS", "lean_screen"]
+
+#: The axioms Lean's own library and Mathlib build on (what ``#print axioms`` of an ordinary proof lists).
+LEAN_STANDARD_AXIOMS: tuple[str, ...] = ("propext", "Classical.choice", "Quot.sound")
+
+# tokens that bypass or weaken the kernel check, or that add axioms, code or unchecked declarations
+_LEAN_CHEATS = re.compile(
+    r"\b(sorry|admit|sorryAx|axiom|unsafe|implemented_by|extern|debug\.skipKernelTC|native_decide|ofReduceBool|"
+    r"run_cmd|run_tac|run_elab|set_option|opaque|partial)\b|#exit|#eval|@\["
+)
+# commands that would start a second declaration or change the environment after the proof
+_LEAN_COMMAND = re.compile(
+    r"^\s*(theorem|lemma|def|abbrev|instance|example|structure|class|inductive|namespace|section|end|open|variable|"
+    r"universe|attribute|macro|macro_rules|syntax|elab|notation|infix|infixl|infixr|prefix|postfix|local|scoped|"
+    r"private|protected|noncomputable|import|mutual|deriving|initialize|builtin_initialize)\b",
+    re.M,
+)
+
+
+def lean_screen(proof: str) -> str | None:
+    """Why a Lean proof text cannot be accepted before running it (a cheat token, a second command), or None."""
+    m = _LEAN_CHEATS.search(proof)
+    if m:
+        return f"the proof uses {m.group(0)!r}"
+    m = _LEAN_COMMAND.search(proof)
+    if m:
+        return f"a command inside the proof: {m.group(0).strip()!r}"
+    return None
+
 
 #: The paper's Lean 4 hammers (Sec. 2.4 of the official code): aesop, "my_hint", omega.
 LEAN_LADDER: tuple[str, ...] = (
@@ -31,6 +60,11 @@ LEAN_LADDER: tuple[str, ...] = (
     "(try norm_num [*]); (try field_simp [*] at *); (try ring_nf at *); nlinarith",
     "omega",
 )
+
+
+def _decl_name(statement: str) -> str | None:
+    m = re.match(r"\s*(?:theorem|lemma)\s+([^\s(:{\[]+)", statement)
+    return m.group(1) if m else None
 
 
 def _bare(statement: str) -> str:
@@ -51,7 +85,11 @@ class LeanReplBackend:
         *,
         transport: Any = None,
         watchdog: float = 120.0,
+        allowed_axioms: tuple[str, ...] = LEAN_STANDARD_AXIOMS,
     ) -> None:
+        if isinstance(allowed_axioms, str) or not all(isinstance(a, str) for a in allowed_axioms):
+            raise TypeError(f"allowed_axioms must be a tuple of axiom names, got {allowed_axioms!r}")
+        self.allowed_axioms = tuple(allowed_axioms)
         self.repl_cmd = list(repl_cmd or ["lake", "exe", "repl"])
         self.project_dir = Path(project_dir)
         self.watchdog = watchdog
@@ -133,8 +171,15 @@ class LeanReplBackend:
         return self.run(state, f"focus\n  {tactic}\n  done", timeout)
 
     def check(self, problem: Problem, proof: str, timeout: float = 300.0) -> CheckResult:
-        """Command-mode re-check of statement + proof in the header's environment (no ``sorry`` allowed)."""
+        """Command-mode re-check of the problem's statement + proof in the header's environment, then
+        ``#print axioms``: no ``sorry``, no cheat token or second command (:func:`lean_screen`), and no axiom
+        outside ``allowed_axioms`` (default :data:`LEAN_STANDARD_AXIOMS`). The statement is the problem's text,
+        elaborated in the clean header environment before the proof; the screen keeps the proof from ending the
+        declaration and adding others. The Lean kernel checks the term when the REPL adds the declaration."""
         self.calls += 1
+        why = lean_screen(proof)
+        if why is not None:
+            return CheckResult(False, why)
         sep = "" if proof[:1].isspace() else " "
         text = f"{_bare(problem.statement)}{sep}{proof}"
         resp = self._ask({"cmd": text, "env": self._env(problem.header)}, timeout)
@@ -143,7 +188,21 @@ class LeanReplBackend:
             return CheckResult(False, errs[0])
         if resp.get("sorries") or any("sorry" in m.get("data", "") for m in resp.get("messages", [])):
             return CheckResult(False, "the proof uses sorry")
-        return CheckResult(True)
+        name = _decl_name(problem.statement)
+        if name is None or "env" not in resp:
+            return CheckResult(False, f"cannot name the declaration of {problem.statement[:60]!r}")
+        out = self._ask({"cmd": f"#print axioms {name}", "env": resp["env"]}, 60.0)
+        text = " ".join(m.get("data", "") for m in out.get("messages", []))
+        if "does not depend on any axioms" in text:
+            return CheckResult(True)
+        m = re.search(r"depends on axioms: \[(.*?)\]", text, re.S)
+        if m is None:
+            return CheckResult(False, f"unexpected #print axioms output: {text[:200]!r}")
+        axioms = tuple(a.strip() for a in m.group(1).split(",") if a.strip())
+        extra = [a for a in axioms if a not in self.allowed_axioms]
+        if extra:
+            return CheckResult(False, f"axioms outside the allow-list: {', '.join(extra)}", axioms)
+        return CheckResult(True, "", axioms)
 
     def close(self) -> None:
         """Stop our REPL process (only it and its process group)."""
