@@ -258,3 +258,37 @@ def test_readme_tables_are_generated_and_checked(tmp_path):
     r.save_json(pkg / "reproduction" / "quick" / "result_quick.json")
     assert readme.main([*args, "--check"]) == 1
     assert readme.main([*args, "nope"]) == 2
+
+
+def test_parts_resume_after_an_interruption_and_refuse_a_changed_fingerprint(tmp_path):
+    from icml25_shared.parts import Parts
+
+    calls = []
+
+    def part(name, value, fail=False):
+        def fn():
+            calls.append(name)
+            if fail:
+                raise KeyboardInterrupt  # the run is killed inside this part
+            return {"value": value, "nan": float("nan"), "arr": np.arange(3)}
+
+        return fn
+
+    parts = Parts(tmp_path / "parts", fingerprint={"n": 8, "seed": 0})
+    a = parts.run("a", part("a", 1.5))
+    with pytest.raises(KeyboardInterrupt):
+        parts.run("b", part("b", 2.5, fail=True))
+    assert not parts.done("b") and not list((tmp_path / "parts").glob(".*.tmp"))  # nothing half-written
+    again = Parts(tmp_path / "parts", fingerprint={"seed": 0, "n": 8})  # same fingerprint, other key order
+    assert again.run("a", part("a", 99.0)) == a and again.reused == ["a"]
+    assert again.run("b", part("b", 2.5))["value"] == 2.5 and again.computed == ["b"]
+    assert calls == ["a", "b", "b"] and math.isnan(a["nan"]) and a["arr"] == [0, 1, 2]
+    other = Parts(tmp_path / "parts", fingerprint={"n": 16, "seed": 0})  # other sizes: never reused
+    assert other.run("a", part("a", 3.0))["value"] == 3.0 and other.computed == ["a"]
+    (tmp_path / "parts" / "b.json").write_text("{truncated")
+    assert not again.done("b") and again.run("b", part("b", 4.0))["value"] == 4.0
+    assert again.run("none", lambda: None) is None and again.done("none")
+    with pytest.raises(ValueError, match="name"):
+        again.run("../escape", part("x", 0))
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        again.run("obj", lambda: {"x": object()})

@@ -54,3 +54,37 @@ def test_headline_verdicts_come_from_the_interval_over_seeds(change, verdicts):
 def test_headline_is_not_judged_when_the_raw_solver_is_already_feasible():
     claims = _headline(_runs(feas_raw=[1.0, 0.5]), [0, 1], "QP")
     assert claims[0].verdict == "shown" and "nothing to repair" in claims[0].measured
+
+
+def test_full_resumes_without_redoing_finished_parts(tmp_path, monkeypatch):
+    """A --full killed inside the JCCIM pipelines reuses the finished QP/QCQP parts when run again."""
+    pytest.importorskip("cvxpy")
+    import bisection_proj.reproduce as rep
+
+    tiny = PipelineSettings(n_train=64, n_test=8, solver_iters=2, solver_hidden=8, ipnn_iters=2, ipnn_hidden=8)
+    calls: list[str] = []
+    real = rep.run_pipeline
+
+    def counting(prob, s):
+        calls.append(type(prob).__name__)
+        if type(prob).__name__ == "JCCIM" and kill:
+            raise KeyboardInterrupt("killed")
+        return real(prob, s)
+
+    monkeypatch.setattr(rep, "run_pipeline", counting)
+    monkeypatch.setattr(rep, "ratio_steps", lambda prob, seed=1: {"0.5": {"steps": 3}, "0.9": {"steps": 5}})
+    kill = True
+    with pytest.raises(KeyboardInterrupt):
+        rep.reproduce(True, tmp_path, setup=tiny)
+    first = list(calls)
+    assert first.count("ConvexQCQP") == 3 and first.count("JCCIM") == 1
+    calls.clear()
+    kill = False
+    res = rep.reproduce(True, tmp_path, setup=tiny)
+    # the quick pipelines always run; the six finished QP/QCQP 100/50/50 parts are reused, JCCIM runs
+    assert calls.count("ConvexQCQP") == 0 and calls.count("JCCIM") == 3 and calls.count("ConvexQP") == 3
+    assert len(res.settings["parts"]["reused"]) == 6
+    again = rep.reproduce(True, tmp_path, setup=tiny)
+    # the quick claims are re-measured (their timing moves); every claim from reused parts is the same
+    assert [c.measured for c in again.claims[4:]] == [c.measured for c in res.claims[4:]]
+    assert len(again.settings["parts"]["reused"]) == 11  # 9 pipelines, the toys and the ρ steps
