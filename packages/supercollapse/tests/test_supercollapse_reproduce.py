@@ -14,9 +14,21 @@ from supercollapse.experiments import Setup
 from supercollapse.reproduce import reproduce
 from supercollapse.runs import Runs
 
-TINY = Setup(modes=100, batch=32, nm_width=16, nm_steps=(100, 200), nm_eval_every=20, nm_seeds=2, n_evals=10,
-             eval_batches=2, var_widths=(8, 16), var_seeds=2, var_batch=16, tokens_per_param=1.0,
-             x_grid=tuple(np.linspace(0.1, 1.0, 50)))  # fmt: skip
+TINY = Setup(
+    modes=100,
+    batch=32,
+    nm_width=16,
+    nm_steps=(100, 200),
+    nm_eval_every=20,
+    nm_seeds=2,
+    n_evals=10,
+    eval_batches=2,
+    var_widths=(8, 16),
+    var_seeds=2,
+    var_batch=16,
+    tokens_per_param=1.0,
+    x_grid=tuple(np.linspace(0.2, 1.0, 41)),
+)  # fmt: skip  (10 evaluations: the first at x ≈ 0.1)
 
 
 def _nm(cosine: dict, wsd: dict) -> dict:
