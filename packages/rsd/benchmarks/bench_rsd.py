@@ -115,7 +115,8 @@ def bench(name: str, draft_m: Any, target_m: Any, prompts: list[str], repeats: i
         return lambda: outs.__setitem__(k, calls[k]())
 
     timings = round_robin({k: keep(k) for k in calls}, repeats=repeats)
-    fc = FlopCounter(draft=ModelCost.from_model(draft_m), target=ModelCost.from_model(target_m))
+    d_cost = ModelCost.from_model(draft_m)  # the PRM priced as a model of the draft's size (the paper's setting)
+    fc = FlopCounter(draft=d_cost, target=ModelCost.from_model(target_m), prm=d_cost)
     base_t = timings["target-only"].median
     res: dict[str, Any] = {"target": f"{target_m.config.n_layer} x {target_m.config.n_embd}"}
     for k, t in timings.items():

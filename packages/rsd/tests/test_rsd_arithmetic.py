@@ -128,7 +128,8 @@ def test_rsd_on_fixtures_batched_equals_per_problem_and_assisted_equals_target(f
         (o.text, [s.source for s in o.steps], o.counts) for o in b
     ]
     assert {s.source for o in a for s in o.steps} == {"draft", "target"}
-    fc = FlopCounter(draft=ModelCost.from_model(draft_m), target=ModelCost.from_model(target_m))
+    d_cost = ModelCost.from_model(draft_m)
+    fc = FlopCounter(draft=d_cost, target=ModelCost.from_model(target_m), prm=d_cost)
     assert fc.total(a, "generated") <= fc.total(a, "cached") <= fc.total(a, "uncached")
     greedy = target_only(target, prompts[:6], config(QUICK))
     assisted = assisted_generation(target_m, draft_m, TOK, prompts[:6], max_total_tokens=64)

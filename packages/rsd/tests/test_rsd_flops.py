@@ -28,7 +28,7 @@ def test_worked_example_all_modes():
     rsd, base = _example()
     out = rsd[0]
     assert [s.source for s in out.steps] == ["draft", "target"] and out.finish_reason == "eos"
-    fc = FlopCounter(draft=DRAFT, target=TARGET)
+    fc = FlopCounter(draft=DRAFT, target=TARGET, prm=ModelCost.free())  # a rule-based PRM, priced at 0 explicitly
     by_model = fc.per_model(rsd, "generated")
     assert by_model == {"draft": 8_416 + 8_672, "target": 82_688, "prm": 0}
     assert fc.total(rsd, "generated") == 99_776
@@ -61,6 +61,18 @@ def test_prm_cost_and_closed_form_span():
         fc.call(rec, "prefill")
     with pytest.raises(ValueError, match="ModelCost"):
         FlopCounter(target=TARGET).call(CallRecord("draft", 0, 3, 1))
+
+
+def test_every_model_call_must_be_priced():
+    """A PRM left without a cost is refused, not counted as free (the paper's PRM is a 1.5B model)."""
+    rsd, base = _example()
+    with pytest.raises(ValueError, match=r"no ModelCost for model 'prm'.*counted as 0 FLOPs.*ModelCost.free\(\)"):
+        FlopCounter(draft=DRAFT, target=TARGET).total(rsd, "generated")
+    assert FlopCounter(draft=DRAFT, target=TARGET).total(base, "generated") == 164_352  # no PRM call: no PRM cost
+    priced = FlopCounter(draft=DRAFT, target=TARGET, prm=DRAFT).per_model(rsd, "generated")
+    # the PRM reads each scored 4-token step once: positions 5..8, then 9..12 (the draft's size)
+    assert priced["prm"] == sum(2_000 + 16 * (p + 1) for p in (*range(5, 9), *range(9, 13)))
+    assert ModelCost.free().span(0, 100) == 0
 
 
 def test_model_cost_from_model_counts_non_embedding_parameters():

@@ -10,10 +10,16 @@ from rsd.reproduce import reproduce
 
 @pytest.mark.slow
 def test_reproduce_small(tmp_path):
-    res = reproduce(False, tmp_path, setup=Setup(n_problems=12))
+    res = reproduce(False, tmp_path, setup=Setup(n_problems=12), seed=1)
     assert res.package == "rsd" and len(res.claims) == 3 and res.settings["models"] == "shipped fixtures"
     assert all(c.short and len(c.short) <= 32 for c in res.claims)
-    assert isinstance(res.claims[0].holds, bool) and res.claims[1].holds is None
+    assert res.claims[0].verdict in ("holds", "does not hold", "inconclusive") and res.claims[1].verdict == "shown"
+    assert res.settings["problem_seeds"] == [2028, 2029, 2030]  # seed_list(1, 3) = [3, 4, 5] over 2025
+    c1 = res.claims[0]
+    assert c1.details["seeds"]["n"] == 3 and "N=28,368" in c1.text and "draft's size" in c1.text
+    # the PRM is priced like the draft: RSD's per-problem FLOPs include it, and the free-PRM variant saves more
+    by_model = c1.details["flops_per_problem_by_model_first_seed"]["rsd"]
+    assert by_model["prm"] > 0 and c1.details["ratio_generated_free_prm"]["mean"] > c1.details["seeds"]["mean"]
     methods = res.settings["methods"]
     assert methods["draft_only"]["counts"]["target_tokens"] == 0
     assert methods["target_only"]["counts"]["accepted_draft_tokens"] == 0

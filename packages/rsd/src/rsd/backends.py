@@ -170,6 +170,19 @@ class _StopStringCriteria:
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
+def _position_limit(model: Any) -> int | None:
+    """Most tokens a model can read: the size of its learned position table (GPT-2's ``n_positions``, or
+    ``max_position_embeddings`` of a model with a position-embedding module); ``None`` for rotary models, whose
+    ``max_position_embeddings`` is a training length, not an index bound."""
+    cfg = getattr(model, "config", None)
+    n = getattr(cfg, "n_positions", None)
+    if n is None and getattr(cfg, "max_position_embeddings", None) is not None:
+        names = (name for name, _ in model.named_modules())
+        if any(name.endswith(("wpe", "embed_positions", "position_embeddings")) for name in names):
+            n = cfg.max_position_embeddings
+    return int(n) if n is not None else None
+
+
 class HFBackend:
     """A ``transformers`` causal LM as a step generator, through ``model.generate()``.
 
@@ -212,6 +225,7 @@ class HFBackend:
         out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         self.vocab_size = int(out.weight.shape[0]) if out is not None else getattr(model.config, "vocab_size", None)
         self.name = type(model).__name__
+        self.max_positions = _position_limit(model)
 
     @property
     def device(self) -> torch.device:

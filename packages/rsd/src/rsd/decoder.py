@@ -143,6 +143,18 @@ class StepDecoder:
                 raise ValueError("path='text' needs a tokenizer on every backend")
             self.tokenizers = {"draft": toks[0], "target": toks[-1]}
         self._stops = {name: self._stop_spec(tok) for name, tok in self.tokenizers.items()}
+        # the per-problem token limit: max_total_tokens, or less when a model's position table is shorter
+        self._limit = {"draft": self.config.max_total_tokens, "target": self.config.max_total_tokens}
+        self._why = dict.fromkeys(self._limit, f"max_total_tokens={self.config.max_total_tokens}")
+        for role, backend in (("draft", draft), ("target", target)) if draft is not None else ((target_name, target),):
+            pos = getattr(backend, "max_positions", None)
+            if pos is not None and pos < self._limit[role]:
+                self._limit[role] = int(pos)
+                self._why[role] = f"the {role} model's {pos} positions"
+        if self.path == "token":  # one shared context: the tighter limit applies to both
+            r = min(self._limit, key=self._limit.get)
+            self._limit = dict.fromkeys(self._limit, self._limit[r])
+            self._why = dict.fromkeys(self._why, self._why[r])
 
     # ---------------------------------------------------------------------------------------------- helpers
     def _stop_spec(self, tok: Any) -> tuple[list[int], list[str], int | None]:
@@ -171,11 +183,19 @@ class StepDecoder:
                 ctx = {"shared": list(self.tokenizers["target"].encode(p))}
             else:
                 ctx = {r: list(self.tokenizers[r].encode(p)) for r in ("draft", "target")}
+            for role in ("draft", "target") if self.draft is not None else (self.target_name,):
+                n = len(ctx[self._key(role)])
+                if n >= self._limit[role]:
+                    raise ValueError(
+                        f"prompts[{i}] is {n} tokens long ({role} tokenizer), leaving no room to generate within "
+                        f"{self._why[role]}; shorten it to at most {self._limit[role] - 1} tokens"
+                        + (" or raise max_total_tokens" if self._why[role].startswith("max_total") else "")
+                    )
             states.append(_State(i, p, ctx, self.config.seed))
         return states
 
     def _budget(self, st: _State, role: str) -> int:
-        return min(self.config.max_step_tokens, self.config.max_total_tokens - len(st.ctx[self._key(role)]))
+        return min(self.config.max_step_tokens, self._limit[role] - len(st.ctx[self._key(role)]))
 
     def _call(
         self, backend: Any, role: str, record_as: str, states: list[_State], gen: torch.Generator

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from icml25_shared.report import save_figure, subplots
+from icml25_shared.validate import check_choice, check_int
 from rsd.backends import HFBackend
 from rsd.baselines import assisted_generation, best_of_n, draft_only, target_only
 from rsd.config import RSDConfig
@@ -44,6 +45,8 @@ __all__ = [
     "load_models",
     "plot_accuracy_vs_flops",
     "run_methods",
+    "counters",
+    "full_claims",
     "summarise",
 ]
 
@@ -60,6 +63,15 @@ class Setup:
     temperature: float = 0.0
     noisy_seed: int = 0
     retrain_steps: tuple[int, int] | None = None  # (draft, target) steps when retraining; None: the recipe's
+    prm_cost: str = "draft"
+    """What a PRM call costs: ``"draft"`` (default, the paper's setting: a 1.5B PRM beside the 1.5B draft, so a
+    PRM of the draft's size reading each drafted step) or ``"free"`` (a rule-based checker; the labelled variant)."""
+    n_seeds: int = 3
+    """Replicates: problem set ``seed + s`` and noisy-PRM seed ``noisy_seed + s`` for s in ``seed_list(base, n)``."""
+
+    def __post_init__(self) -> None:
+        check_choice("prm_cost", self.prm_cost, ("draft", "free"))
+        check_int("n_seeds", self.n_seeds, min=1)
 
 
 QUICK = Setup()
@@ -73,9 +85,14 @@ class MethodResult:
     name: str
     accuracy: float
     flops: dict[str, float]
+    """Per problem, in the three accountings, every model priced (the PRM as ``Setup.prm_cost`` says)."""
     target_call_rate: float
     counts: dict[str, int]
     outputs: list[Any] = field(default_factory=list, repr=False)
+    flops_by_model: dict[str, float] = field(default_factory=dict)
+    """Generated-token FLOPs per problem of each model (draft, target, prm)."""
+    flops_free_prm: dict[str, float] = field(default_factory=dict)
+    """The labelled variant: the same calls with the PRM priced at 0 (a rule-based checker)."""
 
     def summary(self) -> dict[str, Any]:
         d = asdict(self)
@@ -103,6 +120,7 @@ def config(setup: Setup, w: Weighting | None = None, **kw: Any) -> RSDConfig:
         max_step_tokens=8,
         max_total_tokens=64,  # the models' n_positions
         temperature=setup.temperature,
+        seed=kw.pop("seed", setup.noisy_seed),  # acceptance draws and sampling follow the run's seed
         **kw,
     )
 
@@ -112,7 +130,16 @@ def correct(problem: Problem, out: Any) -> bool:
     return out.finish_reason in ("eos", None) and out.text.endswith(f"A:{problem.answer}")
 
 
-def summarise(name: str, problems: list[Problem], outs: list[RSDOutput], counter: FlopCounter) -> MethodResult:
+def counters(setup: Setup, draft_model: Any, target_model: Any) -> tuple[FlopCounter, FlopCounter]:
+    """The run's FlopCounter (PRM priced as ``setup.prm_cost``) and the free-PRM variant's."""
+    d, t = ModelCost.from_model(draft_model), ModelCost.from_model(target_model)
+    prm = d if setup.prm_cost == "draft" else ModelCost.free()
+    return FlopCounter(draft=d, target=t, prm=prm), FlopCounter(draft=d, target=t, prm=ModelCost.free())
+
+
+def summarise(
+    name: str, problems: list[Problem], outs: list[RSDOutput], counter: FlopCounter, free: FlopCounter | None = None
+) -> MethodResult:
     counts: dict[str, int] = {}
     for o in outs:
         for k, v in o.counts.items():
@@ -122,7 +149,9 @@ def summarise(name: str, problems: list[Problem], outs: list[RSDOutput], counter
     rate = counts.get("target_steps", 0) / drafted if drafted else float(steps > 0)
     flops = {m: counter.total(outs, m) / len(outs) for m in MODES}
     acc = sum(correct(p, o) for p, o in zip(problems, outs)) / len(problems)
-    return MethodResult(name, acc, flops, rate, counts, outs)
+    by_model = {k: v / len(outs) for k, v in counter.per_model(outs, "generated").items()}
+    free_flops = {m: free.total(outs, m) / len(outs) for m in MODES} if free is not None else {}
+    return MethodResult(name, acc, flops, rate, counts, outs, by_model, free_flops)
 
 
 def run_methods(
@@ -133,18 +162,18 @@ def run_methods(
     problems = make_problems(setup.n_problems, min_ops=setup.min_ops, max_ops=setup.max_ops, seed=setup.seed)
     prompts = [p.prompt for p in problems]
     draft, target = HFBackend(draft_model, tok), HFBackend(target_model, tok)
-    counter = FlopCounter(draft=ModelCost.from_model(draft_model), target=ModelCost.from_model(target_model))
+    counter, free = counters(setup, draft_model, target_model)
     cfg = config(setup)
     res = {
-        "target_only": summarise("target-only", problems, target_only(target, prompts, cfg), counter),
-        "draft_only": summarise("draft-only", problems, draft_only(draft, prompts, cfg), counter),
+        "target_only": summarise("target-only", problems, target_only(target, prompts, cfg), counter, free),
+        "draft_only": summarise("draft-only", problems, draft_only(draft, prompts, cfg), counter, free),
     }
     rsd = RewardGuidedDecoder(draft, target, ExactArithmeticPRM(), cfg).generate(prompts, batched=batched)
-    res["rsd"] = summarise(f"RSD exact PRM, delta={setup.delta}", problems, rsd, counter)
+    res["rsd"] = summarise(f"RSD exact PRM, delta={setup.delta}", problems, rsd, counter, free)
     if noisy:
         prm = NoisyPRM(setup.noisy_seed)
         outs = RewardGuidedDecoder(draft, target, prm, cfg).generate(prompts, batched=batched)
-        res["rsd_noisy"] = summarise(f"RSD noisy PRM, delta={setup.delta}", problems, outs, counter)
+        res["rsd_noisy"] = summarise(f"RSD noisy PRM, delta={setup.delta}", problems, outs, counter, free)
     return res
 
 
@@ -165,7 +194,7 @@ def full_runs(setup: Setup, draft_model: Any, target_model: Any) -> dict[str, An
     problems = make_problems(setup.n_problems, min_ops=setup.min_ops, max_ops=setup.max_ops, seed=setup.seed)
     prompts = [p.prompt for p in problems]
     draft, target = HFBackend(draft_model, tok), HFBackend(target_model, tok)
-    counter = FlopCounter(draft=ModelCost.from_model(draft_model), target=ModelCost.from_model(target_model))
+    counter, _ = counters(setup, draft_model, target_model)
     noisy = NoisyPRM(setup.noisy_seed)
 
     def rsd(w: Weighting, name: str, cfg_setup: Setup = setup) -> MethodResult:
@@ -203,6 +232,72 @@ def full_runs(setup: Setup, draft_model: Any, target_model: Any) -> dict[str, An
         for name, m in (("draft", draft_model), ("target", target_model))
     }
     return out
+
+
+def full_claims(extras: list[dict[str, Any]], runs: list[dict[str, MethodResult]], seeds: list[int]) -> list[Any]:
+    """Claims of :func:`full_runs` on every problem set (``extras``, with ``runs`` from :func:`run_methods`): the δ
+    sweep (shown, first set), binary vs soft ω and RSD vs Best-of-N (judged on the interval over the sets), HF
+    assisted generation exact on every set."""
+    from icml25_shared.report import Claim
+    from icml25_shared.verdict import FAILS, HOLDS
+
+    first, target = extras[0], runs[0]["target_only"]
+    soft_gap, bon_gap, bon_names = [], [], []
+    for extra, run in zip(extras, runs):
+        acc = {k: m.accuracy for k, (_, m) in extra["weightings"].items()}
+        soft_gap.append(acc["binary"] - max(acc["clip"], acc["sigmoid"]))
+        noisy = run["rsd_noisy"]
+        closest = min(extra["best_of_n"].values(), key=lambda m: abs(m.flops["generated"] - noisy.flops["generated"]))
+        bon_gap.append(noisy.accuracy - closest.accuracy)
+        bon_names.append(closest.name)
+    exact = [bool(e["assisted"]["exact"]) for e in extras]
+    w = first["weightings"].items()
+    return [
+        Claim(
+            "the threshold δ trades accuracy for FLOPs: δ = 0 is draft-only, δ > 1 target-only",
+            None,
+            "; ".join(
+                f"δ={k}: acc {m.accuracy:.3f}, {target.flops['generated'] / m.flops['generated']:.2f}x"
+                for k, m in first["sweep"].items()
+            ),
+            None,
+            rule="shown (noisy PRM, first problem set)",
+            short="δ sweep (noisy PRM)",
+        ),
+        Claim.over_seeds(
+            "binary ω is at least as accurate as soft ω at a matched target-call rate (the optimality theorem); "
+            "first set: "
+            + ", ".join(f"{k} {m.accuracy:.3f} (rate {m.target_call_rate:.2f})" for k, (_, m) in w.items()),
+            "binary optimal",
+            soft_gap,
+            ">=",
+            -0.01,
+            seeds=seeds,
+            rule="acc(binary) - max(acc(clip), acc(sigmoid)) >= -0.01, rates matched on a δ grid",
+            short="binary vs soft ω",
+        ),  # fmt: skip
+        Claim.over_seeds(
+            "RSD beats parallel decoding (Best-of-N with the draft, PRM min-aggregate) at similar FLOPs "
+            f"(closest N per set: {', '.join(bon_names)})",
+            "+3.5 points on average",
+            bon_gap,
+            ">",
+            0.0,
+            seeds=seeds,
+            rule="acc(RSD, noisy PRM) - acc(Best-of-N with the generated-token FLOPs closest to RSD's) > 0",
+            short="RSD vs Best-of-N",
+        ),  # fmt: skip
+        Claim(
+            "HF assisted generation (token-level speculative decoding) reproduces target greedy exactly",
+            "exact",
+            f"exact on {sum(exact)}/{len(exact)} problem sets, {first['assisted']['flops_cached']:.3g} "
+            "FLOPs/problem (cached, first set)",
+            None,
+            rule="token ids equal on every problem of every set",
+            short="assisted = target greedy",
+            verdict=HOLDS if all(exact) else FAILS,
+        ),
+    ]
 
 
 def plot_accuracy_vs_flops(points: dict[str, tuple[float, float]], out_dir: Path, name: str, title: str) -> Path:

@@ -64,6 +64,12 @@ class ModelCost:
                 n += p.numel()
         return cls(n, int(layers), int(width))
 
+    @classmethod
+    def free(cls) -> ModelCost:
+        """A model priced at nothing (a rule-based PRM such as an exact checker): ``ModelCost(0, 0, 0)``, passed
+        explicitly so that a free PRM is a stated choice, never a default."""
+        return cls(0, 0, 0)
+
     def span(self, start: int, stop: int) -> int:
         """FLOPs of the forwards at positions start .. stop−1: Σ_p 2N + 2L(p+1)d."""
         n = max(0, stop - start)
@@ -99,7 +105,10 @@ class CallRecord:
 class FlopCounter:
     """FLOPs of decoding outputs (:class:`rsd.RSDOutput`, or anything with ``.calls``) under a cost per model.
 
-    ``prm=None`` means a rule-based PRM: its calls cost 0. A call of a model with no cost raises ``ValueError``.
+    Every model that appears in the calls must be priced: a call of a model with no cost (the PRM included)
+    raises ``ValueError``. A rule-based PRM that costs nothing is priced with ``prm=ModelCost.free()``; a learned
+    PRM with ``ModelCost.from_model(prm_model)``; the paper's setting (Sec. 4: a 1.5B PRM beside the 1.5B draft)
+    with the draft's cost.
 
     >>> fc = FlopCounter(draft=ModelCost(1000, 1, 8), target=ModelCost(10000, 2, 16))
     >>> fc.call(CallRecord("target", 0, 5, 4), "generated")
@@ -115,9 +124,16 @@ class FlopCounter:
         check_choice("mode", mode, MODES)
         cost = self.costs.get(rec.model)
         if cost is None:
-            if rec.model == "prm":
-                return 0
-            raise ValueError(f"no ModelCost for model {rec.model!r}; pass {rec.model}=ModelCost(...)")
+            hint = (
+                " (ModelCost.from_model(prm_model) for a learned PRM, the draft's cost for the paper's setting, or "
+                "ModelCost.free() for a rule-based PRM that costs nothing)"
+                if rec.model == "prm"
+                else ""
+            )
+            raise ValueError(
+                f"no ModelCost for model {rec.model!r}: its calls would be counted as 0 FLOPs; pass "
+                f"{rec.model}=ModelCost(...){hint}"
+            )
         return cost.span(*rec.positions(mode))
 
     def per_model(self, outputs: Iterable[Any], mode: Mode = "generated") -> dict[str, int]:

@@ -35,10 +35,17 @@ def check_scores(prm: Any, scores: Any, n_steps: int) -> list[float]:
     name = _prm_name(prm)
     if isinstance(scores, torch.Tensor):
         scores = scores.detach().cpu().reshape(-1).tolist()
+    if scores is None or isinstance(scores, (str, bytes, int, float)) or not hasattr(scores, "__iter__"):
+        raise ValueError(
+            f"PRM {name}: score(prompt, steps) returned {scores!r}; expected a list of {n_steps} floats in [0, 1], "
+            "one per step (a scalar is not enough: RSD reads the last step's reward from the list)"
+        )
     try:
         values = [float(s) for s in scores]
     except (TypeError, ValueError) as err:
-        raise ValueError(f"PRM {name} returned {scores!r}; expected a list of {n_steps} floats in [0, 1]") from err
+        raise ValueError(
+            f"PRM {name}: score(prompt, steps) returned {scores!r}; expected a list of {n_steps} floats in [0, 1]"
+        ) from err
     if len(values) != n_steps:
         raise ValueError(f"PRM {name} returned {len(values)} scores for {n_steps} steps: {values!r}")
     for v in values:
@@ -61,8 +68,16 @@ class CallablePRM:
 
     def score(self, prompt: str, steps: list[str]) -> list[float]:
         if self.per_step:
-            return [float(self.fn(prompt, list(steps[: i + 1]))) for i in range(len(steps))]
-        return list(self.fn(prompt, list(steps)))
+            out = []
+            for i in range(len(steps)):
+                v = self.fn(prompt, list(steps[: i + 1]))
+                if not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+                    raise ValueError(
+                        f"PRM {self.name} (per_step=True) returned {v!r} for step {i}; expected one float in [0, 1]"
+                    )
+                out.append(float(v))
+            return out
+        return check_scores(self, self.fn(prompt, list(steps)), len(steps))
 
 
 class HFProcessRewardModel:
