@@ -33,6 +33,7 @@ EXPLOITS = {
     "selector_reset": "Proof. 1: Reset trap. #[global] Theorem trap : True. exact I. Qed.",
     "comment_hidden_reset": "Proof. (* harmless *) Reset (* ! *) trap. Theorem trap : True. exact I. Qed.",
     "goal_redefine": "Proof. Abort. Goal True. exact I. Qed.",
+    "ellipsis_reset": "Proof. idtac... Reset trap. Theorem trap : True. exact I. Qed.",  # `...` ends a sentence
     # check bypass
     "bypass_guard": f"Proof.\n{GUARD}\nintros n. destruct (loop 0).\nQed.",
     "bypass_positivity": "Proof. #[bypass_check(positivity)] Inductive bad := C : (bad -> False) -> bad. "

@@ -169,7 +169,7 @@ def split_sentences(text: str) -> list[Sentence]:
     """Split Coq text into sentences; ``"".join(s.text for s in result) == text`` exactly.
 
     A sentence ends at a ``.`` followed by whitespace or the end of the text, outside nested comments and strings;
-    a ``.`` right after another ``.`` (``..``) or inside a name (``Nat.add_comm``) does not end it. At a
+    a ``.`` right after another ``.`` (``..``) or inside a name (``Nat.add_comm``) does not end it, ``...`` does. At a
     sentence start a bullet (``-``, ``+``, ``*``, repeated), ``{``, ``}`` and ``N: {`` are sentences of their own.
     Trailing whitespace and comments form a final ``blank`` sentence; an unterminated tail is a sentence with
     ``terminated=False``.
@@ -211,7 +211,10 @@ def split_sentences(text: str) -> list[Sentence]:
             if ch == '"':
                 k = _skip_string(text, k)
                 continue
-            if ch == "." and (k + 1 >= n or text[k + 1].isspace()) and not (k > j and text[k - 1] == "."):
+            # `.` then a blank ends a sentence, except the second dot of `..`; `...` (Coq's `Proof with`
+            # terminator) ends one too, as Coq reads it
+            ellipsis = k >= j + 2 and text[k - 2 : k] == ".." and (k - 3 < j or text[k - 3] != ".")
+            if ch == "." and (k + 1 >= n or text[k + 1].isspace()) and (not (k > j and text[k - 1] == ".") or ellipsis):
                 end = k + 1
                 break
             k += 1
