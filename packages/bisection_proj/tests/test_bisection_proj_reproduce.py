@@ -56,6 +56,7 @@ def test_headline_is_not_judged_when_the_raw_solver_is_already_feasible():
     assert claims[0].verdict == "shown" and "nothing to repair" in claims[0].measured
 
 
+@pytest.mark.slow  # ~20 CPU-s; the Parts mechanism itself is tested by default in icml25-shared
 def test_full_resumes_without_redoing_finished_parts(tmp_path, monkeypatch):
     """A --full killed inside the JCCIM pipelines reuses the finished QP/QCQP parts when run again."""
     pytest.importorskip("cvxpy")
