@@ -62,7 +62,9 @@ def _optimizers(model: nn.Module, gap: int) -> dict[str, Callable[[], torch.opti
     from galore_torch import GaLoreAdamW
 
     def frugal(selector: str) -> Callable[[], torch.optim.Optimizer]:
-        return lambda: FRUGAL(_groups(model), lr=LR, density=RHO, update_gap=gap, selector=selector, foreach=True)
+        return lambda: FRUGAL(
+            _groups(model), lr=LR, density=RHO, update_gap=gap, selector=selector, weight_decay=0.0, foreach=True
+        )
 
     return {
         "AdamW(foreach)": lambda: torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0, foreach=True),

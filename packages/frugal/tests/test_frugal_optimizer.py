@@ -93,7 +93,7 @@ def test_density_one_svd_is_adamw_in_the_rotated_basis():
     invariant, so this is not AdamW; the reference below runs Adam on the rotated gradient by hand."""
     model = _net(dtype=torch.float64)
     ref = copy.deepcopy(model)
-    opt = FRUGAL(param_groups(model), lr=1e-2, density=1.0, update_gap=100, selector="svd")
+    opt = FRUGAL(param_groups(model), lr=1e-2, density=1.0, update_gap=100, selector="svd", weight_decay=0.0)
     batches = _batches(6)
     grads = _train(model, opt, batches)
     w = ref.attn.weight.detach().clone()  # (9, 6), tall: right projection, r = 6
@@ -118,7 +118,7 @@ def test_density_zero_is_signsgd_on_projectable_and_adamw_elsewhere(selector):
     a, b = _net(), _net()
     opt = FRUGAL(
         param_groups(b), lr=lr, density=0.0, update_gap=3, selector=selector, state_full_lr_scale=s_p,
-        state_free_lr_scale=s_f,
+        state_free_lr_scale=s_f, weight_decay=0.0,
     )  # fmt: skip
     ref = torch.optim.AdamW([p for n, p in a.named_parameters() if n not in ("attn.weight", "mlp.weight")], lr=lr)
     ref.param_groups[0]["weight_decay"] = 0.0
@@ -165,7 +165,9 @@ def test_block_density_one_sgdm_is_torch_sgd_with_momentum():
     rest = [p for p in a.parameters() if all(p is not q for q in proj)]
     sgd = torch.optim.SGD(proj, lr=5e-2, momentum=0.9)
     adamw = torch.optim.AdamW(rest, lr=5e-2, weight_decay=0.0)
-    opt = FRUGAL(param_groups(b), lr=5e-2, density=1.0, update_gap=100, state_full="sgdm", betas=(0.9, 0.999))
+    opt = FRUGAL(
+        param_groups(b), lr=5e-2, density=1.0, update_gap=100, state_full="sgdm", betas=(0.9, 0.999), weight_decay=0.0
+    )
     for x in _batches(6):
         for o in (sgd, adamw):
             o.zero_grad()
@@ -183,8 +185,9 @@ def test_legacy_block_momentum_init_starts_from_the_parameter():
     a, b = _net(), _net()
     w0 = a.mlp.weight.detach().clone()
     groups = lambda m: param_groups(m, target_modules=("mlp",))  # noqa: E731
-    new = FRUGAL(groups(a), lr=0.1, density=1.0, state_full="sgdm", betas=(0.5, 0.9))
-    old = FRUGAL(groups(b), lr=0.1, density=1.0, state_full="sgdm", betas=(0.5, 0.9), legacy_block_momentum_init=True)
+    kw = {"lr": 0.1, "density": 1.0, "state_full": "sgdm", "betas": (0.5, 0.9), "weight_decay": 0.0}
+    new = FRUGAL(groups(a), **kw)
+    old = FRUGAL(groups(b), **kw, legacy_block_momentum_init=True)
     g = _train(a, new, _batches(1))[0]["mlp.weight"]
     _train(b, old, _batches(1))
     torch.testing.assert_close(a.mlp.weight.detach(), w0 - 0.1 * g)
@@ -194,7 +197,10 @@ def test_legacy_block_momentum_init_starts_from_the_parameter():
 def test_lion_state_full_runs_and_moves_by_lr():
     model = _net()
     w0 = model.mlp.weight.detach().clone()
-    opt = FRUGAL(param_groups(model), lr=1e-2, density=1.0, state_full="lion", betas=(0.9, 0.99), update_gap=100)
+    opt = FRUGAL(
+        param_groups(model), lr=1e-2, density=1.0, state_full="lion", betas=(0.9, 0.99), update_gap=100,
+        weight_decay=0.0,
+    )  # fmt: skip
     _train(model, opt, _batches(1))
     step = (model.mlp.weight.detach() - w0).abs()
     assert torch.allclose(step[step > 0], torch.full_like(step[step > 0], 1e-2))  # sign update: ±lr
@@ -222,7 +228,7 @@ def test_reset_statistics_restarts_adam_bias_correction(reset):
     model = _net()
     opt = FRUGAL(
         param_groups(model), lr=1e-2, density=0.5, update_gap=3, selector="columns", state_free="none",
-        reset_statistics=reset,
+        reset_statistics=reset, weight_decay=0.0,
     )  # fmt: skip
     batches = _batches(4)
     _train(model, opt, batches[:3])

@@ -21,8 +21,14 @@ __all__ = [
     "Selector",
     "StateFreeRule",
     "StateFullRule",
+    "normalise_hparams",
     "validate_hparams",
 ]
+
+#: ``torch.optim.AdamW`` arguments FRUGAL accepts at their defaults only
+UNSUPPORTED_ADAMW = ("amsgrad", "capturable", "differentiable", "fused")
+_FLOAT_KEYS = ("density", "weight_decay", "eps", "state_full_lr_scale", "state_free_lr_scale")
+_INT_KEYS = ("update_gap", "rank")
 
 Selector = Literal["block", "svd", "random", "randperm", "columns", "rows", "randk"]
 StateFullRule = Literal["adamw", "sgdm", "lion"]
@@ -76,13 +82,48 @@ def validate_hparams(h: dict[str, Any]) -> None:
     ):
         if key in h:
             check_choice(key, h[key], choices)
-    for key in ("reset_statistics", "projectable", "legacy_block_momentum_init", "sync_selectors"):
+    for key in (
+        "reset_statistics",
+        "projectable",
+        "transposed",
+        "legacy_block_momentum_init",
+        "sync_selectors",
+        "maximize",
+        "amsgrad",
+        "capturable",
+        "differentiable",
+    ):
         if key in h:
             check_bool(key, h[key])
-    if h.get("foreach") is not None:
-        check_bool("foreach", h["foreach"])
+    for key in ("foreach", "fused"):
+        if h.get(key) is not None:
+            check_bool(key, h[key])
+    for key in UNSUPPORTED_ADAMW:
+        if h.get(key):
+            hint = "None or False; foreach=True is the multi-tensor path FRUGAL supports" if key == "fused" else "False"
+            raise NotImplementedError(
+                f"FRUGAL does not implement torch.optim.AdamW's {key}={h[key]!r}; pass {key}={hint}"
+            )
     if "seed" in h:
         check_int("seed", h["seed"], min=0)
+
+
+def normalise_hparams(h: dict[str, Any]) -> dict[str, Any]:
+    """Turn numpy (or other number-like) scalars of ``h`` into Python ``float`` / ``int`` in place (after
+    :func:`validate_hparams` accepted them), so that groups, ``state_dict`` and logs hold plain numbers."""
+    for key in _FLOAT_KEYS:
+        if key in h and type(h[key]) is not float:
+            h[key] = float(h[key])
+    for key in _INT_KEYS:
+        if h.get(key) is not None and type(h[key]) is not int:
+            h[key] = int(h[key])
+    lr = h.get("lr")
+    # a numpy scalar lr becomes a float; a tensor lr stays a tensor, as in torch.optim
+    if lr is not None and type(lr) not in (float, int) and not hasattr(lr, "requires_grad"):
+        h["lr"] = float(lr)
+    if isinstance(h.get("betas"), (tuple, list)):
+        h["betas"] = tuple(float(b) if not hasattr(b, "requires_grad") else b for b in h["betas"])
+    return h
 
 
 @dataclass
@@ -120,7 +161,10 @@ class FRUGALConfig:
     eps: float = 1e-8
     """AdamW's ε, added after the bias correction of √v as in ``torch.optim.AdamW``."""
     weight_decay: float = 0.0
-    """Decoupled weight decay λ: ``W <- W (1 - η λ)`` on every parameter, with the unscaled η."""
+    """Decoupled weight decay λ: ``W <- W (1 - η λ)`` on every parameter, with the unscaled η. 0 as in the
+    authors' pre-training scripts; ``FRUGAL(...)`` called directly defaults to ``torch.optim.AdamW``'s 0.01."""
+    maximize: bool = False
+    """Maximise the objective (every part of the update uses the negated gradient, as ``torch.optim.AdamW``)."""
     proj_side: ProjSide = "std"
     """Side of the projection selectors (GaLore's ``proj_type``): ``"std"`` projects the smaller dimension,
     ``"reverse_std"`` the larger, ``"left"``/``"right"`` a fixed one, ``"full"`` both."""
@@ -140,7 +184,8 @@ class FRUGALConfig:
     sync_selectors: bool = True
     """With ``torch.distributed`` initialised, broadcast rank 0's SVD/random projectors at every refresh."""
     foreach: bool | None = None
-    """Passed to torch's AdamW kernel on the non-projectable groups and the active blocks."""
+    """Passed to torch's AdamW kernel on the non-projectable groups and the active blocks (``torch.optim.AdamW``'s
+    ``foreach``)."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(self.betas)  # type: ignore[assignment]
