@@ -43,7 +43,9 @@ __all__ = [
     "pareto_plot",
     "perceptron_crossover",
     "pipeline",
+    "seed_runs",
     "selection_lm",
+    "sweep_claims",
     "equal_compute",
     "llama_config",
     "prune_compare",
@@ -74,8 +76,9 @@ class Setup:
     """The downscaled model of claim 1 (0.03 M parameters; 7.4x fewer, forward FLOPs/token 6.8x fewer)."""
     seq_len: int = 64
     """Context (characters)."""
-    large_steps: int = 150
-    """AdamW steps of the large model; the small one gets as many steps as the same training FLOPs buy."""
+    large_steps: int = 100
+    """AdamW steps of the large model; the small one gets as many steps as the same training FLOPs buy (100 in quick:
+    three seeds of the pair fit in 60 CPU-s; the sweep of ``--full`` covers larger budgets)."""
     large_batch: int = 16
     small_batch: int = 64
     lr: float = 1e-2
@@ -84,6 +87,9 @@ class Setup:
     calib_windows: int = 32
     """Calibration windows (training split) for Wanda."""
     seed: int = 0
+    """Seed of the first replicate: model initialisation, batch order and calibration windows derive from it."""
+    n_seeds: int = 3
+    """Replicates of the noisy claims (C1-C3 and the sweep): seeds ``seed + s`` for s in ``seed_list(base, n)``."""
     full_sizes: tuple[ModelSize, ...] = (ModelSize(2, 32, 96), ModelSize(3, 48, 144), ModelSize(4, 64, 192))
     """--full: the three sizes of the compute sweep."""
     full_budgets: tuple[float, ...] = (5e10, 1.5e11, 4.5e11)
@@ -282,6 +288,29 @@ def prune_compare(
     return out
 
 
+def seed_runs(setup: Setup, seeds: list[int], corpus: CharCorpus) -> list[dict[str, Any]]:
+    """Claims 1-3 at each package seed of ``seeds`` (``setup.seed`` replaced): the equal-compute pair, int8 of the
+    large model, and 50 % magnitude vs Wanda on both sizes (the trend with size). Models are dropped after use
+    except the first replicate's (for the plot and ``--full``)."""
+    out = []
+    for i, s in enumerate(seeds):
+        task = build_task(replace(setup, seed=s), corpus=corpus)
+        ec = equal_compute(task)
+        large, small = ec["large"], ec["small"]
+        row = {
+            "seed": s,
+            "task": task,
+            "ec": ec,
+            "quant": quant_check(large.model, task),
+            "prune_large": prune_compare(large.model, task),
+            "prune_small": prune_compare(small.model, task),
+        }
+        if i:
+            large.model = small.model = None  # type: ignore[assignment]
+        out.append(row)
+    return out
+
+
 def pareto_plot(points: list[tuple[str, float, float]], out_dir: Any, name: str = "pareto") -> Any:
     """bpc against forward FLOPs per token, one labelled point per model."""
     from icml25_shared.report import save_figure, subplots
@@ -301,30 +330,99 @@ def copy_model(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
 
 
-def compute_sweep(task: Task) -> dict[str, Any]:
+def compute_sweep(task: Task, seeds: list[int] | None = None) -> dict[str, Any]:
     """--full: every size of ``setup.full_sizes`` trained at every budget of ``setup.full_budgets`` (steps = budget /
-    FlopCounterMode's training FLOPs per step); a Chinchilla law fitted to the runs (loss in nats/char, N the
-    non-embedding parameters, D the training tokens); N*(C) per budget and the best size measured per budget."""
+    FlopCounterMode's training FLOPs per step) at every package seed of ``seeds`` (default: ``setup.seed``); a
+    Chinchilla law fitted to the runs (loss in nats/char, N the non-embedding parameters, D the training tokens);
+    N*(C) per budget and the best size per budget by mean bpc; at the largest budget, 50 % magnitude vs Wanda on
+    every size (``wanda_minus_magnitude[size]``: one margin per seed)."""
     from downscaling.laws import fit
 
     st = task.setup
-    runs = []
-    for c in st.full_budgets:
-        for size in st.full_sizes:
-            m = new_model(size, st.seq_len, st.seed)
-            per_step = count_train_flops(m, torch.zeros(st.sweep_batch, st.seq_len, dtype=torch.long))
-            steps = max(1, round(c / per_step))
-            r = train_lm(m, task.corpus, steps, st.sweep_batch, st.seq_len, st.lr, st.seed, task.val)
-            n = sum(p.numel() for name, p in m.named_parameters() if "embed" not in name)
-            runs.append({"C": c, "size": f"{size.layers}x{size.hidden}", "N": n, "D": r.tokens, "steps": steps,
-                         "bpc": r.val_bpc, "loss": r.val_bpc * LN2})  # fmt: skip
+    seeds = list(seeds) if seeds is not None else [st.seed]
+    runs, gaps = [], {f"{s.layers}x{s.hidden}": [] for s in st.full_sizes}
+    for seed in seeds:
+        t = build_task(replace(st, seed=seed), corpus=task.corpus)
+        for c in st.full_budgets:
+            for size in st.full_sizes:
+                m = new_model(size, st.seq_len, seed)
+                per_step = count_train_flops(m, torch.zeros(st.sweep_batch, st.seq_len, dtype=torch.long))
+                steps = max(1, round(c / per_step))
+                r = train_lm(m, t.corpus, steps, st.sweep_batch, st.seq_len, st.lr, seed, t.val)
+                n = sum(p.numel() for name, p in m.named_parameters() if "embed" not in name)
+                name = f"{size.layers}x{size.hidden}"
+                runs.append({"seed": seed, "C": c, "size": name, "N": n, "D": r.tokens, "steps": steps,
+                             "bpc": r.val_bpc, "loss": r.val_bpc * LN2})  # fmt: skip
+                if c == st.full_budgets[-1]:
+                    pc = prune_compare(m, t)
+                    gaps[name].append(pc["wanda"] - pc["magnitude"])
     law = fit(runs, "chinchilla")
-    best = {}
+    mean_bpc = {c: {} for c in st.full_budgets}
     for c in st.full_budgets:
-        rows = [r for r in runs if r["C"] == c]
-        best[c] = min(rows, key=lambda r: r["bpc"])["size"]
-    return {"runs": runs, "law": law.params, "n_star": {c: law.compute_optimal(c)["N"] for c in st.full_budgets},
-            "best_size": best}  # fmt: skip
+        for size in {r["size"] for r in runs}:
+            v = [r["bpc"] for r in runs if r["C"] == c and r["size"] == size]
+            mean_bpc[c][size] = sum(v) / len(v)
+    best = {c: min(mean_bpc[c], key=mean_bpc[c].get) for c in st.full_budgets}
+    return {"seeds": seeds, "runs": runs, "law": law.params, "mean_bpc": mean_bpc, "best_size": best,
+            "n_star": {c: law.compute_optimal(c)["N"] for c in st.full_budgets},
+            "wanda_minus_magnitude": gaps}  # fmt: skip
+
+
+def sweep_claims(sw: dict[str, Any], st: Setup) -> list[Any]:
+    """Claims of :func:`compute_sweep`: claim 1 at every budget (smallest vs largest size, judged per budget on the
+    seeds' interval; the claim holds only if it holds at every budget, and the budgets where it does are stated),
+    the sweep itself (shown) and Wanda - magnitude per size (shown)."""
+    from icml25_shared.report import Claim
+    from icml25_shared.verdict import HOLDS, combine, judge, spread
+
+    seeds = sw["seeds"]
+    lo, hi = (f"{z.layers}x{z.hidden}" for z in (st.full_sizes[0], st.full_sizes[-1]))
+    per, verdicts, texts = {}, [], []
+    for c in st.full_budgets:
+        bpc = {sz: [r["bpc"] for r in sw["runs"] if r["C"] == c and r["size"] == sz] for sz in (lo, hi)}
+        v, sp = judge([a - b for a, b in zip(bpc[lo], bpc[hi])], "<=", 0.02, seeds=seeds)
+        per[f"{c:.3g}"] = {"verdict": v, **sp.to_dict()}
+        verdicts.append(v)
+        texts.append(f"{c:.2g}: {sp.text(3)} ({v})")
+    held = [c for c, v in zip(st.full_budgets, verdicts) if v == HOLDS]
+    where = f"holds at {held[0]:.2g}-{held[-1]:.2g} FLOPs" if held else "holds at none of the budgets"
+    gaps = {k: spread(v, seeds) for k, v in sw["wanda_minus_magnitude"].items()}
+    law = sw["law"]
+    return [
+        Claim(
+            f"claim 1 across budgets: at equal training compute the {lo} matches the {hi} at every budget of the sweep",
+            "Chinchilla: the compute-optimal N*(C) grows with C, so the advantage must shrink as the budget grows",
+            "bpc small - large per budget: " + "; ".join(texts) + f"; {where}",
+            None,
+            rule="bpc(smallest) - bpc(largest) <= 0.02 judged per budget on the 95% t-interval over seeds; holds "
+            "only if it holds at every budget",
+            unit="bits/char",
+            short="small = large across budgets",
+            details={"per_budget": per, "budgets_where_it_holds": held},
+            verdict=combine(*verdicts),
+        ),
+        Claim(
+            "the compute-optimal size grows with the budget; below some budget the largest model does not win",
+            "N* ~ C^0.5 (Chinchilla, a = b = 0.5 approx.)",
+            "best mean bpc per budget: "
+            + ", ".join(f"{c:.2g}: {b} ({sw['mean_bpc'][c][b]:.3f})" for c, b in sw["best_size"].items())
+            + f"; fitted alpha {law['alpha']:.2f}, beta {law['beta']:.2f}",
+            None,
+            rule="shown: best size per budget (mean over seeds) and the law fitted to all runs",
+            short="compute sweep + fitted law",
+            details={k: v for k, v in sw.items() if k != "wanda_minus_magnitude"},
+        ),
+        Claim(
+            "Wanda - magnitude at 50% across model sizes (each trained at the largest budget)",
+            "Wanda's gain grows with the outlier activation features of large LLMs (Sun et al. 2024)",
+            "; ".join(f"{k}: {sp.text(3)}" for k, sp in gaps.items()),
+            None,
+            rule="shown: the trend with size; no outlier features at these sizes",
+            unit="bits/char",
+            short="Wanda - magnitude vs size",
+            details={k: sp.to_dict() for k, sp in gaps.items()},
+        ),
+    ]
 
 
 def kd_vs_scratch(task: Task, teacher: nn.Module) -> dict[str, Any]:
