@@ -74,3 +74,45 @@ def test_finetune_runs_and_calibration_stops_early():
 def test_paired_interval():
     mean, lo, hi = R.paired_interval([0.0, 0.02, -0.01])
     assert lo < mean < hi and abs(mean - 1 / 300) < 1e-12
+
+
+def _fake_cells(gaps: dict[int, float]):
+    """run_cells stand-in: per seed, SS - LoRA-8 exact match = gaps[seed] on both tasks (LoRA-8 at 0.6)."""
+    calls = []
+
+    def run_cells(jobs, workers=None):
+        out = []
+        for _state, task, seed, _full, steps, _keep in jobs:
+            calls.append((task, seed, steps))
+            l8 = 0.6
+            exact = {"LoRA r=8": l8, "LoRA r=4": 0.3, "BSLoRA SS(2,4,16)": l8 + gaps[seed]}
+            params = {"LoRA r=8": 49_152, "LoRA r=4": 24_576, "BSLoRA SS(2,4,16)": 24_576}
+            out.append({"task": task, "seed": seed, "exact": exact, "token": exact, "params": params,
+                        "steps": steps or 50})  # fmt: skip
+        return out
+
+    return run_cells, calls
+
+
+@pytest.mark.parametrize(
+    ("gaps", "verdict"),
+    [({3: 0.02, 4: 0.01, 5: 0.03}, "holds"), ({3: 0.05, 4: -0.09, 5: 0.01}, "inconclusive"),
+     ({3: -0.20, 4: -0.21, 5: -0.19}, "does not hold")],
+)  # fmt: skip
+def test_parity_claim_is_judged_on_the_interval_over_seeds(monkeypatch, tmp_path, gaps, verdict):
+    """The accuracy claim's verdict comes from the t-interval of the per-seed gap, and the seeds derive from
+    ``seed`` (base seed 1 with three seeds: 3, 4, 5; the first calibrates, the base is pre-trained with seed 1)."""
+    import bslora.reproduce as rep
+
+    run_cells, calls = _fake_cells(gaps)
+    based = []
+    monkeypatch.setattr(rep, "run_cells", run_cells)
+    monkeypatch.setattr(rep, "pretrain_base", lambda s, cache_dir=None: (based.append(s) or torch.nn.Linear(1, 1), {}))
+    monkeypatch.setattr(rep, "seed_list", lambda s, n: [3 * s, 3 * s + 1, 3 * s + 2])
+    res = rep.reproduce(False, tmp_path, seed=1)
+    assert based == [1]
+    assert [c for c in calls if c[2] is None] == [("reverse", 3, None), ("sort", 3, None)]  # calibration
+    assert sorted({c[1] for c in calls}) == [3, 4, 5]
+    claim = next(c for c in res.claims if c.short == "exact match SS - LoRA-8")
+    assert claim.verdict == verdict
+    assert claim.details["seeds"]["per_seed"] == pytest.approx({str(s): gaps[s] for s in (3, 4, 5)})

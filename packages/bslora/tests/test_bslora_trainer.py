@@ -102,3 +102,29 @@ def test_generate_with_adapter_names_equals_each_row_alone():
     assert beams.shape[0] == 3
     with pytest.raises(ValueError, match="batch size"):
         m.generate(prompts, adapter_names=["a"], **kw)
+
+
+def test_unmerged_adapter_flops_are_7_3_of_lora8_at_the_readme_shapes():
+    """The README's serving note: unmerged, SS(2,4,16) runs 7/3 = 2.33x LoRA-8's adapter FLOPs (matmul FLOPs
+    counted by torch.utils.flop_counter; base subtracted) at hidden 64 / intermediate 128; merged, zero."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from bslora import BSLoRAConfig
+
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4)  # fmt: skip
+    ids = torch.randint(0, 128, (2, 8))
+
+    def flops(m) -> int:
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            m(input_ids=ids)
+        return fc.get_total_flops()
+
+    base = flops(LlamaForCausalLM(cfg).eval())
+    ss = get_bslora_model(LlamaForCausalLM(cfg), BSLoRAConfig(2, 4, 16)).eval()
+    l8 = get_bslora_model(LlamaForCausalLM(cfg), BSLoRAConfig(8, 0, 0)).eval()
+    ratio = (flops(ss) - base) / (flops(l8) - base)
+    assert abs(ratio - 7 / 3) < 1e-12
+    ss.merge_adapter()
+    assert flops(ss) == base
