@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from icml25_shared.bench import Log, save_results
-from lsmi.experiments import pid_batch_ratio, time_to_accuracy
+from lsmi.experiments import FLOOR_BAND, common_accuracy, time_to_accuracy
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -79,10 +79,11 @@ def main() -> None:
         rows.append(r)
         run["cells"].append([c, n])
         ttl = {k: r[k]["time_to_tol"] for k in ("lsmi", "pid_batch", "pid_cvx")}
-        ratio, lower = pid_batch_ratio(r)
+        ca = common_accuracy(r)
         say(
-            f"C={c} N={n} time to {r['tol']} nats (CPU-s): {ttl}; PID-Batch / LSMI "
-            + ("none (LSMI never)" if ratio is None else f"{'> ' if lower else ''}{ratio:.2f}")
+            f"C={c} N={n} time to {r['tol']} nats (CPU-s): {ttl}; at {ca['level']:.3f} nats, which both reach"
+            + (f" (PID-Batch's floor {ca['pid_batch_floor']:.3f} + {FLOOR_BAND})" if ca["floor_limited"] else "")
+            + f": PID-Batch {ca['pid_batch_s']:.1f}, LSMI <= {ca['lsmi_s']:.1f}, PID-Batch / LSMI >= {ca['ratio']:.2f}"
             + f" [{start}, load {l0[0]:.2f} -> {r['run']['load_after'][0]:.2f}]"
         )
         save_results(out, {"rows": rows, "runs": runs}, say)  # partial results survive an interrupted run

@@ -7,6 +7,7 @@ exact plug-in LSMI of the scored samples is the reference. Fit on 3,200 samples,
 import numpy as np
 import pytest
 
+from icml25_shared.verdict import judge
 from lsmi import LSMIConfig, LSMIEstimator
 from lsmi.datasets import gaussian_exact_terms, gaussian_modalities
 from lsmi.experiments import well_specified_reference
@@ -15,10 +16,10 @@ from lsmi.functional import lsmi_from_terms, mean_shift
 TOL = 0.05  # nats, on each of R, U1, U2, S
 
 
-def _errors(c: int, n: int = 4000) -> tuple[np.ndarray, np.ndarray]:
-    x1, x2, y = gaussian_modalities(n, c, 0.5, 0.5, seed=0)
+def _errors(c: int, n: int = 4000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    x1, x2, y = gaussian_modalities(n, c, 0.5, 0.5, seed=seed)
     nf = int(0.8 * n)
-    est = LSMIEstimator(LSMIConfig(n_classes=c)).fit(x1[:nf], x2[:nf], y[:nf], verbose=False)
+    est = LSMIEstimator(LSMIConfig(n_classes=c, seed=seed)).fit(x1[:nf], x2[:nf], y[:nf], verbose=False)
     measured = np.array(est.score(x1[nf:], x2[nf:], y[nf:]))
     t = gaussian_exact_terms(x1[nf:], x2[nf:], y[nf:], c, 0.5, 0.5)
     exact = np.array([float(v.mean()) for v in mean_shift(*lsmi_from_terms(*(t[k] for k in TERMS)))[:4]])
@@ -28,9 +29,15 @@ def _errors(c: int, n: int = 4000) -> tuple[np.ndarray, np.ndarray]:
 TERMS = ("i1", "i2", "i12", "h1", "h2")
 
 
-def test_defaults_converge_at_ten_classes():
-    measured, exact = _errors(10)
-    np.testing.assert_allclose(measured, exact, atol=TOL)
+def test_defaults_at_ten_classes_judged_over_seeds():
+    """Largest |LSMI - exact plug-in| over (R, U1, U2, S) at C = 10 on seeds 0, 1, 2 (samples and fit), judged on
+    the 95% t-interval of the mean: one seed passing by a hair (seed 0: 0.048) says little when the next gives
+    0.058. Measured: 0.048, 0.058, 0.031 (mean 0.046, interval [0.012, 0.080]): inconclusive at 0.05, so the
+    test asserts the interval does not lie wholly above 0.05 (it would, were the estimator off by more); the
+    verdict and interval are in the README."""
+    errors = [float(np.abs(np.subtract(*_errors(10, seed=s))).max()) for s in (0, 1, 2)]
+    verdict, sp = judge(errors, "<=", TOL, seeds=[0, 1, 2])
+    assert verdict != "does not hold", sp.text()
 
 
 @pytest.mark.slow

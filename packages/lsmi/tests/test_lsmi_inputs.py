@@ -102,3 +102,70 @@ def test_fit_and_transform_run_on_n_threads_and_restore(n_threads, outer):
         assert torch.get_num_threads() == outer
     assert seen and set(seen) == {outer if n_threads is None else n_threads}
     assert LSMIConfig(n_classes=2).n_threads == 1  # the default: one thread for the tiny models
+
+
+def _raw_trained_heads(x1, x2, y, steps=300):
+    """Three heads trained by hand on the *raw* features (as a user would, outside the estimator)."""
+    torch.manual_seed(0)
+    heads = (mlp_classifier(2, 2), mlp_classifier(2, 2), mlp_classifier(4, 2))
+    inputs = (torch.as_tensor(x1), torch.as_tensor(x2), torch.cat([torch.as_tensor(x1), torch.as_tensor(x2)], 1))
+    ty = torch.as_tensor(y).long()
+    for f, x in zip(heads, inputs):
+        opt = torch.optim.Adam(f.parameters(), lr=1e-2)
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(f(x), ty).backward()
+            opt.step()
+    return heads, inputs
+
+
+def test_user_heads_trained_on_raw_features_are_fed_raw_features():
+    """Heads trained on raw features used to be fed the standardised ones: the pointwise MIs must be the heads'
+    own posteriors on what they were trained on."""
+    from lsmi.functional import pmi
+
+    x1, x2, y = logic_gate("or", 400, seed=0)
+    x1, x2 = 3.0 * x1 + 2.0, 0.5 * x2 - 1.0  # far from z-scores, so feeding z-scores would show
+    heads, inputs = _raw_trained_heads(x1, x2, y)
+    est = LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, classifiers=heads, verbose=False)
+    t = est.terms(x1, x2, y)
+    ty = torch.as_tensor(y).long()
+    with torch.no_grad():
+        for name, f, x in zip(("i1", "i2", "i12"), heads, inputs):
+            ref = pmi(torch.log_softmax(f(x), -1), ty, est.log_prior)
+            torch.testing.assert_close(t[name], ref, atol=1e-5, rtol=1e-5)
+    # heads trained on z-scores: say so, and they are fed z-scores
+    z = LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, classifiers=heads, classifier_input="standardized")
+    with torch.no_grad():
+        zin = ((torch.as_tensor(x1, dtype=torch.float64) - z.mean1) / z.std1).float()
+        ref = pmi(torch.log_softmax(heads[0](zin), -1), ty, z.log_prior)
+    torch.testing.assert_close(z.terms(x1, x2, y)["i1"], ref, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="classifier_input"):
+        LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, classifiers=heads, classifier_input="scaled")
+
+
+def test_fit_mean_shift_makes_a_samples_values_independent_of_its_batch_mates():
+    x1, x2, y = logic_gate("or", 400, seed=0)
+    batch = LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, verbose=False)
+    ref = LSMIEstimator(LSMIConfig(**FAST, adjust="fit_mean_shift")).fit(x1, x2, y, verbose=False)
+    whole = ref.transform(x1, x2, y)
+    for i in (0, 7, 123):
+        one = ref.transform(x1[i : i + 1], x2[i : i + 1], y[i : i + 1])
+        for a, b in ((one.r, whole.r), (one.u1, whole.u1), (one.s, whole.s)):
+            torch.testing.assert_close(a[0], b[i])
+    # the fit delta is the per-call delta of the fit samples; the same fit otherwise
+    assert ref.fit_delta_ == pytest.approx(batch.transform(x1, x2, y).delta, abs=1e-6)
+    assert whole.delta == ref.fit_delta_
+    back = LSMIEstimator.from_state_dict(ref.state_dict())
+    torch.testing.assert_close(back.transform(x1[:1], x2[:1], y[:1]).r, whole.r[:1])
+
+
+def test_load_state_dict_needs_no_throwaway_config_and_string_labels_are_named():
+    x1, x2, y = logic_gate("or", 100, seed=0)
+    est = LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, verbose=False)
+    loaded = LSMIEstimator().load_state_dict(est.state_dict())
+    assert torch.equal(loaded.transform(x1, x2, y).r, est.transform(x1, x2, y).r)
+    with pytest.raises(ValueError, match="no config: pass n_classes"):
+        LSMIEstimator().fit(x1, x2, y)
+    with pytest.raises(ValueError, match=r"y must hold integer class labels.*dtype <U3.*LabelEncoder"):
+        LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, np.where(y == 1, "yes", "no"))

@@ -5,28 +5,50 @@ import pytest
 
 from lsmi import LSMIConfig, LSMIEstimator
 from lsmi.datasets import noisy_discrete
-from lsmi.experiments import accuracy_joint, pid_batch_ratio, time_to_accuracy
+from lsmi.experiments import accuracy_joint, common_accuracy, time_to_accuracy
 from lsmi.reproduce import _pid_batch_claim
 
 
-def _row(lsmi_t, pb_t, pb_cpu):
+def _row(lsmi_s, curve, lsmi_err=0.01, c=10):
+    """A time_to_accuracy row: LSMI's fit (CPU-s, error) and PID-Batch's error curve [(CPU-s, error), ...]."""
     return {
-        "C": 10,
+        "C": c,
         "n": 4000,
-        "lsmi": {"time_to_tol": lsmi_t, "error": 0.01},
-        "pid_batch": {"time_to_tol": pb_t, "cpu_s": pb_cpu, "error": 0.02 if pb_t else 0.09},
+        "tol": 0.05,
+        "lsmi": {"cpu_s": lsmi_s, "error": lsmi_err, "time_to_tol": lsmi_s if lsmi_err <= 0.05 else None},
+        "pid_batch": {"curve": curve, "cpu_s": curve[-1][0], "error": curve[-1][1]},
         "pid_cvx": {"time_to_tol": 0.1},
     }
 
 
-def test_pid_batch_ratio_is_exact_when_it_converges_and_a_lower_bound_when_not():
-    assert pid_batch_ratio(_row(2.0, 1.0, 40.0)) == (0.5, False)
-    assert pid_batch_ratio(_row(2.0, None, 40.0)) == (20.0, True)  # never within 0.05: its whole run bounds it
-    assert pid_batch_ratio(_row(None, 1.0, 40.0)) == (None, False)  # LSMI never got there: no ratio
-    assert _pid_batch_claim([_row(2.0, None, 40.0), _row(1.0, 3.5, 9.0)]).holds
-    assert not _pid_batch_claim([_row(2.0, None, 40.0), _row(1.0, 2.5, 9.0)]).holds  # 2.5x < 3x
-    assert not _pid_batch_claim([_row(2.0, None, 5.0)]).holds  # a lower bound below 3x proves nothing
-    assert not _pid_batch_claim([_row(None, None, 40.0)]).holds
+# the committed --full run's C = 10 cell: PID-Batch plateaus at 0.077, never within 0.05
+PLATEAU = [(0.88, 0.09106), (6.57, 0.07851), (11.91, 0.07729), (17.25, 0.07718), (22.53, 0.07686)]
+
+
+def test_common_accuracy_compares_at_a_level_both_reach_not_at_a_budget():
+    ca = common_accuracy(_row(5.91, PLATEAU))
+    # the level is PID-Batch's floor (+ 0.001), not 0.05; its time is when it gets there (11.9 s), not its budget
+    assert ca["floor_limited"] and ca["level"] == pytest.approx(0.07786)
+    assert ca["pid_batch_s"] == 11.91 and ca["ratio"] == pytest.approx(11.91 / 5.91)
+    # a longer run on the plateau changes nothing (the old budget ratio grew with every extra epoch)
+    longer = common_accuracy(_row(5.91, [*PLATEAU, (40.0, 0.07690), (60.0, 0.07688)]))
+    assert longer["pid_batch_s"] == 11.91
+    # PID-Batch within 0.05: compared at 0.05 (its first point there)
+    ca = common_accuracy(_row(2.0, [(1.0, 0.09), (4.0, 0.04), (8.0, 0.03)]))
+    assert (ca["level"], ca["pid_batch_s"], ca["floor_limited"]) == (0.05, 4.0, False)
+    # LSMI worse than both: the level is LSMI's error
+    ca = common_accuracy(_row(2.0, [(1.0, 0.09), (4.0, 0.07)], lsmi_err=0.08))
+    assert ca["level"] == 0.08 and ca["pid_batch_s"] == 4.0
+
+
+def test_pid_batch_claim_is_judged_on_the_interval_over_seeds():
+    fast = {s: [_row(1.0, PLATEAU), _row(2.0, PLATEAU, c=30)] for s in (0, 1, 2)}  # 11.9x, 6.0x: min 5.96
+    c = _pid_batch_claim(fast)
+    assert c.verdict == "holds" and c.details["seeds"]["mean"] == pytest.approx(11.91 / 2.0)
+    slow = {s: [_row(5.91, PLATEAU)] for s in (0, 1, 2)}  # 2.0x at every seed
+    assert _pid_batch_claim(slow).verdict == "does not hold"
+    mixed = {0: [_row(1.0, PLATEAU)], 1: [_row(5.91, PLATEAU)], 2: [_row(3.0, PLATEAU)]}  # 11.9x, 2.0x, 4.0x
+    assert _pid_batch_claim(mixed).verdict == "inconclusive"
 
 
 def test_extra_lsmi_variant_is_the_same_fit_on_the_same_samples():
@@ -45,9 +67,7 @@ def test_extra_lsmi_variant_is_the_same_fit_on_the_same_samples():
 
 def test_time_to_accuracy_plot_draws_each_run(tmp_path):
     def row(c, n, lsmi_cpu, err):
-        r = _row(lsmi_cpu, None, 40.0) | {"C": c, "n": n, "tol": 0.05}
-        r["lsmi"] |= {"cpu_s": lsmi_cpu, "error": err}
-        r["pid_batch"]["curve"] = [(1.0, 0.09), (20.0, 0.08)]
+        r = _row(lsmi_cpu, [(1.0, 0.09), (20.0, 0.08)], lsmi_err=err, c=c) | {"n": n}
         r["pid_cvx"] |= {"cpu_s": 0.05, "error": 0.03}
         return r
 
@@ -57,3 +77,15 @@ def test_time_to_accuracy_plot_draws_each_run(tmp_path):
     path = plot_time_to_accuracy(tmp_path, runs)
     assert path.endswith("time_to_accuracy.png")
     assert (tmp_path / "time_to_accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_gate_claim_verdict_comes_from_the_interval_over_seeds():
+    from lsmi.reproduce import EXACT, _gate_claims
+
+    def means(off):  # the exact gates shifted by ``off`` nats on OR's R
+        return {"xor": list(EXACT["xor"]), "or": [EXACT["or"][0] + off, *EXACT["or"][1:]]}
+
+    c = _gate_claims({0: means(0.01), 1: means(0.012), 2: means(0.011)})[2]
+    assert c.verdict == "holds" and c.details["rule_threshold"] == 0.05
+    assert _gate_claims({0: means(0.08), 1: means(0.09), 2: means(0.085)})[2].verdict == "does not hold"
+    assert _gate_claims({0: means(0.01), 1: means(0.09), 2: means(0.04)})[2].verdict == "inconclusive"

@@ -42,7 +42,10 @@ class LSMIConfig:
         patience: epochs without a held-out improvement before early stopping.
         tol: the smallest drop of a held-out loss (nats) that counts as an improvement.
         prior: ``"empirical"`` (log training label frequencies) or ``"uniform"`` (log C, the official code).
-        adjust: ``"mean_shift"`` (the dataset-level shift of the paper) or None (raw values).
+        adjust: ``"mean_shift"`` (the dataset-level shift of the paper, computed on the samples of each
+            ``transform`` call: a sample's values depend on the samples scored with it), ``"fit_mean_shift"`` (the
+            same shift computed once on the fit samples and applied to every later call: a sample's values depend
+            on it alone) or None (raw values).
         standardize: z-score each feature with training statistics (KNIFE's scales are bounded to (e^-1, e)).
         legacy_grad_accumulation: reproduce the official KNIFE loop that never zeroes gradients.
         units: ``"nats"`` or ``"bits"`` for the returned values.
@@ -69,7 +72,7 @@ class LSMIConfig:
     patience: int = 10
     tol: float = 1e-3
     prior: Literal["empirical", "uniform"] = "empirical"
-    adjust: Literal["mean_shift"] | None = "mean_shift"
+    adjust: Literal["mean_shift", "fit_mean_shift"] | None = "mean_shift"
     standardize: bool = True
     legacy_grad_accumulation: bool = False
     units: Literal["nats", "bits"] = "nats"
@@ -95,7 +98,7 @@ class LSMIConfig:
         self.seed = check_int("seed", self.seed, min=0)
         self.lr = check_float("lr", self.lr, min=0.0, min_open=True)
         self.prior = check_choice("prior", self.prior, ("empirical", "uniform"))
-        self.adjust = check_choice("adjust", self.adjust, ("mean_shift", None))
+        self.adjust = check_choice("adjust", self.adjust, ("mean_shift", "fit_mean_shift", None))
         self.standardize = check_bool("standardize", self.standardize)
         self.legacy_grad_accumulation = check_bool("legacy_grad_accumulation", self.legacy_grad_accumulation)
         self.units = check_choice("units", self.units, ("nats", "bits"))

@@ -20,7 +20,7 @@ from torch import nn
 
 from icml25_shared.device import get_device, torch_threads
 from icml25_shared.progress import track
-from icml25_shared.validate import check_array
+from icml25_shared.validate import check_array, check_choice
 from lsmi.config import LSMIConfig
 from lsmi.functional import lsmi_from_terms, mean_shift, pmi
 from lsmi.knife import KNIFE, GaussianMixtureDensity, StackedKNIFE
@@ -84,6 +84,7 @@ class _Heads(nn.Module):
     def __init__(self, f1: nn.Module, f2: nn.Module, f12: nn.Module) -> None:
         super().__init__()
         self.f1, self.f2, self.f12 = f1, f2, f12
+        self.raw_input = False  # True: fed the raw features they were trained on (fit's classifier_input="raw")
 
     def forward(self, x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
         return torch.stack([self.f1(x1), self.f2(x2), self.f12(torch.cat([x1, x2], 1))])
@@ -126,13 +127,20 @@ class LSMIEstimator:
     """Sample-wise multimodal interaction estimator (sklearn-style ``fit`` / ``transform`` / ``score``)."""
 
     def __init__(self, config: LSMIConfig | None = None, **kwargs: Any) -> None:
-        if config is None:
+        if config is None and kwargs:
             config = LSMIConfig(**kwargs)
         elif kwargs:
             raise ValueError("pass either a config or keyword arguments, not both")
+        # LSMIEstimator() without a config is an empty shell for load_state_dict (fit asks for n_classes)
         self.config = config
-        self.device = get_device(config.device)
+        self.device = get_device(config.device if config is not None else None)
         self.fitted = False
+        self.fit_delta_: float | None = None
+
+    @classmethod
+    def from_state_dict(cls, sd: dict[str, Any]) -> LSMIEstimator:
+        """A fitted estimator rebuilt from :meth:`state_dict` (its config included)."""
+        return cls().load_state_dict(sd)
 
     # -- input checks ----------------------------------------------------------------------------------------
     def _prepare(self, x1: Any, x2: Any, y: Any, fitting: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -160,7 +168,16 @@ class LSMIEstimator:
             return t
 
         t1, t2 = feat(x1, "x1"), feat(x2, "x2")
-        ty = torch.as_tensor(np.asarray(y) if not isinstance(y, torch.Tensor) else y).detach().reshape(-1)
+        if not isinstance(y, torch.Tensor):
+            ya = np.asarray(y)
+            if ya.dtype.kind not in "biuf":
+                first = ya.reshape(-1)[:3].tolist()
+                raise ValueError(
+                    f"y must hold integer class labels in [0, n_classes), got dtype {ya.dtype} (first values {first});"
+                    " encode them first, e.g. with sklearn.preprocessing.LabelEncoder"
+                )
+            y = ya
+        ty = torch.as_tensor(y).detach().reshape(-1)
         if not (len(t1) == len(t2) == len(ty)):
             raise ValueError(f"x1, x2 and y must have the same length, got {len(t1)}, {len(t2)} and {len(ty)}")
         if len(ty) == 0:
@@ -169,6 +186,8 @@ class LSMIEstimator:
             bad = ty[ty != ty.round()][0].item()
             raise ValueError(f"y must hold integer labels, got {bad!r}")
         ty = ty.long()
+        if ty.dtype == torch.bool:
+            ty = ty.long()
         c = self.config.n_classes
         if ty.min() < 0 or ty.max() >= c:
             bad = ty[(ty < 0) | (ty >= c)][0].item()
@@ -209,17 +228,25 @@ class LSMIEstimator:
         y: Any,
         classifiers: tuple[nn.Module, nn.Module, nn.Module] | None = None,
         verbose: bool | None = None,
+        classifier_input: str = "raw",
     ) -> LSMIEstimator:
         """Train the classifiers (unless ``classifiers=(f1, f2, f12)`` are given, f12 taking [x1, x2]) and the
-        two KNIFEs on (x1, x2, y), on ``config.n_threads`` torch threads (the caller's setting is restored)."""
+        two KNIFEs on (x1, x2, y), on ``config.n_threads`` torch threads (the caller's setting is restored).
+
+        ``classifier_input`` says what user ``classifiers`` were trained on, and so what they are fed: ``"raw"``
+        (default: the features as passed, cast to float32) or ``"standardized"`` (z-scored with this fit's
+        statistics, as the built-in heads are). The KNIFEs always see the standardised features."""
+        if self.config is None:
+            raise ValueError("this LSMIEstimator has no config: pass n_classes (or an LSMIConfig), or load_state_dict")
+        classifier_input = check_choice("classifier_input", classifier_input, ("raw", "standardized"))
         with self._threads():
-            return self._fit(x1, x2, y, classifiers, verbose)
+            return self._fit(x1, x2, y, classifiers, verbose, classifier_input)
 
     def _threads(self) -> contextlib.AbstractContextManager:
         n = self.config.n_threads
         return contextlib.nullcontext() if n is None else torch_threads(n)
 
-    def _fit(self, x1, x2, y, classifiers, verbose) -> LSMIEstimator:
+    def _fit(self, x1, x2, y, classifiers, verbose, classifier_input) -> LSMIEstimator:
         cfg = self.config
         t1, t2, ty = self._prepare(x1, x2, y, fitting=True)
         self.d1, self.d2 = t1.shape[1], t2.shape[1]
@@ -243,7 +270,8 @@ class LSMIEstimator:
             if len(classifiers) != 3:
                 raise ValueError(f"classifiers must be (f1, f2, f12), got {len(classifiers)} modules")
             self.heads: nn.Module = _Heads(*classifiers).to(self.device).eval()
-            self._check_heads(z1[:2], z2[:2])
+            self.heads.raw_input = classifier_input == "raw"
+            self._check_heads(*self._head_inputs(t1[:2], t2[:2], z1[:2], z2[:2]))
         gmm = cfg.density == "gmm"
         if cfg.validation_fraction > 0:
             if classifiers is None:
@@ -268,7 +296,19 @@ class LSMIEstimator:
             )
             self.history_["gmm_converged"] = [self.knife1.converged_, self.knife2.converged_]
         self.fitted = True
+        self.fit_delta_ = None
+        if cfg.adjust == "fit_mean_shift":  # the reference shift: from the fit samples, fixed from now on
+            t = self._score_terms(t1, t2, ty, 4096)
+            self.fit_delta_ = float(mean_shift(*lsmi_from_terms(t["i1"], t["i2"], t["i12"], t["h1"], t["h2"]))[4])
         return self
+
+    def _head_inputs(
+        self, t1: torch.Tensor, t2: torch.Tensor, z1: torch.Tensor, z2: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the heads are fed: the raw features (float32) for user heads trained on them, else z-scores."""
+        if getattr(self.heads, "raw_input", False):
+            return t1.float(), t2.float()
+        return z1, z2
 
     def _train_early_stopping(
         self, z1, z2, ty, gen, train_heads: bool, train_knifes: bool, verbose: bool | None
@@ -486,7 +526,12 @@ class LSMIEstimator:
     @torch.no_grad()
     def _terms(self, x1: Any, x2: Any, y: Any, batch_size: int) -> dict[str, torch.Tensor]:
         t1, t2, ty = self._prepare(x1, x2, y, fitting=False)
+        return self._score_terms(t1, t2, ty, batch_size)
+
+    @torch.no_grad()
+    def _score_terms(self, t1: torch.Tensor, t2: torch.Tensor, ty: torch.Tensor, batch_size: int):
         z1, z2 = self._standardize(t1, t2)
+        h1, h2 = self._head_inputs(t1, t2, z1, z2)
         distributed, rank, world = _dist()
         n = len(ty)
         lo, hi = (n * rank) // world, (n * (rank + 1)) // world
@@ -495,7 +540,7 @@ class LSMIEstimator:
         for s in range(lo, hi, batch_size):
             e = min(hi, s + batch_size)
             a, b, c = z1[s:e].to(self.device), z2[s:e].to(self.device), ty[s:e].to(self.device)
-            logp = torch.log_softmax(self.heads(a, b), -1)
+            logp = torch.log_softmax(self.heads(h1[s:e].to(self.device), h2[s:e].to(self.device)), -1)
             for j, name in enumerate(("i1", "i2", "i12")):
                 out[name].append(pmi(logp[j], c, lp))
             out["h1"].append(self.knife1(a))
@@ -509,25 +554,30 @@ class LSMIEstimator:
 
     def log_posteriors(self, x1: Any, x2: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Standardised features z1, z2 and the three heads' log p(y | x1), log p(y | x2), log p(y | x1, x2),
-        shape (3, N, C) (no gradient)."""
+        shape (3, N, C) (no gradient; user heads fed what ``fit``'s ``classifier_input`` says)."""
         self._check_fitted()
         with self._threads(), torch.no_grad():
             n = len(x1)
             t1, t2, _ = self._prepare(x1, x2, np.zeros(n, dtype=np.int64), fitting=False)
             z1, z2 = self._standardize(t1, t2)
+            h1, h2 = self._head_inputs(t1, t2, z1, z2)
             logp = torch.cat(
-                [torch.log_softmax(self.heads(z1[s : s + 4096], z2[s : s + 4096]), -1) for s in range(0, n, 4096)], 1
+                [torch.log_softmax(self.heads(h1[s : s + 4096], h2[s : s + 4096]), -1) for s in range(0, n, 4096)], 1
             )
             return z1, z2, logp
 
     def transform(self, x1: Any, x2: Any, y: Any) -> Interactions:
         """Per-sample (r, u1, u2, s); with ``adjust="mean_shift"`` shifted by the dataset-level delta of these
-        samples."""
+        samples (a sample's values then depend on the samples scored with it), with ``adjust="fit_mean_shift"``
+        by the delta of the fit samples, fixed at ``fit`` (a sample's values depend on it alone)."""
         t = self.terms(x1, x2, y)
         r, u1, u2, s = lsmi_from_terms(t["i1"], t["i2"], t["i12"], t["h1"], t["h2"])
         delta = 0.0
         if self.config.adjust == "mean_shift":
             r, u1, u2, s, delta = mean_shift(r, u1, u2, s)
+        elif self.config.adjust == "fit_mean_shift":
+            delta = float(self.fit_delta_)
+            r, u1, u2, s = r + delta, u1 - delta, u2 - delta, s + delta
         if self.config.units == "bits":
             r, u1, u2, s, delta = (v / math.log(2) for v in (r, u1, u2, s, delta))
         return Interactions(r, u1, u2, s, float(delta), self.config.units)
@@ -549,6 +599,7 @@ class LSMIEstimator:
             "d1": self.d1,
             "d2": self.d2,
             "log_prior": self.log_prior.clone(),
+            "fit_delta": self.fit_delta_,
         }
         for k in ("mean1", "std1", "mean2", "std2"):
             sd[k] = getattr(self, k).clone()
@@ -565,6 +616,7 @@ class LSMIEstimator:
         cfg = self.config
         self.d1, self.d2 = sd["d1"], sd["d2"]
         self.log_prior = sd["log_prior"]
+        self.fit_delta_ = sd.get("fit_delta")
         for k in ("mean1", "std1", "mean2", "std2"):
             setattr(self, k, sd[k])
         self.heads = StackedMLP(self.d1, self.d2, cfg.n_classes, cfg.hidden)
