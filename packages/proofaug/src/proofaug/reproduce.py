@@ -73,7 +73,8 @@ def reproduce(
         short="ProofAug > every baseline",
         details={"rates": rates, "rates_per_seed": seed_rates, "false_positives": bad, "rechecked": checked},
     )
-    headline.measured = f"{headline.measured}; {rate_text} (mean over samples); {fp_text}"
+    over = f"mean over {len(seeds)} samples" if st.quick else "whole suite"
+    headline.measured = f"{headline.measured}; {rate_text} ({over}); {fp_text}"
     if bad:
         headline.verdict, headline.holds = FAILS, False
     claims = [
