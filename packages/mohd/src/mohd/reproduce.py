@@ -111,7 +111,7 @@ def reproduce(
                 None,
                 rule="L(M64) - L(V64) <= 0.02 and L(V32) - L(M64) > 0, each per seed and judged on the 95% "
                 "t-interval of its mean; holds when both hold (0.02 nats/char: our tolerance for 'comparable', "
-                "about 1 % of the loss at this length)",
+                "under 1 % of the loss at this length)",
                 short="M64 ~ V64 at half activation",
                 unit="nats/char",
                 details={
