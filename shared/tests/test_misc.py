@@ -144,3 +144,29 @@ def test_check_lr_takes_a_one_element_tensor():
         check_lr("lr", torch.tensor([0.1, 0.2]))
     with pytest.raises(ValueError, match="lr must be a float >= 0.0, got -1.0"):
         check_lr("lr", -1.0)
+
+
+def test_track_works_without_tqdm(monkeypatch):
+    """A method installed without the report extra still runs its loops: track() falls back to a silent iterator."""
+    import builtins
+
+    from icml25_shared import progress
+
+    real_import = builtins.__import__
+
+    def no_tqdm(name, *args, **kw):
+        if name.startswith("tqdm"):
+            raise ImportError("No module named 'tqdm'")
+        return real_import(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    bar = progress.track(range(4), "x", disable=False)
+    assert isinstance(bar, progress.Silent) and len(bar) == 4
+    seen = []
+    for i in bar:
+        seen.append(i)
+        bar.set_postfix(loss=0.1)
+    bar.update(2)
+    assert seen == [0, 1, 2, 3] and bar.n == 6
+    monkeypatch.setattr(builtins, "__import__", real_import)
+    assert not isinstance(progress.track(range(2), disable=True), progress.Silent)  # tqdm present: a real bar

@@ -28,9 +28,14 @@ from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
+try:
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+except ImportError as _err:  # pragma: no cover - exercised by the wheel sessions without the report extra
+    raise SystemExit(
+        "the icml25 command needs the report extra: pip install 'icml25-shared[report]' (rich, matplotlib, tqdm)"
+    ) from _err
 
 from icml25_shared.report import ReproResult, claims_table, counts_text, load_results
 from icml25_shared.runner import Job, result_path, run_jobs, usable_cpus
