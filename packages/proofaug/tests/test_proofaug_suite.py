@@ -50,14 +50,15 @@ def test_load_minif2f_rocq(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not coq_available(), reason="coqtop not installed (apt-get install coq)")
 def test_whole_suite_reaches_recorded_outcomes():
-    """Every method on all 96 proposals (quick ladder) reproduces the outcomes recorded in ``outcomes.json``."""
+    """Every method on all 109 proposals (quick ladder) reproduces the outcomes recorded in ``outcomes.json``."""
     from proofaug.experiments import QUICK, run_suite
 
     recorded = json.loads(resources.files("proofaug.suite").joinpath("outcomes.json").read_text())
     items = load_suite()
     run = run_suite(items, QUICK)
-    got = {it.id: {m: run.results[m][i].success for m in run.results} for i, it in enumerate(items)}
-    assert got == {k: {m: v[m] for m in run.results} for k, v in recorded.items()}
+    methods = [m for m in run.results if m != "proofaug+erp"]  # the recording has no scripted-ERP row
+    got = {it.id: {m: run.results[m][i].success for m in methods} for i, it in enumerate(items)}
+    assert got == {k: {m: v[m] for m in methods} for k, v in recorded.items()}
 
 
 def test_missing_coq_names_the_debian_packages():
