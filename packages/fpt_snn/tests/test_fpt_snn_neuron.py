@@ -89,8 +89,6 @@ def test_eval_is_deterministic_and_train_is_bernoulli():
 
 def test_step_mode_reset_detach():
     net = torch.nn.Sequential(layer.Linear(5, 7, step_mode="m"), FPTLIFNode(T=6, decay_input=False))
-    with pytest.raises(ValueError, match="step_mode='m'"):
-        functional.set_step_mode(net, "s")
     functional.set_step_mode(net, "m")
     functional.reset_net(net)
     functional.detach_net(net)
@@ -228,3 +226,83 @@ def test_fpt_node_equals_lif_reference_surrogate_training_at_K_equal_T():
     assert torch.equal(s, lif_reference(x.detach()))
     s.sum().backward()
     assert torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
+def test_K1_learnable_kernel_equals_psn_at_the_default_decay_input():
+    """At the default ``decay_input=True`` the kernel sees X/τ: FPT with kernel W is ``PSN`` with weight tril(W)/τ
+    (τ = 2: the scaling is exact in floating point, so the spikes must agree bit for bit). PSN with the same W
+    differs: the documented 1/τ is real."""
+    T = 12
+    torch.manual_seed(0)
+    node = FPTLIFNode(T=T, K=1, mode="hard", output="heaviside", learnable_kernel=True)
+    assert node.decay_input and node.tau == 2.0
+    psn = neuron.PSN(T, surrogate_function=surrogate.ATan())
+    with torch.no_grad():
+        w = torch.randn(T, T)
+        node.weight.copy_(w)
+        node.bias.copy_(torch.randn(T, 1))
+        psn.weight.copy_(torch.tril(w) / node.tau)
+        psn.bias.copy_(node.bias)
+    x = _x(T, seed=2, dtype=torch.float32)
+    assert torch.equal(node(x), psn(x))
+    assert torch.equal(node.to_psn()(x), node(x))  # the same mapping, as an API
+    with torch.no_grad():
+        psn.weight.copy_(torch.tril(w))
+    assert not torch.equal(node(x), psn(x))
+    with pytest.raises(ValueError, match="only a learnable-kernel FPTLIFNode with K=1 is a PSN"):
+        FPTLIFNode(T=T, K=3, learnable_kernel=True).to_psn()
+
+
+@pytest.mark.parametrize("decay_input", [True, False])
+def test_stateful_node_fed_in_chunks_equals_lifnode_on_the_whole_sequence(decay_input):
+    x = _x(20, seed=11)
+    lif = neuron.LIFNode(tau=3.0, decay_input=decay_input, v_reset=None, step_mode="m")
+    ref = lif(x)
+    node = FPTLIFNode(tau=3.0, decay_input=decay_input, K="auto", mode="hard", stateful=True)
+    chunks = torch.cat([node(x[:7]), node(x[7:15]), node(x[15:])])
+    assert torch.equal(chunks, ref)
+    assert (node.v - lif.v).abs().max() <= 1e-12  # the carried membrane is LIFNode's
+    functional.reset_net(node)
+    assert node.v is None and torch.equal(node(x), ref)  # reset_net starts a new sequence
+    stateless = FPTLIFNode(tau=3.0, decay_input=decay_input, K="auto", mode="hard")
+    assert not torch.equal(torch.cat([stateless(x[:7]), stateless(x[7:])]), ref)  # the default starts at v = 0
+    with pytest.raises(ValueError, match="carried membrane has .*reset_net"):
+        node(x[:, :3])
+    with pytest.raises(ValueError, match="stateful=True carries a LIF membrane"):
+        FPTLIFNode(T=8, learnable_kernel=True, stateful=True)
+
+
+def test_stateful_learnable_decay_chunks_equal_parametric_lif():
+    x = _x(16, seed=4)
+    plif = neuron.ParametricLIFNode(init_tau=3.0, v_reset=None, step_mode="m").double()
+    ref = plif(x)
+    node = convert_lif_to_fpt(neuron.ParametricLIFNode(init_tau=3.0, v_reset=None, step_mode="m"), K="auto",
+                              mode="hard", stateful=True).double()  # fmt: skip
+    assert torch.equal(torch.cat([node(x[:5]), node(x[5:])]), ref)
+
+
+def test_set_step_mode_switches_every_layer_and_the_forward_explains():
+    net = torch.nn.Sequential(
+        layer.Linear(5, 8, step_mode="m"), FPTLIFNode(), layer.Linear(8, 4, step_mode="m"),
+        neuron.LIFNode(v_reset=None, step_mode="m"),
+    )  # fmt: skip
+    functional.set_step_mode(net, "s")  # raised half-way before, leaving the first Linear switched
+    assert [m.step_mode for m in net] == ["s"] * 4
+    with pytest.raises(ValueError, match=r"only step_mode='m'.*set_step_mode\(net, 'm'\).*to_lif"):
+        net(torch.randn(3, 5))
+    functional.set_step_mode(net, "m")
+    assert net(_x(6, N=4, F=5, dtype=torch.float32)).shape == (6, 4, 4)
+    with pytest.raises(ValueError, match="step_mode"):
+        FPTLIFNode(step_mode="x")
+    with pytest.raises(ValueError, match="only step_mode='m'"):
+        FPTLIFNode(step_mode="s")  # built single-step: refused at once
+
+
+def test_convert_warns_about_neurons_it_leaves():
+    net = torch.nn.Sequential(
+        layer.Linear(3, 3, step_mode="m"), neuron.LIFNode(v_reset=None, step_mode="m"),
+        neuron.IFNode(v_reset=None, step_mode="m"),
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match=r"left unconverted: IFNode '2' .*no leak"):
+        convert_lif_to_fpt(net)
+    assert isinstance(net[1], FPTLIFNode) and type(net[2]) is neuron.IFNode

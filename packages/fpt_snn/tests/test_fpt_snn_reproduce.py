@@ -49,3 +49,17 @@ def test_quick_reproduce_end_to_end(tmp_path):
     assert res.claims[0].holds is True  # fidelity at tau = 2
     assert all((tmp_path / f"{n}.png").exists() for n in ("fidelity_mismatch_vs_K", "timing", "accuracy_digits"))
     res.save_json(tmp_path / "fpt_snn.json")
+
+
+def test_parity_verdict_comes_from_the_interval_over_seeds():
+    from fpt_snn.reproduce import _parity_claim
+
+    def parity(fpt, lif):
+        return {"acc": {"lif": lif, "fpt": fpt, "fpt_as_lif": fpt, "psn": []}, "train_s": {"lif": [], "fpt": []}}
+
+    close = _parity_claim(parity([0.950, 0.955, 0.952], [0.955, 0.950, 0.957]), (0, 1, 2), 10)
+    assert close.verdict == "holds" and close.details["rule_threshold"] == 2.0
+    far = _parity_claim(parity([0.90, 0.91, 0.90], [0.95, 0.95, 0.96]), (0, 1, 2), 10)
+    assert far.verdict == "does not hold"
+    spread = _parity_claim(parity([0.95, 0.92, 0.95], [0.95, 0.95, 0.955]), (0, 1, 2), 10)
+    assert spread.verdict == "inconclusive"  # 0, 3, 0.5 points: the interval straddles 2

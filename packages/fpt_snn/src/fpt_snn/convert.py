@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import warnings
 from typing import Any
 
 from spikingjelly.activation_based import neuron
@@ -61,9 +62,25 @@ def convert_lif_to_fpt(model: nn.Module, T: int | None = None, K: int | str = 3,
     Everything is checked before anything is replaced. ``T`` (optional: ``None`` accepts any length) and
     ``fpt_kwargs`` go to :class:`FPTLIFNode` (``mode``, ``output``, ``alpha_schedule``, ...).
 
+    Other spikingjelly neurons (``IFNode``: no leak, λ = 1, which FPT's Λ with λ < 1 does not cover;
+    ``QIFNode``, ``IzhikevichNode``, ...) are left as they are, with a ``UserWarning`` naming each.
+
     Returns ``model`` (also when ``model`` is itself a neuron: then the new node is returned).
     """
     found = [(n, m) for n, m in model.named_modules() if _convertible(n, m)]
+    kept = [
+        f"{type(m).__name__} {n!r}" if n else f"the {type(m).__name__}"
+        for n, m in model.named_modules()
+        if isinstance(m, neuron.BaseNode) and not isinstance(m, (neuron.LIFNode, neuron.ParametricLIFNode))
+    ]
+    if kept:
+        warnings.warn(
+            "convert_lif_to_fpt converts LIFNode and ParametricLIFNode only; left unconverted: "
+            + ", ".join(kept)
+            + " (FPT models the leaky soft-reset LIF; an IFNode has no leak)",
+            UserWarning,
+            stacklevel=2,
+        )
     for name, m in found:  # validate everything before changing anything
         _check_lif(name, m)
     for name, m in found:

@@ -2,10 +2,13 @@
 
 A drop-in for ``neuron.LIFNode(tau, decay_input, v_threshold, v_reset=None, surrogate_function, detach_reset,
 step_mode="m", store_v_seq)``: the same leading arguments in the same order, input ``[T, N, *]``, output spikes of the
-same shape. It is stateless across calls (all T steps are solved at once, starting from v = 0), multi-step only, and
-a ``MemoryModule`` whose only memory is ``v_seq``, so ``functional.reset_net`` / ``detach_net`` work on networks that
-contain it and ``functional.set_step_mode(net, "s")`` raises a clear error (use :meth:`FPTLIFNode.to_lif` for
-streaming).
+same shape. By default it is stateless across calls (all T steps are solved at once, starting from v = 0);
+``stateful=True`` carries the membrane from one call to the next as ``LIFNode`` does (a sequence fed in chunks gives
+the spikes of the whole sequence, exactly so in hard mode with K = T) until ``functional.reset_net``. It is
+multi-step only and a ``MemoryModule`` (memories ``v_seq`` and ``v_state``), so ``functional.reset_net`` /
+``detach_net`` work on networks that contain it; ``functional.set_step_mode(net, "s")`` switches every layer (this
+one included, so the network is never left half switched) and the forward then raises a clear error pointing to
+:meth:`FPTLIFNode.to_lif` for streaming.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         \\Lambda_{ij} = \\lambda^{i-j}\\ (i \\ge j),\\ \\lambda = 1 - 1/\\tau
 
     solved by K parallel sweeps S^k = f_k(H^k - θ) over all T steps (the paper's fixed-point iteration), with
-    X' = X/τ when ``decay_input`` (spikingjelly's convention).
+    X' = X/τ when ``decay_input`` (spikingjelly's convention; else X' = X).
 
     Args (spikingjelly's ``LIFNode`` first, in its order):
         tau: membrane time constant τ > 1 (a float, as spikingjelly asserts); leak λ = 1 - 1/τ.
@@ -63,6 +66,8 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         backend: only ``"torch"`` (the CUDA scan kernel is chosen by ``impl``).
         store_v_seq: keep the membrane after reset of the last sweep, ``v_seq`` = H^K - θS ``[T, N, *]`` (without
             gradient), after every forward (``v`` is its last step).
+        stateful (keyword): carry the membrane after the last step into the next call (``v``, without gradient),
+            as ``LIFNode`` does, until ``functional.reset_net``; default ``False``: every call starts from v = 0.
 
     FPT's own arguments (keyword only):
         T: time steps, or ``None`` (default) for any length. Needed by ``learnable_kernel``; when given, inputs of
@@ -80,8 +85,9 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         eval_output: output in ``eval()``: ``"heaviside"`` (default) or ``"bernoulli"`` (the official code samples
             at evaluation too) or ``"soft"``.
         learnable_kernel: replace Λ by a learnable causal T×T kernel W (used as tril(W), initialised to Λ) and the
-            constant -θ by a learnable bias [T, 1] (initialised to -θ). With K = 1 this is spikingjelly's ``PSN``
-            restricted to a causal weight.
+            constant -θ by a learnable bias b [T, 1] (initialised to -θ): pre-activation W(X' - θS) + θS + b, with
+            X' = X/τ under ``decay_input`` (the default) and X' = X without. With K = 1 (S⁰ = 0) it is
+            spikingjelly's ``PSN`` with weight tril(W)/τ (``decay_input=True``) or tril(W) (``False``) and bias b.
         learnable_decay: learn λ = sigmoid(w) ∈ (0, 1), initialised to 1 - 1/τ (what a converted
             ``ParametricLIFNode`` becomes: w = -its ``w``).
         dynamic_T: with ``T`` given, accept inputs of any length anyway (only with a fixed kernel).
@@ -115,6 +121,7 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         path: LambdaPath = "auto",
         chunk_size: int | None = None,
         impl: Impl = "auto",
+        stateful: bool = False,
     ) -> None:
         super().__init__()
         if isinstance(tau, int) and not isinstance(tau, bool):
@@ -127,6 +134,11 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         check_choice("backend", backend, ("torch",))
         if not callable(surrogate_function):
             raise ValueError(f"surrogate_function must be a spikingjelly surrogate module, got {surrogate_function!r}")
+        if step_mode != "m":
+            raise ValueError(
+                f"FPTLIFNode solves all T steps at once and supports only step_mode='m', got {step_mode!r}; for "
+                "single-step streaming inference convert it with .to_lif() or convert_fpt_to_lif(net)"
+            )
         T = check_int("T", T, min=1, allow_none=True)  # type: ignore[assignment]
         self.cfg = FPTConfig(
             tau=tau,
@@ -151,6 +163,9 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         learnable_decay = check_bool("learnable_decay", learnable_decay)
         dynamic_T = check_bool("dynamic_T", dynamic_T)
         self.store_v_seq = check_bool("store_v_seq", store_v_seq)
+        self.stateful = check_bool("stateful", stateful)
+        if self.stateful and learnable_kernel:
+            raise ValueError("stateful=True carries a LIF membrane; a learnable kernel is not a LIF neuron")
         if learnable_kernel and learnable_decay:
             raise ValueError("learnable_kernel and learnable_decay are exclusive: a learnable kernel already learns Λ")
         if learnable_kernel and (dynamic_T or T is None):
@@ -166,6 +181,7 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         self.step_mode = step_mode
         self.backend = backend
         self.register_memory("v_seq", None)
+        self.register_memory("v_state", None)
         if learnable_kernel:
             self.weight = nn.Parameter(lambda_matrix(T, self.cfg.leak, torch.float32))  # type: ignore[arg-type]
             self.bias = nn.Parameter(torch.full((T, 1), -self.cfg.v_threshold))  # type: ignore[arg-type]
@@ -211,7 +227,10 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
 
     @property
     def v(self) -> Tensor | None:
-        """The membrane after the last step (``v_seq[-1]``) when ``store_v_seq``, else ``None``."""
+        """The membrane after the last step: the carried state when ``stateful``, ``v_seq[-1]`` when
+        ``store_v_seq``, else ``None``."""
+        if self.stateful:
+            return self.v_state
         v_seq = self.v_seq
         return None if v_seq is None else v_seq[-1]
 
@@ -221,12 +240,9 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
 
     @step_mode.setter
     def step_mode(self, value: str) -> None:
-        if value != "m":
-            raise ValueError(
-                f"FPTLIFNode solves all T steps at once and supports only step_mode='m', got {value!r}; "
-                "for single-step streaming inference convert it with .to_lif() or convert_fpt_to_lif(net)"
-            )
-        self._step_mode = value
+        # "s" is accepted here so that functional.set_step_mode(net, "s") switches every layer or none; the forward
+        # refuses it (raising here would leave the layers before this one switched and the rest not)
+        self._step_mode = check_choice("step_mode", value, ("m", "s"))
 
     def supported_step_mode(self) -> tuple[str]:
         return ("m",)
@@ -239,6 +255,12 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         it is ``eval_output``. A Bernoulli output draws from ``generator`` when given, else from the global RNG, or
         under torch.distributed from :func:`rank_generator` (one stream per rank).
         """
+        if self._step_mode != "m":
+            raise ValueError(
+                "FPTLIFNode solves all T steps at once and supports only step_mode='m', got 's' (e.g. from "
+                "functional.set_step_mode(net, 's')); switch back with set_step_mode(net, 'm'), or for single-step "
+                "streaming inference convert it with .to_lif() or convert_fpt_to_lif(net)"
+            )
         x_seq = check_input(x_seq, finite=False)
         T = x_seq.shape[0]
         if not self.dynamic_T and T != self.T:
@@ -253,18 +275,34 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         bias = self.bias.to(x_seq.dtype) if self.learnable_kernel else None
         decay = self.decay_logit.sigmoid().to(x_seq.dtype) if self.learnable_decay else None
         self.cfg.surrogate_function = self.surrogate_function
+        x2d = x_seq.reshape(T, -1)
+        if self.stateful and self.v_state is not None:
+            if self.v_state.shape != x_seq.shape[1:]:
+                raise ValueError(
+                    f"stateful FPTLIFNode: x_seq has neurons of shape {tuple(x_seq.shape[1:])} but the carried "
+                    f"membrane has {tuple(self.v_state.shape)}; call functional.reset_net(net) between sequences"
+                )
+            # h[0] = λ v + x'[0]: the carried membrane enters as extra input at the first step (x' = scale·x)
+            lam = decay if decay is not None else self.cfg.leak
+            scale = (1.0 - lam) if (decay is not None and self.cfg.decay_input) else self.cfg.input_scale
+            first = x2d[:1] + lam * self.v_state.reshape(1, -1).to(x2d.dtype) / scale
+            x2d = torch.cat([first, x2d[1:]])
         spikes, info = fpt_iterate(
-            x_seq.reshape(T, -1),
+            x2d,
             self.cfg,
             decay=decay,
             kernel=kernel,
             bias=bias,
             output=out,
             generator=generator,
-            need_info=self.store_v_seq,
+            need_info=self.store_v_seq or self.stateful,
         )
         if info is not None:
-            self.v_seq = info.v_seq.detach().view(x_seq.shape)
+            v_seq = info.v_seq.detach().view(x_seq.shape)
+            if self.store_v_seq:
+                self.v_seq = v_seq
+            if self.stateful:
+                self.v_state = v_seq[-1]
         return spikes.view(x_seq.shape)
 
     def extra_repr(self) -> str:
@@ -272,6 +310,7 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         s = (
             f"tau={self.tau:.6g}, decay_input={c.decay_input}, v_threshold={c.v_threshold}, v_reset=None, "
             f"detach_reset={c.detach_reset}, step_mode={self.step_mode}, store_v_seq={self.store_v_seq}, "
+            f"stateful={self.stateful}, "
             f"T={self.T}, K={c.K}, alpha_schedule={c.alpha_schedule}, mode={c.mode!r}, output={c.output!r}, "
             f"eval_output={self.eval_output!r}, path={c.path!r}"
         )
@@ -282,6 +321,21 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         return s
 
     # --- deployment ------------------------------------------------------------------------------------------
+    def to_psn(self) -> neuron.PSN:
+        """spikingjelly's ``PSN`` this node is, for ``learnable_kernel=True`` and K = 1: weight tril(W)·s with s =
+        1/τ under ``decay_input`` (the kernel sees X/τ) and 1 without, bias b, a copy of the surrogate. Its spikes
+        equal this node's Heaviside spikes (up to the rounding of the product by 1/τ; exact for τ = 2)."""
+        if not self.learnable_kernel or self.cfg.K != 1:
+            raise ValueError(
+                f"only a learnable-kernel FPTLIFNode with K=1 is a PSN (got learnable_kernel={self.learnable_kernel},"
+                f" K={self.cfg.K!r})"
+            )
+        psn = neuron.PSN(self.T, surrogate_function=copy.deepcopy(self.surrogate_function))  # type: ignore[arg-type]
+        with torch.no_grad():
+            psn.weight.copy_(torch.tril(self.weight) * self.cfg.input_scale)
+            psn.bias.copy_(self.bias)
+        return psn.to(self.weight.device)
+
     def to_lif(
         self, surrogate_function: surrogate.SurrogateFunctionBase | None = None
     ) -> neuron.LIFNode | neuron.ParametricLIFNode:
