@@ -150,8 +150,20 @@ def test_kernel_check_accepts_real_proofs_and_rejects_library_axioms():
 
 
 @needs_coq
-def test_independent_check_catches_what_the_backend_would_screen():
-    """The reproduction's re-check has no screen: a false success smuggled into a run is counted by the kernel."""
+def test_independent_check_catches_what_the_backend_would_screen(monkeypatch):
+    """The reproduction's re-check has no screen: a false success smuggled into a run is counted by the kernel,
+    and no code of the backend's final check runs (each piece is replaced by a tripwire)."""
+    import proofaug.backends.coq as coq_mod
+    import proofaug.backends.kernel as kernel_mod
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("independent_check used the backend's final-check code")
+
+    for mod, names in ((kernel_mod, ("kernel_check", "screen_proof", "screen_body", "parse_coqchk", "_assumptions")),
+                       (coq_mod, ("final_prefilter", "kernel_check", "screen_proof"))):  # fmt: skip
+        for name in names:
+            monkeypatch.setattr(mod, name, tripwire)
+    monkeypatch.setattr(coq_mod.CoqBackend, "check", tripwire)
     good = Problem("g", H, "Theorem g : forall n : nat, n + 0 = n.")
     cases = [(good, "Proof. intros n. lia. Qed."), (TRAP, KERNEL["reset_redefine"])]
     items = [SuiteItem(f"x/{i}", p, "K0", text, {}) for i, (p, text) in enumerate(cases)]

@@ -195,8 +195,8 @@ def _recheck(prelude: str, group: list, coqc: str, coqchk: str, timeout: float, 
     names = ", ".join(f"pa_goal_{i}" for i in range(len(group)))
     goals.append(f"Definition pa_all := ({names}, I).\nPrint Assumptions pa_all.")
     with tempfile.TemporaryDirectory(prefix="proofaug_recheck_") as tmp:
-        Path(tmp, f"{_RECHECK_SUB}.v").write_text("\n\n".join(sub) + "\n")
-        Path(tmp, f"{_RECHECK_GOAL}.v").write_text("\n\n".join(goals) + "\n")
+        Path(tmp, f"{_RECHECK_SUB}.v").write_text("\n\n".join(sub) + "\n", encoding="utf-8")
+        Path(tmp, f"{_RECHECK_GOAL}.v").write_text("\n\n".join(goals) + "\n", encoding="utf-8")
         try:
             for f in (_RECHECK_SUB, _RECHECK_GOAL):
                 p = subprocess.run(

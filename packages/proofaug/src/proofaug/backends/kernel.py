@@ -216,10 +216,11 @@ def kernel_check(
 
     pre = f"\n{prelude}" if prelude else ""
     with tempfile.TemporaryDirectory(prefix="proofaug_kernel_") as tmp:
-        Path(tmp, f"{SUBMISSION}.v").write_text(f"{header}{pre}\n\n{statement}\n{proof}\n")
+        Path(tmp, f"{SUBMISSION}.v").write_text(f"{header}{pre}\n\n{statement}\n{proof}\n", encoding="utf-8")
         Path(tmp, f"{CHECK}.v").write_text(
             f"{header}{pre}\n\nDefinition pa_target := ({target}).\nRequire {SUBMISSION}.\n"
-            f"Definition pa_check : pa_target := {SUBMISSION}.{name}.\nPrint Assumptions pa_check.\n"
+            f"Definition pa_check : pa_target := {SUBMISSION}.{name}.\nPrint Assumptions pa_check.\n",
+            encoding="utf-8",
         )
         p = run([coqc, "-q", "-R", ".", "", f"{SUBMISSION}.v"], tmp)
         if p is None:
