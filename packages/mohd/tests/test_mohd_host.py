@@ -11,7 +11,7 @@ import torch
 from mohd_testing import SWITCHES, VOCAB, tiny_llama_config, tiny_mohd
 from transformers import AutoModelForCausalLM, LlamaForCausalLM
 
-from mohd import MoHDConfig, MoHDForCausalLM, count_active_parameters, count_touched_parameters
+from mohd import MoHDConfig, MoHDForCausalLM, MoHDModel, count_active_parameters, count_touched_parameters
 from mohd.layer import slot_matmul
 
 
@@ -44,14 +44,18 @@ def _misaligned(model: torch.nn.Module, offset: int) -> torch.nn.Module:
     return out
 
 
-@pytest.mark.parametrize("kind", ["llama", "mohd"])
+@pytest.mark.parametrize("kind", ["llama", "mohd", "mohd_base"])
 def test_resize_token_embeddings_then_new_ids_are_accepted(kind):
     llama, dense = _dense_pair()
-    model = llama if kind == "llama" else tiny_mohd(seed=0)
+    model = {"llama": llama, "mohd": tiny_mohd(seed=0), "mohd_base": MoHDModel(dense.config)}[kind]
     model.resize_token_embeddings(VOCAB + 3, mean_resizing=False)
     assert model.config.vocab_size == VOCAB + 3
     ids = torch.tensor([[1, VOCAB + 1, VOCAB + 2]])
-    assert model(ids).logits.shape == (1, 3, VOCAB + 3)
+    out = model(ids)
+    if kind == "mohd_base":
+        assert out.last_hidden_state.shape[:2] == (1, 3)
+        return
+    assert out.logits.shape == (1, 3, VOCAB + 3)
     with pytest.raises((ValueError, IndexError)):
         model(torch.tensor([[VOCAB + 3]]))
 

@@ -91,6 +91,14 @@ class MoHDModel(MoHDPreTrainedModel):
         """Rows of the input embedding (read from the module, so ``resize_token_embeddings`` is followed)."""
         return self.embed_tokens.num_embeddings
 
+    @vocab_size.setter
+    def vocab_size(self, value: int) -> None:  # transformers' resize_token_embeddings assigns it after resizing
+        if value != self.embed_tokens.num_embeddings:
+            raise ValueError(
+                f"vocab_size follows the embedding ({self.embed_tokens.num_embeddings} rows), got {value}; "
+                "use resize_token_embeddings"
+            )
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
