@@ -19,7 +19,7 @@ def test_quick_reproduction_runs(tmp_path):
     from softshape.reproduce import reproduce
 
     res = reproduce(full=False, out_dir=tmp_path)
-    assert len(res.claims) == 5
+    assert len(res.claims) == 6
     assert all(c.measured is not None for c in res.claims)
     assert (tmp_path / "accuracy.png").exists() and (tmp_path / "interpretability.png").exists()
 
@@ -32,9 +32,9 @@ def test_task_runs_one_thread_and_restores(monkeypatch):
     seen = []
     real = rep.interpretability
 
-    def spy(epochs, n_cases):
+    def spy(epochs, n_cases, seed=0):
         seen.append(torch.get_num_threads())
-        return real(epochs, n_cases)
+        return real(epochs, n_cases, seed)
 
     monkeypatch.setattr(rep, "interpretability", spy)
     before = torch.get_num_threads()
@@ -47,3 +47,55 @@ def test_task_runs_one_thread_and_restores(monkeypatch):
         torch.set_num_threads(before)
     assert 0.0 <= out["mean_iou"] <= 1.0 and 0.0 <= out["accuracy"] <= 1.0
     assert out["scores"].shape == out["centres"].shape
+
+
+def test_occlude_replaces_the_span_by_a_line():
+    import numpy as np
+
+    from softshape.experiments import occlude
+
+    X = np.arange(20, dtype=np.float32).reshape(1, 1, 20) ** 2
+    out = occlude(X, np.array([[5, 10]]))
+    np.testing.assert_allclose(out[0, 0, 5:10], np.linspace(16, 100, 7)[1:-1], rtol=1e-6)
+    assert np.array_equal(out[0, 0, :5], X[0, 0, :5]) and np.array_equal(out[0, 0, 10:], X[0, 0, 10:])
+    edge = occlude(X, np.array([[0, 4]]))  # at the start: the level of the first value after the span
+    np.testing.assert_allclose(edge[0, 0, :4], 16.0)
+
+
+def test_interpretability_claims_are_judged_over_seeds(monkeypatch, tmp_path):
+    """Claims 3 and 4 come from the interval over the interpretability seeds (seed_list(seed, 3)): a spread that
+    straddles the line is inconclusive, whatever the first seed says."""
+    import numpy as np
+
+    import softshape.reproduce as rep
+
+    def fake_tasks(tasks, n_jobs=None):
+        outs = []
+        for t in tasks:
+            if t[0] == "fit":
+                v = t[3]
+                outs.append([{"dataset": t[1], "fold": t[2], "variant": k, "accuracy": 1.0, "n_test": 10, "fit_s": 1.0,
+                              "expert_utilisation": [0.5, 0.5]} for k in v])  # fmt: skip
+            elif t[0] == "efficiency":
+                outs.append({"dataset": t[1], "whole": {}, "layers": {}})
+            else:
+                s = t[3]
+                iou = {3: 0.95, 4: 0.2, 5: 0.9}[s]
+                outs.append({"seed": s, "mean_iou": iou, "faithfulness": {"margin": 0.1 + 0.01 * s},
+                             "series": np.zeros(4), "scores": np.zeros(2), "centres": np.zeros(2), "span": (0, 1),
+                             "window": (0, 1), "accuracy": 1.0})  # fmt: skip
+        return outs
+
+    monkeypatch.setattr(rep, "run_tasks", fake_tasks)
+    monkeypatch.setattr(rep, "efficiency_ratios", lambda e: {"depth 3: whole model, MoE in every layer": 0.8})
+    monkeypatch.setattr(rep, "plot_accuracy", lambda *a: "a.png")
+    monkeypatch.setattr(rep, "plot_steps", lambda *a: "s.png")
+    monkeypatch.setattr(rep, "plot_interpretability", lambda *a: "i.png")
+    monkeypatch.setattr(rep, "QUICK", {**rep.QUICK, "datasets": ["GunPoint"]})
+    monkeypatch.setattr(rep, "_beside", lambda ratios, d: "")
+    res = rep.reproduce(False, tmp_path, seed=1)
+    by = {c.short: c for c in res.claims}
+    assert by["top shape IoU with window"].verdict == "inconclusive"
+    assert by["top shape IoU with window"].details["seeds"]["per_seed"] == {"3": 0.95, "4": 0.2, "5": 0.9}
+    assert by["occlusion top - random"].verdict == "holds"
+    assert res.settings["interpretability_seeds"] == [3, 4, 5]

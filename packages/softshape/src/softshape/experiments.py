@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,25 +243,28 @@ def load_ucr(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @functools.lru_cache(maxsize=16)
-def fold_data(name: str, fold: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Outer train and test part of one fold of the paper's protocol (NaN filled from train, z-normalised)."""
+def fold_data(name: str, fold: int, split_seed: int = 42) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Outer train and test part of one fold of the paper's protocol (NaN filled from train, z-normalised);
+    ``split_seed`` seeds the stratified split (42: the reproduction's base seed 0)."""
     X, y, Xt, yt = load_ucr(name)
     Xa, ya = np.concatenate([X, Xt]), np.concatenate([y, yt])
-    tr, te = protocol_folds(ya, N_FOLDS, 42)[fold]
+    tr, te = protocol_folds(ya, N_FOLDS, split_seed)[fold]
     X_tr, X_te = prepare(Xa[tr], Xa[te], znorm=True)
     return X_tr, ya[tr], X_te, ya[te]
 
 
-def fit_group(name: str, fold: int, variants: dict[str, dict[str, Any]], params: dict[str, Any]) -> list[dict]:
+def fit_group(
+    name: str, fold: int, variants: dict[str, dict[str, Any]], params: dict[str, Any], split_seed: int = 42
+) -> list[dict]:
     """Fit the variants of one (data set, fold) under the paper's protocol; variants that differ only after warm-up
     share it (``fit_shared_warmup``), the others are fitted alone. Runs in a joblib worker."""
-    X_tr, y_tr, X_te, y_te = fold_data(name, fold)
+    X_tr, y_tr, X_te, y_te = fold_data(name, fold, split_seed)
     rows = []
     if variants.keys() == {"minirocket"}:
         from aeon.classification.convolution_based import MiniRocketClassifier
 
         t0 = time.perf_counter()
-        est: Any = MiniRocketClassifier(random_state=0, n_jobs=1).fit(X_tr, y_tr)
+        est: Any = MiniRocketClassifier(random_state=params.get("random_state", 0), n_jobs=1).fit(X_tr, y_tr)
         fitted, fit_s = {"minirocket": est}, {"minirocket": time.perf_counter() - t0}
     elif len(variants) > 1:
         t0 = time.perf_counter()
@@ -336,21 +340,23 @@ def _interleaved(fns: dict[str, Any], rounds: int, base: str) -> dict[str, Any]:
             "min_s": float(np.min(times[v])),
             "ratio_median_of_rounds": float(np.median(np.asarray(times[v]) / np.asarray(times[base]))),
             "ratio_of_minima": float(np.min(times[v]) / np.min(times[base])),
+            "per_round_s": [float(t) for t in times[v]],
         }
     out["load_before"], out["load_after"] = load_before, os.getloadavg()[0]
     return out
 
 
-def step_times(name: str, rates: dict[str, float], rounds: int, depth: int = 2) -> dict[str, Any]:
-    """Whole-model train-step time (forward, backward, Adam) at each sparse rate (``rates``: variant -> rate, with
-    a ``"dense"`` entry, the reference) on the fold-0 training batch of ``name``, interleaved; every variant starts
-    from the same weights (:func:`timing_net`)."""
+def step_times(name: str, rates: dict[str, Any], rounds: int, depth: int = 2) -> dict[str, Any]:
+    """Whole-model train-step time (forward, backward, Adam) of each variant on the fold-0 training batch of
+    ``name``, interleaved; ``rates``: variant -> sparse rate, or -> config overrides (e.g. ``{"sparse_rate": 0.0,
+    "moe_in_dense": True}``), with a ``"dense"`` entry, the reference. Every variant starts from the same weights
+    (:func:`timing_net`)."""
     xb, yb, n_classes = _timing_batch(name)
     ref = timing_net(name, depth, 0.0, n_classes)
     nets, opts = {}, {}
     for v, r in rates.items():
         net = copy.deepcopy(ref)
-        net.config = dataclasses.replace(net.config, sparse_rate=r)
+        net.config = dataclasses.replace(net.config, **(r if isinstance(r, dict) else {"sparse_rate": r}))
         nets[v], opts[v] = net, torch.optim.Adam(net.parameters(), lr=1e-3)
 
     def step(v: str) -> Any:
@@ -365,6 +371,21 @@ def step_times(name: str, rates: dict[str, float], rounds: int, depth: int = 2) 
 
     out = _interleaved({v: step(v) for v in rates}, rounds, "dense")
     return {"dataset": name, "depth": depth, "batch": len(yb), **out}
+
+
+def step_flops(name: str, depth: int, overrides: dict[str, Any]) -> int:
+    """Matmul and convolution FLOPs (``torch.utils.flop_counter``) of one train step (forward + backward) on the
+    fold-0 training batch of ``name``, for the :func:`timing_net` of ``depth`` with config ``overrides``: an exact,
+    load-independent count beside the step times."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    xb, yb, n_classes = _timing_batch(name)
+    net = timing_net(name, depth, 0.0, n_classes)
+    net.config = dataclasses.replace(net.config, **overrides)
+    with FlopCounterMode(display=False) as fc:
+        out = net(xb, sparse=True)
+        (F.cross_entropy(out.logits, yb) + 1e-3 * out.aux_loss).backward()
+    return int(fc.get_total_flops())
 
 
 def layer_step_times(
@@ -412,14 +433,36 @@ def layer_step_times(
     return res
 
 
-def efficiency(name: str, rounds: int, depths: tuple[int, ...] = (2, 3), moe_reference: bool = True) -> dict[str, Any]:
-    """Claim 1's measurements on ``name``: whole-model and per-layer step times at each depth (soft rho = 0.5 vs
-    dense rho = 0; per layer also vs dense + MoE with ``moe_reference``)."""
-    rates = {"dense": 0.0, "soft": 0.5}
+EFFICIENCY_VARIANTS = {
+    "dense": {"sparse_rate": 0.0},
+    "soft": {"sparse_rate": 0.5},
+    "dense_moe": {"sparse_rate": 0.0, "moe_in_dense": True},
+    "soft_moe": {"sparse_rate": 0.5, "moe_in_dense": True},
+}
+
+
+def efficiency(
+    name: str, rounds: int, depths: tuple[int, ...] = (2, 3), moe_reference: bool = True, per_layer: bool = True
+) -> dict[str, Any]:
+    """Claim 1's measurements on ``name`` at each depth: whole-model step times of the four
+    :data:`EFFICIENCY_VARIANTS` (soft rho = 0.5 and dense rho = 0, each as the official code runs them -- the MoE
+    only in sparsified layers -- and with the MoE in every layer, ``moe_in_dense``: like with like), their counted
+    FLOPs, the FLOP floor of a sparsification that starts at layer 2 (the depth-1 model's FLOPs over the depth-d
+    dense model's: every layer after the first free), and with ``per_layer`` the per-layer step times (soft layer
+    vs the dense model's layer, and vs the same layer with the MoE with ``moe_reference``)."""
+    flops = {d: {v: step_flops(name, d, o) for v, o in EFFICIENCY_VARIANTS.items()} for d in depths}
+    floor1 = {moe: step_flops(name, 1, {"moe_in_dense": moe}) for moe in (False, True)}
     return {
         "dataset": name,
-        "whole": {d: step_times(name, rates, rounds, depth=d) for d in depths},
-        "layers": {d: layer_step_times(name, d, rounds, moe_reference=moe_reference) for d in depths},
+        "whole": {d: step_times(name, EFFICIENCY_VARIANTS, rounds, depth=d) for d in depths},
+        "flops": flops,
+        "flop_floor": {
+            d: {"dense": floor1[False] / flops[d]["dense"], "dense_moe": floor1[True] / flops[d]["dense_moe"]}
+            for d in depths
+        },
+        "layers": {d: layer_step_times(name, d, rounds, moe_reference=moe_reference) for d in depths}
+        if per_layer
+        else {},
     }
 
 
@@ -429,13 +472,49 @@ def iou(a: tuple[int, int], b: tuple[int, int]) -> float:
     return inter / union
 
 
-def interpretability(epochs: int, n_cases: int) -> dict[str, Any]:
-    """Fit on synthetic bump data; IoU of each class-1 test series' top-1 shape with the known window, for the
-    explanation as defined (layer-1 scores: ``explain(X, top=1)``) and, beside it, the former definition (each
-    shape's score at the last layer where it was an individual token: ``layer="last"``)."""
-    X, y, window = bump_dataset(n_cases=n_cases, n_timepoints=64, window=(24, 40), noise=0.1, random_state=0)
+def occlude(X: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """``X`` (n, C, T) with each series' span ``[start, end)`` (``spans`` (n, 2)) replaced by the straight line
+    between the values just outside it (the span's shape removed, the level kept)."""
+    out = np.array(X, dtype=np.float64, copy=True)
+    t = out.shape[-1]
+    for i, (a, b) in enumerate(np.asarray(spans, dtype=np.int64)):
+        left = out[i, :, a - 1] if a > 0 else out[i, :, b] if b < t else out[i, :, a]
+        right = out[i, :, b] if b < t else left
+        w = (np.arange(a, b) - (a - 1)) / (b - a + 1)
+        out[i, :, a:b] = left[:, None] + (right - left)[:, None] * w[None, :]
+    return out.astype(np.asarray(X).dtype)
+
+
+def faithfulness(
+    est: SoftShapeClassifier, X: np.ndarray, label: Any, *, n_random: int = 5, random_state: int = 0
+) -> dict[str, float]:
+    """Occlusion check of the explanation: mean |change of P(label)| when the top-1 explained span of each series is
+    occluded (:func:`occlude`), and when a random span of the same length is (``n_random`` per series, starts
+    uniform over the shape positions); ``margin`` = top - random (> 0: the explanation points at what the
+    prediction uses)."""
+    k = int(np.flatnonzero(est.classes_ == label)[0])
+    p0 = est.predict_proba(X)[:, k]
+    top = est.explain(X, top=1)[:, 0]
+    d_top = np.abs(est.predict_proba(occlude(X, top))[:, k] - p0)
+    rng = numpy_rng(random_state)
+    m, q, n_shapes = est.config_.shape_size, est.config_.stride, est.config_.n_shapes
+    d_rand = []
+    for _ in range(n_random):
+        start = rng.integers(0, n_shapes, size=len(X)) * q
+        spans = np.stack([start, start + m], axis=1)
+        d_rand.append(np.abs(est.predict_proba(occlude(X, spans))[:, k] - p0))
+    top_mean, rand_mean = float(d_top.mean()), float(np.mean(d_rand))
+    return {"delta_top": top_mean, "delta_random": rand_mean, "margin": top_mean - rand_mean}
+
+
+def interpretability(epochs: int, n_cases: int, seed: int = 0) -> dict[str, Any]:
+    """Fit on synthetic bump data (data and model seeded with ``seed``); IoU of each class-1 test series' top-1
+    shape with the known window, for the explanation as defined (layer-1 scores: ``explain(X, top=1)``) and,
+    beside it, the former definition (``layer="last"``); the occlusion check of :func:`faithfulness` (the top span
+    vs random spans, and the true window as a reference)."""
+    X, y, window = bump_dataset(n_cases=n_cases, n_timepoints=64, window=(24, 40), noise=0.1, random_state=seed)
     est = SoftShapeClassifier(
-        shape_size=16, stride=4, epochs=epochs, warmup_epochs=epochs // 3, batch_size=32, random_state=0
+        shape_size=16, stride=4, epochs=epochs, warmup_epochs=epochs // 3, batch_size=32, random_state=seed
     )
     n_train = int(0.75 * n_cases)
     est.fit(X[:n_train], y[:n_train])
@@ -443,15 +522,23 @@ def interpretability(epochs: int, n_cases: int) -> dict[str, Any]:
     pos = Xte[yte == 1]
     spans = est.explain(pos, top=1)[:, 0]
     ious = np.array([iou(tuple(s), window) for s in spans])
-    last_spans = est.explain(pos, top=1, layer="last")[:, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # layer="last" warns that it does not localise
+        last_spans = est.explain(pos, top=1, layer="last")[:, 0]
     last_ious = np.array([iou(tuple(s), window) for s in last_spans])
     scores, _ = est.shape_scores(pos)
+    faith = faithfulness(est, pos, 1, random_state=seed)
+    p0 = est.predict_proba(pos)[:, 1]
+    true_span = np.tile(np.asarray(window), (len(pos), 1))
+    faith["delta_true_window"] = float(np.abs(est.predict_proba(occlude(pos, true_span))[:, 1] - p0).mean())
     return {
+        "seed": seed,
         "mean_iou": float(ious.mean()),
         "share_iou_gt_0.5": float((ious > 0.5).mean()),
         "mean_iou_last_layer_definition": float(last_ious.mean()),
         "score_spread": float(np.mean(scores.max(1) - scores.min(1))),
         "accuracy": float(est.score(Xte, yte)),
+        "faithfulness": faith,
         "n_series": len(pos),
         "series": pos[0, 0],
         "scores": scores[0],
@@ -498,30 +585,34 @@ def reproduction_tasks(
     interp: tuple[int, int],
     *,
     by_fold: bool,
+    seed: int = 0,
+    interp_seeds: list[int] | None = None,
 ) -> list[tuple[Any, ...]]:
     """The units of work of a reproduction, for :func:`run_tasks`: per (data set, fold) one shared-warm-up fit of the
     ``shared`` variants and one fit per ``separate`` variant (``schedule``: datasets, folds, epochs, warmup, early,
-    batch, step_rounds, depths), one MiniRocket fit per (data set, fold), claim 1's step timings per data set
-    (whole model and per layer at each of ``depths``), a sparse-rate sweep of the step time at ``rates`` (when
-    given) and one interpretability run ``interp = (epochs, n_cases)``. ``by_fold``: fold by fold (a run cut short
-    holds whole folds); otherwise longest data set first."""
+    batch, step_rounds, depths, per_layer), one MiniRocket fit per (data set, fold), claim 1's step timings per data
+    set (whole model at each of ``depths``, per layer when ``per_layer``), a sparse-rate sweep of the step time at
+    ``rates`` (when given) and one interpretability run ``interp = (epochs, n_cases)`` per seed of ``interp_seeds``
+    (default ``[seed]``). ``seed``: the models' ``random_state`` and the fold split's seed ``42 + seed``.
+    ``by_fold``: fold by fold (a run cut short holds whole folds); otherwise longest data set first."""
 
     def params(name: str) -> dict[str, Any]:
         keys = {"epochs": "epochs", "warmup_epochs": "warmup", "early_stopping": "early", "batch_size": "batch"}
-        return {**{k: schedule[v] for k, v in keys.items()}, "random_state": 0, "shape_size": ucr_shape_size(name)}
+        return {**{k: schedule[v] for k, v in keys.items()}, "random_state": seed, "shape_size": ucr_shape_size(name)}
 
+    split = 42 + seed
     folds, names = schedule["folds"], schedule["datasets"]
     pairs = [(f, n) for f in folds for n in names] if by_fold else [(f, n) for n in names[::-1] for f in folds]
     tasks: list[tuple[Any, ...]] = []
     for f, name in pairs:
-        tasks.append(("fit", name, f, shared, params(name)))
-        tasks += [("fit", name, f, {v: extra}, params(name)) for v, extra in separate.items()]
-    tasks += [("fit", name, f, {"minirocket": {}}, {}) for name in names for f in folds]  # numba JIT cached
-    eff = (schedule["step_rounds"], tuple(schedule["depths"]), schedule["moe_reference"])
+        tasks.append(("fit", name, f, shared, params(name), split))
+        tasks += [("fit", name, f, {v: extra}, params(name), split) for v, extra in separate.items()]
+    tasks += [("fit", name, f, {"minirocket": {}}, {"random_state": seed}, split) for name in names for f in folds]
+    eff = (schedule["step_rounds"], tuple(schedule["depths"]), schedule["moe_reference"], schedule["per_layer"])
     tasks += [("efficiency", name, *eff) for name in names]
     if rates:
         tasks += [("steps", name, rates, schedule["step_rounds"]) for name in names]
-    return [*tasks, ("interp", *interp)]
+    return [*tasks, *[("interp", *interp, s) for s in (interp_seeds or [seed])]]
 
 
 class FitRows:
@@ -583,12 +674,21 @@ def plot_accuracy(rows: list[dict[str, Any]], variants: list[str], out_dir: Path
 
 
 def efficiency_ratios(eff: dict[str, Any]) -> dict[str, float]:
-    """Claim 1's ratios of one data set: ``depth d: whole model`` and ``depth d: layer l`` (soft / dense, median of
-    the per-round ratios), and ``... (vs dense + MoE)`` for the sparsification alone."""
+    """Claim 1's ratios of one data set: ``depth d: whole model`` (soft / dense as the official code runs them),
+    ``depth d: whole model, MoE in every layer`` (soft / dense, both with the MoE in every layer: like with like),
+    the counted-FLOP ratios and floors, and per layer ``depth d: layer l`` (and ``... (vs dense + MoE)``)."""
     out: dict[str, float] = {}
     for d, whole in eff["whole"].items():
         out[f"depth {d}: whole model"] = round(whole["soft"]["ratio_median_of_rounds"], 3)
-        for name, lay in eff["layers"][d]["layers"].items():
+        if "soft_moe" in whole:
+            sm = np.median(np.asarray(whole["soft_moe"]["per_round_s"]) / np.asarray(whole["dense_moe"]["per_round_s"]))
+            out[f"depth {d}: whole model, MoE in every layer"] = round(float(sm), 3)
+        if "flops" in eff:
+            fl = eff["flops"][d]
+            out[f"depth {d}: FLOPs"] = round(fl["soft"] / fl["dense"], 3)
+            out[f"depth {d}: FLOPs, MoE in every layer"] = round(fl["soft_moe"] / fl["dense_moe"], 3)
+            out[f"depth {d}: FLOP floor, MoE in every layer"] = round(eff["flop_floor"][d]["dense_moe"], 3)
+        for name, lay in eff.get("layers", {}).get(d, {}).get("layers", {}).items():
             out[f"depth {d}: {name}"] = round(lay["soft"]["ratio_median_of_rounds"], 3)
             if "soft_over_dense_moe" in lay:
                 out[f"depth {d}: {name} (vs dense + MoE)"] = round(lay["soft_over_dense_moe"], 3)
@@ -601,7 +701,7 @@ def plot_steps(effs: dict[str, dict[str, Any]], out_dir: Path, threshold: float 
     width = 0.8 / max(1, len(effs))
     labels: list[str] = []
     for j, (name, eff) in enumerate(effs.items()):
-        ratios = {k: v for k, v in efficiency_ratios(eff).items() if "vs dense + MoE" not in k}
+        ratios = {k: v for k, v in efficiency_ratios(eff).items() if "vs dense + MoE" not in k and "FLOP" not in k}
         labels = list(ratios)
         ax.bar(np.arange(len(ratios)) + j * width, list(ratios.values()), width, label=name)
     ax.axhline(threshold, color="k", ls="--", lw=1, label=f"claim line {threshold}")
