@@ -37,8 +37,14 @@ class IRTConfig:
     """mirt-style Rasch: σ_θ is updated in closed form from the posterior second moment each EM iteration."""
     max_iter: int = 500
     """Maximum number of EM iterations (or optimiser steps)."""
-    tol: float = 1e-6
-    """Stop when the marginal log-likelihood improves by less than ``tol`` × |log-likelihood|."""
+    tol: float = 1e-4
+    """Convergence criterion on the parameters: stop (``converged_ = True``) as soon as no item parameter (b, and
+    log a, logit c for 2PL/3PL; σ_θ under ``estimate_prior_sd``) changed by ``tol`` or more in the last EM
+    iteration (``"jml"``, ``"gh_adam"``: the last step). EM converges linearly, so the remaining distance to the
+    optimum is about change / (1 − rate): on the Swedish SAT verbal half (rate ≈ 0.93) the default 1e-4 ends
+    within 0.0015 of the ``tol=1e-12`` solution. A criterion relative to |log-likelihood| would stop EM far from
+    the optimum on large data sets, where the log-likelihood is large and EM still gains per iteration.
+    ``max_iter`` reached first: ``converged_ = False``. ``n_iter_`` and ``final_change_`` report both."""
     log_a_prior_sd: float | None = 0.5
     """Standard deviation of the N(0, s²) prior on log a (2PL/3PL only; ``None``: no prior)."""
     c_prior: tuple[float, float] | None = (5.0, 17.0)

@@ -25,6 +25,36 @@ def _labels(name: str, labels: Any, n: int) -> np.ndarray:
     return arr
 
 
+def _indices(name: str, idx: Any) -> np.ndarray:
+    """``idx`` as int64 entry indices; float input is accepted only when every value is a whole number (a silent
+    cast would truncate 1.6 to 1 and attach a response to the wrong taker or item)."""
+    arr = check_array(name, idx, ndim=1, dtype="numeric")
+    if arr.dtype.kind == "b":
+        raise ValueError(f"{name} must hold integer indices, got a bool array (use np.flatnonzero for a mask)")
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"{name} must hold integer indices, got {arr[k].item()!r} at position {k}")
+    return arr.astype(np.int64)
+
+
+def _selection(name: str, idx: Any, size: int) -> np.ndarray:
+    """Row or column indices for a subset: integers in [0, size), each at most once."""
+    arr = _indices(name, np.atleast_1d(np.asarray(idx)) if np.ndim(idx) == 0 else idx)
+    if len(arr) and (arr.min() < 0 or arr.max() >= size):
+        k = int(np.flatnonzero((arr < 0) | (arr >= size))[0])
+        raise ValueError(f"{name} must lie in [0, {size}), got {arr[k]} at position {k}")
+    uniq, counts = np.unique(arr, return_counts=True)
+    if (counts > 1).any():
+        dup = int(uniq[counts > 1][0])
+        raise ValueError(
+            f"{name} must not repeat an index (a repeated item or taker would be an empty duplicate), got {dup} "
+            f"{int(counts[counts > 1][0])} times"
+        )
+    return arr
+
+
 @dataclass(eq=False)
 class ResponseMatrix:
     """Observed responses y_ij ∈ {0, 1} of takers i to items j, in CSR order (by taker, then item).
@@ -45,8 +75,8 @@ class ResponseMatrix:
     def __post_init__(self) -> None:
         n, m = (check_int("shape[0]", self.shape[0], min=1), check_int("shape[1]", self.shape[1], min=1))
         self.shape = (n, m)
-        self.rows = np.asarray(self.rows, dtype=np.int64)
-        self.cols = np.asarray(self.cols, dtype=np.int64)
+        self.rows = _indices("rows", self.rows)
+        self.cols = _indices("cols", self.cols)
         vals = np.asarray(self.values)
         if not (len(self.rows) == len(self.cols) == len(vals)):
             raise ValueError(
@@ -92,7 +122,7 @@ class ResponseMatrix:
         """
         Y = check_array("Y", Y, ndim=2, dtype="numeric", nonempty=True).astype(np.float64)
         drop_empty = check_bool("drop_empty", drop_empty)
-        if isinstance(missing, float) and np.isnan(missing):
+        if isinstance(missing, (float, np.floating)) and np.isnan(missing):  # np.float32(nan) as well
             observed = ~np.isnan(Y)
         else:
             code = check_float("missing", missing)
@@ -194,8 +224,8 @@ class ResponseMatrix:
         )
 
     def subset_items(self, idx: Any) -> ResponseMatrix:
-        """The columns ``idx`` (in that order), with their labels."""
-        idx = np.asarray(idx, dtype=np.int64)
+        """The columns ``idx`` (in that order, each at most once), with their labels."""
+        idx = _selection("idx", idx, self.shape[1])
         pos = np.full(self.shape[1], -1, dtype=np.int64)
         pos[idx] = np.arange(len(idx))
         keep = pos[self.cols] >= 0
@@ -206,8 +236,8 @@ class ResponseMatrix:
         )  # fmt: skip
 
     def subset_takers(self, idx: Any) -> ResponseMatrix:
-        """The rows ``idx`` (in that order), with their labels."""
-        idx = np.asarray(idx, dtype=np.int64)
+        """The rows ``idx`` (in that order, each at most once), with their labels."""
+        idx = _selection("idx", idx, self.shape[0])
         pos = np.full(self.shape[0], -1, dtype=np.int64)
         pos[idx] = np.arange(len(idx))
         keep = pos[self.rows] >= 0

@@ -21,7 +21,7 @@ from amortized_irt import functional as irtF
 from amortized_irt.config import IRTConfig
 from amortized_irt.data import ResponseMatrix
 from icml25_shared.device import torch_threads
-from icml25_shared.validate import check_array, check_bool, check_choice
+from icml25_shared.validate import check_array, check_bool, check_choice, check_float
 
 __all__ = ["Rasch", "TwoPL", "ThreePL", "to_mirt", "from_mirt", "as_response_matrix"]
 
@@ -38,22 +38,48 @@ def as_response_matrix(Y: Any, name: str = "Y") -> ResponseMatrix:
         raise ValueError(f"{name}: {err}") from err
 
 
+def _item_array(params: dict[str, Any], key: str, ref: np.ndarray | None = None) -> np.ndarray:
+    if key not in params:
+        raise ValueError(f"params must contain {key!r}, got keys {sorted(params)}")
+    arr = check_array(f"params[{key!r}]", params[key], dtype="numeric", finite=True).astype(np.float64)
+    arr = np.atleast_1d(arr)
+    if ref is not None and arr.shape != ref.shape:
+        raise ValueError(f"params[{key!r}] must have shape {ref.shape} like the other parameters, got {arr.shape}")
+    return arr
+
+
+def _check_params(params: dict[str, Any], loc: str, slope: str, guess: str):
+    if not isinstance(params, dict):
+        raise ValueError(f"params must be a dict of item parameter arrays, got {type(params).__name__}")
+    x = _item_array(params, loc)
+    a = _item_array(params, slope, x) if params.get(slope) is not None else np.ones_like(x)
+    if (a <= 0).any():
+        k = int(np.flatnonzero(a <= 0)[0])
+        raise ValueError(f"params[{slope!r}] must be > 0 (a discrimination), got {a[k]:g} at item {k}")
+    c = _item_array(params, guess, x) if params.get(guess) is not None else None
+    if c is not None and ((c < 0) | (c >= 1)).any():
+        k = int(np.flatnonzero((c < 0) | (c >= 1))[0])
+        raise ValueError(f"params[{guess!r}] must lie in [0, 1) (a guessing probability), got {c[k]:g} at item {k}")
+    return x, a, c
+
+
 def to_mirt(params: dict[str, Any]) -> dict[str, np.ndarray]:
     """Item parameters in mirt's slope–intercept (easiness) convention, logit = a1 θ + d with d = −a b, g = c; the
-    official code's Rasch σ(θ + z) has z = d."""
-    a = np.asarray(params.get("a", np.ones_like(np.asarray(params["b"], dtype=np.float64))), dtype=np.float64)
-    out = {"a1": a.copy(), "d": -a * np.asarray(params["b"], dtype=np.float64)}
-    if params.get("c") is not None:
-        out["g"] = np.asarray(params["c"], dtype=np.float64).copy()
+    official code's Rasch σ(θ + z) has z = d. ``params``: ``b`` (finite), optional ``a`` (> 0) and ``c`` ([0, 1))."""
+    b, a, c = _check_params(params, "b", "a", "c")
+    out = {"a1": a.copy(), "d": -a * b}
+    if c is not None:
+        out["g"] = c.copy()
     return out
 
 
 def from_mirt(params: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Inverse of :func:`to_mirt`: b = −d / a1."""
-    a = np.asarray(params.get("a1", np.ones_like(np.asarray(params["d"], dtype=np.float64))), dtype=np.float64)
-    out = {"a": a.copy(), "b": -np.asarray(params["d"], dtype=np.float64) / a}
-    if params.get("g") is not None:
-        out["c"] = np.asarray(params["g"], dtype=np.float64).copy()
+    """Inverse of :func:`to_mirt`: b = −d / a1. ``params``: ``d`` (finite), optional ``a1`` (> 0: with a1 = 0 the
+    item carries no information and b is undefined) and ``g`` ([0, 1))."""
+    d, a, c = _check_params(params, "d", "a1", "g")
+    out = {"a": a.copy(), "b": -d / a}
+    if c is not None:
+        out["c"] = c.copy()
     return out
 
 
@@ -134,6 +160,14 @@ class _IRTModel:
         Y.check_nonempty()
         if distributed and self.config.method != "em":
             raise ValueError(f"distributed=True needs method='em', got method={self.config.method!r}")
+        if distributed:
+            import torch.distributed as dist
+
+            if not (dist.is_available() and dist.is_initialized()):
+                raise ValueError(
+                    "distributed=True needs an initialised torch.distributed process group (call "
+                    "torch.distributed.init_process_group first, one process per shard), got none"
+                )
         with torch_threads(1):
             return self._fit(Y, distributed, init)
 
@@ -225,6 +259,7 @@ class _IRTModel:
         sd = cfg.prior_sd
         trace: list[float] = []
         self.converged_ = False
+        change, P_prev, sd_prev = math.inf, P.clone(), sd
         for it in range(cfg.max_iter):
             if cfg.estimate_prior_sd:
                 log_w = torch.log_softmax(-0.5 * (x / sd) ** 2, dim=0)
@@ -233,9 +268,14 @@ class _IRTModel:
             post, log_m = irtF.e_step(design, logp, log1mp, log_w)
             ll = float(_allreduce(log_m.sum().reshape(1), distributed)[0]) + self._log_prior(P)
             trace.append(ll)
-            if it > 0 and ll - trace[-2] < cfg.tol * abs(ll):
-                self.converged_ = True
-                break
+            if it > 0:  # the largest change of any parameter in the last EM iteration (identical on every rank)
+                change = float((P - P_prev).abs().max())
+                if cfg.estimate_prior_sd:
+                    change = max(change, abs(sd - sd_prev))
+                if change < cfg.tol:
+                    self.converged_ = True
+                    break
+            P_prev, sd_prev = P.clone(), sd
             n, r = design.item_stats(post)
             stats = _allreduce(torch.stack([n, r]), distributed)
             n, r = stats[0], stats[1]
@@ -251,6 +291,7 @@ class _IRTModel:
                 P = irtF.newton_m_step(P, _rows_objective(n, r, x, priors), cfg.m_steps)
         self.loglik_trace_ = np.asarray(trace)
         self.n_iter_ = len(trace)
+        self.final_change_ = change
         self.prior_sd_ = sd
         return P
 
@@ -281,7 +322,8 @@ class _IRTModel:
             trace.append(
                 float((y * torch.nn.functional.logsigmoid(z) + (1 - y) * torch.nn.functional.logsigmoid(-z)).sum())
             )
-            if float(step.abs().max()) < cfg.tol:
+            self.final_change_ = float(step.abs().max())
+            if self.final_change_ < cfg.tol:
                 self.converged_ = True
                 break
         self.loglik_trace_ = np.asarray(trace)
@@ -330,7 +372,8 @@ class _IRTModel:
             trace.append(-loss)
             grad = P.grad.detach().abs().max() if P.grad is not None else torch.tensor(0.0)
             small = prev is not None and abs(prev - loss) < 1e-5
-            if small and float((P.detach() - before).abs().max()) < 1e-5 and float(grad) < 1e-5:
+            self.final_change_ = float((P.detach() - before).abs().max())
+            if small and self.final_change_ < 1e-5 and float(grad) < 1e-5:
                 self.converged_ = True
                 break
             prev = loss
@@ -350,14 +393,18 @@ class _IRTModel:
         priors = self._priors()
         trace = []
         self.converged_ = False
+        change, P_prev = math.inf, P.clone()
         for it in range(cfg.max_iter):
             a, b, c = self._unpack(P)
             logp, log1mp = irtF.log_probs(x, a, b, c)
             post, log_m = irtF.e_step(design, logp, log1mp, log_w)
             trace.append(float(log_m.sum()) + self._log_prior(P))
-            if it > 0 and abs(trace[-1] - trace[-2]) < cfg.tol * abs(trace[-1]):
-                self.converged_ = True
-                break
+            if it > 0:
+                change = float((P - P_prev).abs().max())
+                if change < cfg.tol:
+                    self.converged_ = True
+                    break
+            P_prev = P.clone()
             n, r = design.item_stats(post)
             if self._model == "rasch":
                 grad = -(r - n * torch.sigmoid(x[None, :] - P[:, None])).sum(1)
@@ -368,6 +415,7 @@ class _IRTModel:
             opt.step()
         self.loglik_trace_ = np.asarray(trace)
         self.n_iter_ = len(trace)
+        self.final_change_ = change
         return P.detach()
 
     # ------------------------------------------------------------------ after fitting
@@ -404,6 +452,12 @@ class _IRTModel:
         Y = as_response_matrix(Y)
         check_choice("method", method, ("eap", "map", "mle"))
         self._check_items(Y)
+        if prior is None:
+            prior = (0.0, float(self.prior_sd_))
+        else:
+            if isinstance(prior, (str, bytes)) or np.ndim(prior) != 1 or len(prior) != 2:
+                raise ValueError(f"prior must be a pair (mean, sd) or None, got {prior!r}")
+            prior = (check_float("prior[0]", prior[0]), check_float("prior[1]", prior[1], min=0.0, min_open=True))
         if by is not None:
             labels = Y.scenario if isinstance(by, str) and by == "scenario" else np.asarray(by)
             if labels is None or len(labels) != Y.n_items:
@@ -419,7 +473,6 @@ class _IRTModel:
             Y = Y.subset_items(items)
             idx = torch.from_numpy(items)
             a, b, c = a[idx], b[idx], (None if c is None else c[idx])
-        prior = (0.0, float(self.prior_sd_)) if prior is None else (float(prior[0]), float(prior[1]))
         with torch_threads(1):
             if method == "eap":
                 theta, se = irtF.eap(irtF.SparseDesign.build(Y), a, b, c, *prior)

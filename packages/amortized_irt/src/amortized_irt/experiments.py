@@ -238,7 +238,8 @@ def amortization_curve(data: HelmLike, sizes=(250, 500, 1000, 2000, 4000), seed:
 
 
 def gp_vs_linear(setup: Setup) -> dict[str, Any]:
-    """Held-out template items: joint linear vs the GP predictor (two-stage), AUC and RMSE."""
+    """Held-out template items: the linear and the GP predictor, both fitted jointly (``mode="joint"``, the
+    default: the linear predictor inside EM, the GP by alternating with MAP-EM), AUC and RMSE."""
     small = replace(setup, n_template_items=1000)
     return {reg: amortized_templates(small, reg) for reg in ("linear", "gp")}
 
