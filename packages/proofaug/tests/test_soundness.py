@@ -20,8 +20,10 @@ from proofaug.suite import SuiteItem
 
 H = "From Coq Require Import Arith Lia."
 TRAP = Problem("trap", H, "Theorem trap : forall n : nat, n = n + 1.")
+TRUE = Problem("fine", H, "Theorem fine : forall n : nat, n + 0 = n.")
 LADDER = ProofAugConfig(hammers=("lia", "auto"), hammer_timeout=1.0, step_timeout=3.0)
 
+NESTED = "Proof. Set Nested Proofs Allowed. Lemma helper : False. Admitted. intros n. destruct helper. Qed."
 GUARD = "#[bypass_check(guard)] Fixpoint loop (m : nat) {struct m} : False := loop m."
 EXPLOITS = {
     # statement change
@@ -70,6 +72,7 @@ EXPLOITS = {
     "opaque": "Proof. Opaque Nat.add. intros n. lia. Qed.",
     # ending the proof a second time
     "admitted": "Proof. intros n. Admitted.",
+    "nested_admitted": NESTED,
     "admitted_then_theorem": "Proof. Admitted. Theorem trap2 : True. Proof. exact I. Qed.",
     "qed_then_text": "Proof. intros n. lia. Qed. Theorem x : True. exact I. Qed.",
     "save": "Proof. intros n. Save trap.",
@@ -112,13 +115,26 @@ KERNEL = {
     "reset_redefine": "Proof. Reset trap. #[global] Theorem trap : True. exact I. Qed.",
     "bypass_guard": EXPLOITS["bypass_guard"],
     "spoof_local_axiom": EXPLOITS["spoof_closed"],
-    "admitted_helper": "Proof. intros n. exfalso. exact helper. Qed. Lemma helper : False. Admitted.",
+    "admitted_helper": NESTED,
+    "admitted_theorem": "Proof. intros n. exfalso. admit. Admitted.",
     "exact_no_check": EXPLOITS["exact_no_check"],
-    "bypass_positivity": "Proof. intros n. exfalso. exact I. Qed. "
-    "#[bypass_check(positivity)] Inductive bad := C : (bad -> False) -> bad.",
-    "unset_universe_after": "Proof. intros n. lia. Qed. Unset Universe Checking. Definition U := Type : Type.",
+    "bypass_positivity": "Proof. #[bypass_check(positivity)] Inductive bad := C : (bad -> False) -> bad. "
+    "Definition nb (b : bad) : False := match b with C f => f b end. intros n. destruct (nb (C nb)). Qed.",
+    # a correct proof of a true statement followed by a universe-check bypass: coqchk's summary alone rejects it
+    "unset_universe_after": "Proof. lia. Qed. Unset Universe Checking. Definition U := Type : Type.",
 }
-KERNEL_SLOW = {"bypass_positivity", "unset_universe_after", "exact_no_check"}
+#: what the kernel layer's message names for each
+REASON = {
+    "reset_redefine": "does not have the problem's statement",
+    "bypass_guard": "guarded",
+    "spoof_local_axiom": "cheat",
+    "admitted_helper": "helper",
+    "admitted_theorem": "ProofAugSubmission.trap",
+    "exact_no_check": "coqc rejects the file",
+    "bypass_positivity": "assumed to be positive",
+    "unset_universe_after": "coqchk: Constants/Inductives relying on type-in-type",
+}
+KERNEL_SLOW = {"bypass_positivity", "unset_universe_after", "exact_no_check", "admitted_theorem"}
 
 
 @needs_coq
@@ -127,16 +143,9 @@ KERNEL_SLOW = {"bypass_positivity", "unset_universe_after", "exact_no_check"}
 )
 def test_kernel_alone_rejects(name):
     """Defence in depth: ``coqc`` + statement by type + ``coqchk`` reject what the screen would have caught."""
-    res = kernel_check(TRAP.header, TRAP.statement, KERNEL[name], timeout=120)
-    assert not res.ok and res.message, (name, res)
-
-
-@needs_coq
-def test_kernel_check_reasons_name_the_route():
-    reset = kernel_check(TRAP.header, TRAP.statement, KERNEL["reset_redefine"], timeout=120)
-    assert "does not have the problem's statement" in reset.message
-    spoof = kernel_check(TRAP.header, TRAP.statement, KERNEL["spoof_local_axiom"], timeout=120)
-    assert "cheat" in spoof.message
+    problem = TRUE if name == "unset_universe_after" else TRAP
+    res = kernel_check(problem.header, problem.statement, KERNEL[name], timeout=120)
+    assert not res.ok and REASON[name] in res.message, (name, res)
 
 
 @needs_coq
