@@ -35,3 +35,37 @@ def test_reproduce_retrained_at_a_tiny_size(tmp_path):
     assert res.settings["models"] == "retrained" and res.settings["retrain_steps"] == (40, 40)
     # 40 steps learn almost nothing: not the shipped fixtures' step accuracies (README: target 1.000, draft 0.940)
     assert res.claims[2].measured != "target 1.000, draft 0.940" and res.claims[2].holds is False
+
+
+def _method(name, acc, flops=1e6, rate=0.3):
+    from rsd.experiments import MethodResult
+
+    return MethodResult(name, acc, {"generated": flops, "cached": flops, "uncached": flops}, rate, {})
+
+
+def _extras(binary, soft, rsd_acc, bon_acc):
+    from rsd.experiments import full_claims
+
+    extras, runs = [], []
+    for b, s, r, n in zip(binary, soft, rsd_acc, bon_acc):
+        extras.append({
+            "sweep": {0.7: _method("RSD", b)},
+            "weightings": {"binary": (0.7, _method("b", b)), "clip": (0.9, _method("c", s)),
+                           "sigmoid": (0.6, _method("s", s - 0.1))},
+            "best_of_n": {4: _method("Best-of-4", n, 1.1e6), 16: _method("Best-of-16", 0.99, 9e6)},
+            "assisted": {"exact": True, "flops_cached": 1e6},
+        })  # fmt: skip
+        runs.append({"target_only": _method("t", 0.8, 3e6), "rsd_noisy": _method("RSD noisy", r)})
+    return full_claims(extras, runs, [2025, 2026, 2027])
+
+
+def test_full_claims_are_judged_on_the_interval_over_problem_sets():
+    _, soft, bon, exact = _extras([0.97, 0.96, 0.98], [0.95, 0.95, 0.96], [0.97, 0.96, 0.98], [0.64, 0.60, 0.70])
+    assert soft.verdict == "holds" and bon.verdict == "holds" and exact.verdict == "holds"
+    assert bon.details["seeds"]["n"] == 3 and "Best-of-4, Best-of-4, Best-of-4" in bon.text  # closest in FLOPs
+    # binary below soft on one set, above on the others: the interval straddles -0.01
+    _, soft, _, _ = _extras([0.97, 0.90, 0.98], [0.95, 0.99, 0.96], [0.9] * 3, [0.6] * 3)
+    assert soft.verdict == "inconclusive"
+    # RSD below Best-of-N on every set
+    _, _, bon, _ = _extras([0.9] * 3, [0.8] * 3, [0.60, 0.62, 0.61], [0.70, 0.71, 0.73])
+    assert bon.verdict == "does not hold"

@@ -266,8 +266,7 @@ def full_claims(extras: list[dict[str, Any]], runs: list[dict[str, MethodResult]
         ),
         Claim.over_seeds(
             "binary ω is at least as accurate as soft ω at a matched target-call rate (the optimality theorem); "
-            "first set: "
-            + ", ".join(f"{k} {m.accuracy:.3f} (rate {m.target_call_rate:.2f})" for k, (_, m) in w.items()),
+            "first set: " + ", ".join(f"{k} {m.accuracy:.3f} (rate {m.target_call_rate:.2f})" for k, (_, m) in w),
             "binary optimal",
             soft_gap,
             ">=",
