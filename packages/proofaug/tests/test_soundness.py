@@ -174,7 +174,7 @@ def test_independent_check_catches_what_the_backend_would_screen(monkeypatch):
             monkeypatch.setattr(mod, name, tripwire)
     monkeypatch.setattr(coq_mod.CoqBackend, "check", tripwire)
     good = Problem("g", H, "Theorem g : forall n : nat, n + 0 = n.")
-    cases = [(good, "Proof. intros n. lia. Qed."), (TRAP, KERNEL["reset_redefine"])]
+    cases = [(good, "Proof. intros n. lia. Qed."), (TRAP, KERNEL["bypass_guard"])]
     items = [SuiteItem(f"x/{i}", p, "K0", text, {}) for i, (p, text) in enumerate(cases)]
     fake = [_Res(True, text) for _, text in cases]
     bad, checked = independent_check(SuiteRun(items, {"proofaug": fake}))
