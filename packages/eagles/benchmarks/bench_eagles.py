@@ -19,13 +19,12 @@ import torch
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 
-from eagles.client import forward_macs, local_train, make_optimizer, prepare_client, state_of
+from eagles.client import forward_macs, initial_model, local_train, make_optimizer, prepare_client, state_of
 from eagles.experiments import Setup, base_config, load_planetoid
 from eagles.graph import EdgeExpert, MixtureGraphSparsifier
 from eagles.metrics import payload_bytes
 from eagles.partition import make_clients
 from eagles.server import ClientReply, EaglesServer
-from eagles.sim import initial_model
 from icml25_shared.bench import compare, round_robin, save_results
 from icml25_shared.device import torch_threads
 
