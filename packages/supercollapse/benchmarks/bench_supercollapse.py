@@ -55,7 +55,9 @@ def bench_trace(draws: int) -> dict:
     for _ in range(300):
         train_step()
     eg = torch.Generator().manual_seed(1)
-    trackers = {e: GradNoiseTracker(model, opt, mse_half, estimator=e) for e in ("per_example", "batches")}
+    trackers = {
+        e: GradNoiseTracker(model, opt, mse_half, estimator=e, reduction="mean") for e in ("per_example", "batches")
+    }
     draw = lambda: [task.sample(128, eg) for _ in range(8)]  # noqa: E731
     values = {e: [] for e in trackers}
     for _ in range(draws):

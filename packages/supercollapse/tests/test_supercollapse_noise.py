@@ -145,6 +145,7 @@ H = np.linspace(0.2, 1.0, D_DIM)
 def _expected_sgd(schedule: Schedule, label: str) -> pd.DataFrame:
     """Exact E[loss] of one-sample SGD on y = w*·x + ε, x ~ N(0, H): for diagonal H the diagonal of E[e eᵀ] obeys
     s' = (1 − ηh)² s + η² (h² s + (s·h) h + σ² h), and Tr Cov(u) = η_peak (Σ h² s + (s·h) Σh + σ² Σh)."""
+    T = schedule.total_steps
     lrs = ETA * schedule(np.arange(T))
     s = np.ones(D_DIM)
     loss, tr = np.empty(T), np.empty(T)
