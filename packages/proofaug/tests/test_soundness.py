@@ -80,6 +80,9 @@ EXPLOITS = {
     # files and non-tactic characters
     "redirect": 'Proof. Redirect "out" Print Assumptions trap. intros n. lia. Qed.',
     "unicode_reset": "Proof. Ｒeset trap. Theorem trap : True. exact I. Qed.",
+    "zero_width_space": "Proof. idtac.\u200bReset trap. Theorem trap : True. exact I. Qed.",
+    "nbsp_terminator": "Proof. idtac.\u00a0Reset trap. Theorem trap : True. exact I. Qed.",
+    "all_brace_reset": "Proof. all:{ Reset trap. } Theorem trap : True. exact I. Qed.",
     "unterminated": "Proof. intros n. lia",
     "unclosed_comment": "Proof. intros n. (* lia. Qed.",
 }

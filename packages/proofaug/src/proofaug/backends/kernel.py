@@ -36,6 +36,7 @@ import re
 import subprocess
 import tempfile
 import time
+import unicodedata
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -60,12 +61,28 @@ def _first_word(code: str) -> str:
     return m.group(0) if m else ""
 
 
+def _odd_character(text: str) -> str | None:
+    """A character on which our sentence splitter and Coq's lexer could disagree (control, format or non-ASCII
+    space characters: a zero-width space after a period), or None."""
+    for ch in text:
+        if ch in "\t\n\r ":
+            continue
+        cat = unicodedata.category(ch)
+        if cat in ("Cc", "Cf", "Cs", "Co", "Cn", "Zs", "Zl", "Zp"):
+            return f"character U+{ord(ch):04X} ({unicodedata.name(ch, cat)}) in the proof"
+    return None
+
+
 def screen_body(body: Iterable[Sentence], *, final: bool) -> str | None:
     """Why these proof-body sentences cannot be part of a proof, or None.
 
-    Rejected always: vernacular (a first word starting with an upper-case letter or any non-tactic character)
-    and attributes (``#[…]``). With ``final``: also unterminated sentences and ``admit``, ``give_up``,
-    ``Admitted``, ``Abort`` anywhere in the sentence (comments excluded)."""
+    Rejected always: control, format and non-ASCII space characters, vernacular (a first word starting with an
+    upper-case letter or any non-tactic character) and attributes (``#[…]``). With ``final``: also unterminated
+    sentences and ``admit``, ``give_up``, ``Admitted``, ``Abort`` anywhere in the sentence (comments excluded)."""
+    body = list(body)
+    odd = _odd_character("".join(s.text for s in body))
+    if odd is not None:
+        return odd
     for s in body:
         if s.kind in ("blank", "bullet", "open", "close"):
             continue
@@ -91,6 +108,9 @@ def screen_body(body: Iterable[Sentence], *, final: bool) -> str | None:
 
 def screen_proof(proof: str) -> str | None:
     """Why ``proof`` (``Proof. … Qed.``) cannot be a real proof before running anything, or None."""
+    odd = _odd_character(proof)
+    if odd is not None:
+        return odd
     script = parse_proof(proof)
     if script.dropped.strip():
         return f"text after the proof or a command inside it: {script.dropped.strip()[:60]!r}"
