@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from icml25_shared.report import subplots
 from supercollapse.baselines import AnnealingLaw
 from supercollapse.collapse import DEFAULT_X_GRID, collapse_deviation, collapse_report, normalize
 from supercollapse.frontier import compute_frontier, fit_horizon
@@ -38,6 +39,7 @@ __all__ = [
     "FULL",
     "exact_law_experiment",
     "noise_model_experiment",
+    "noise_model_figure",
     "variance_experiment",
     "plrf_experiment",
     "full_experiment",
@@ -170,6 +172,30 @@ def noise_model_experiment(st: Setup, seeds: list[int] | None = None) -> dict[st
                 out["ratio"][n].setdefault(seed, {})[T] = r["noise"] / r["tau_const"]
         out["frames"][seed] = frames
     return out
+
+
+def noise_model_figure(nm: dict, st: Setup):
+    """Measured vs predicted cosine and WSD (first seed, longest run) and every seed's ratio against run length."""
+    fig, axes = subplots(1, 3, figsize=(14, 4))
+    s0, t_max = nm["seeds"][0], max(nm["steps"])
+    frames, preds = nm["frames"][s0][t_max], nm["predictions"][s0][t_max]
+    for i, name in enumerate(("cosine", "wsd")):
+        f = frames[name]
+        axes[i].plot(f["step"], f["loss"], "k", label=f"{name} (measured)")
+        axes[i].plot(f["step"], preds[name], "C1--", label=f"noise model, α={nm['alpha'][s0]:.2f}")
+        axes[i].plot(frames["const"]["step"], frames["const"]["loss"], "C0:", label="const")
+        axes[i].set(xlabel="step", ylabel="test loss", yscale="log", title=f"D={st.nm_width}, {name}, seed {s0}")
+        axes[i].legend(fontsize=7)
+    for j, name in enumerate(("cosine", "wsd")):
+        for k, s in enumerate(nm["seeds"]):
+            r = nm["ratio"][name][s]
+            axes[2].plot(list(r), list(r.values()), ("o-", "s--")[j], color=f"C{k}",
+                         label=f"{name}, seed {s}")  # fmt: skip
+    axes[2].axhline(0.5, color="k", lw=0.8, ls=":")
+    axes[2].set(xlabel="run length (steps)", ylabel="RMSE noise model / τ-matched const", yscale="log",
+                title="held-out schedules over seeds and lengths")  # fmt: skip
+    axes[2].legend(fontsize=6, ncol=2)
+    return fig
 
 
 # -- C3: variance suppression -----------------------------------------------------------------------------------------

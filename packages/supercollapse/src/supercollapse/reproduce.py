@@ -6,25 +6,22 @@ Quick mode (about a minute on one CPU thread):
    ``t* = p^γ``: holds iff max_x Δ ≤ 1e-12 at γ = γ* = 1 and, for γ/γ* ∈ {0.8, 0.9, 1.1, 1.2}, max_x Δ > 1e-3 and
    grows with |γ/γ* − 1|.
 2. C2, the SGD-noise model (Sec. 4: it "accurately predicts" schedules with one α per task): residual MLP D = 64,
-   2 blocks, Fourier task (M = 1,000), batch 128, Adam + μP; 3 seeds (task and model), each with const and linear
-   at the longest of the run lengths {500, 750, 1,000} ({1,000, 2,000, 3,000} with --full) and cosine and WSD (f = 0.2)
-   at every length; α fitted on linear only. Per seed the figure is RMSE(noise model) / RMSE(τ-matched constant
-   curve) averaged over the run lengths (the whole sweep, not its best point); judged on its 95 % t-interval over
-   the seeds against ≤ 0.5 (our target for "far better": half the baseline's error), separately for a schedule
-   that decays from the start (C2a, cosine) and one that decays late (C2b, WSD).
+   Fourier task (M = 1,000), Adam + μP; 3 seeds (task and model), each with const and linear at the longest of the
+   run lengths {500, 750, 1,000} ({1,000, 2,000, 3,000} with --full), cosine and WSD (f = 0.2) at every length; α
+   fitted on linear. Per seed: RMSE(noise model) / RMSE(τ-matched const) averaged over the lengths (the sweep, not
+   its best point), judged on its 95 % t-interval over the seeds against ≤ 0.5 (our target for "far better": half
+   the baseline's error), for decay from the start (C2a, cosine) and late decay (C2b, WSD) separately.
 3. C3, LR decay suppresses seed variance (Fig. 1c): widths {32, 64}, 4 seeds, horizon T = κ′·p, const vs linear:
-   holds iff mean_{x∈[0.5,1]} σ_linear(x) < mean σ_const(x). Δ/σ is reported as information. σ pools the 4 seeds
-   of one run, so the claim is one judgement per base seed (the seed sweep checks that it repeats).
+   holds iff mean_{x∈[0.5,1]} σ_linear(x) < mean σ_const(x) (σ pools 4 seeds: one judgement per base seed).
 
-Every random source derives from ``seed``: the noise-model seeds are ``seed_list(seed, 3)`` (task
-``FourierRegression(seed=42 + s)``, model seed s), C3's model seeds ``seed_list(seed, 4)`` on task seed 42 + seed,
-and ``--full``'s horizon runs ``seed_list(seed, 3)``, its frontier the first of them and PLRF's features ``seed``.
-Seed 0 keeps the single-seed parts' figures.
+Every random source derives from ``seed``: C2 seeds ``seed_list(seed, 3)`` (task seed 42 + s, model seed s), C3
+model seeds ``seed_list(seed, 4)`` on task seed 42 + seed, ``--full``'s horizon runs ``seed_list(seed, 3)`` (the
+frontier the first), PLRF's features ``seed``. Seed 0 keeps the single-seed parts' figures.
 
 ``--full`` adds the whole pipeline: constant-LR frontier → horizon γ̂ → linear-decay runs at ⅓ of the fitted
 horizon over five widths → L0 fit → Δ/σ, the breakdown of collapse at 0.8γ̂, 1.2γ̂ and without μP (each Δ ≥ 1.5 ×
 Δ(γ̂)), the noise model against the annealing law of Tissue et al. on held-out schedules, and power-law random
-features under exact GD (frontier γ̂ and Δ off it, shown). About 11 CPU-min on one thread.
+features under exact GD (frontier γ̂ and Δ off it, shown).
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from icml25_shared.report import Claim, ReproResult, save_figure, subplots
+from icml25_shared.report import Claim, ReproResult, save_figure
 from icml25_shared.verdict import seed_list, spread
 from supercollapse.experiments import (
     FULL,
@@ -42,6 +39,7 @@ from supercollapse.experiments import (
     exact_law_experiment,
     full_experiment,
     noise_model_experiment,
+    noise_model_figure,
     plrf_experiment,
     variance_experiment,
 )
@@ -59,8 +57,7 @@ def reproduce(
     artifacts = []
     # C1
     deltas = {r: float(np.max(d)) for r, d in exact_law_experiment().items()}
-    off = [0.9, 0.8], [1.1, 1.2]
-    grows = all(deltas[a] < deltas[b] for a, b in off)
+    grows = all(deltas[a] < deltas[b] for a, b in ([0.9, 0.8], [1.1, 1.2]))
     c1 = deltas[1.0] <= 1e-12 and all(deltas[r] > 1e-3 for r in (0.8, 0.9, 1.1, 1.2)) and grows
     claims = [
         Claim(
@@ -76,7 +73,7 @@ def reproduce(
     # C2
     nm = noise_model_experiment(st, seed_list(seed, st.nm_seeds))
     claims += noise_model_claims(nm)
-    artifacts.append(str(save_figure(_noise_model_figure(nm, st), out_dir, "noise_model")))
+    artifacts.append(str(save_figure(noise_model_figure(nm, st), out_dir, "noise_model")))
     # C3
     var = variance_experiment(st, task, seed_list(seed, st.var_seeds))
     rep = var["reports"]
@@ -94,10 +91,8 @@ def reproduce(
             details={"sigma_linear": s_lin, "sigma_const": s_const, "delta_over_sigma": ratio_info},
         )
     )
-    for name in ("const", "linear"):
-        artifacts.append(
-            str(save_figure(rep[name].plot(title=f"{name}, widths {st.var_widths}"), out_dir, f"collapse_{name}"))
-        )
+    artifacts += [str(save_figure(rep[n].plot(title=f"{n}, widths {st.var_widths}"), out_dir, f"collapse_{n}"))
+                  for n in ("const", "linear")]  # fmt: skip
     settings = {k: v for k, v in vars(st).items() if k != "x_grid"} | {"seed": seed}
     if full:
         res = full_experiment(st, task, nm, seed_list(seed, st.full_seeds))
@@ -137,30 +132,6 @@ def noise_model_claims(nm: dict, threshold: float = 0.5) -> list[Claim]:
             )
         )
     return claims
-
-
-def _noise_model_figure(nm: dict, st: Setup):
-    """Measured vs predicted cosine and WSD (first seed, longest run) and every seed's ratio against run length."""
-    fig, axes = subplots(1, 3, figsize=(14, 4))
-    s0, t_max = nm["seeds"][0], max(nm["steps"])
-    frames, preds = nm["frames"][s0][t_max], nm["predictions"][s0][t_max]
-    for i, name in enumerate(("cosine", "wsd")):
-        f = frames[name]
-        axes[i].plot(f["step"], f["loss"], "k", label=f"{name} (measured)")
-        axes[i].plot(f["step"], preds[name], "C1--", label=f"noise model, α={nm['alpha'][s0]:.2f}")
-        axes[i].plot(frames["const"]["step"], frames["const"]["loss"], "C0:", label="const")
-        axes[i].set(xlabel="step", ylabel="test loss", yscale="log", title=f"D={st.nm_width}, {name}, seed {s0}")
-        axes[i].legend(fontsize=7)
-    for j, name in enumerate(("cosine", "wsd")):
-        for k, s in enumerate(nm["seeds"]):
-            r = nm["ratio"][name][s]
-            axes[2].plot(list(r), list(r.values()), ("o-", "s--")[j], color=f"C{k}",
-                         label=f"{name}, seed {s}")  # fmt: skip
-    axes[2].axhline(0.5, color="k", lw=0.8, ls=":")
-    axes[2].set(xlabel="run length (steps)", ylabel="RMSE noise model / τ-matched const", yscale="log",
-                title="held-out schedules over seeds and lengths")  # fmt: skip
-    axes[2].legend(fontsize=6, ncol=2)
-    return fig
 
 
 def _full_claims(res: dict, plrf: dict, out_dir: Path, artifacts: list[str]) -> list[Claim]:
