@@ -240,3 +240,19 @@ def test_hf_trainer_drives_frugal_with_a_scheduler(tmp_path, tiny_llama):
     moved = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     assert "model.layers.0.self_attn.q_proj.weight" in moved and "lm_head.weight" in moved
     assert "right" in opt.state[model.model.layers[0].mlp.gate_proj.weight]
+
+
+@pytest.mark.slow
+def test_full_mode_runs_at_a_few_steps(tmp_path):
+    """``--full`` end to end on a tiny setup: lr sweeps and extras on 3 seeds, the two extra claims over seeds."""
+    small = dataclasses.replace(
+        QUICK, hidden_size=32, num_hidden_layers=1, intermediate_size=88, seq_len=16, batch_size=4, steps=4,
+        update_gap=2, val_batches=1,
+    )  # fmt: skip
+    try:
+        result = reproduce(True, tmp_path, setup=small, seed=0)
+    except DataNotFoundError as err:
+        pytest.skip(f"Tiny Shakespeare is not installed (the [data] extra) and we are offline: {err}")
+    shorts = [c.short for c in result.claims]
+    assert shorts[-2:] == ["FRUGAL-block vs BAdam", "ablation: lm_head needs state"]
+    assert all(c.details["seeds"]["n"] == 3 for c in result.claims[-2:])
