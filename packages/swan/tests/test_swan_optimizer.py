@@ -461,3 +461,111 @@ def test_closure_is_evaluated_with_grad_enabled():
 
     loss = opt.step(closure)
     assert loss.item() > 0 and W.grad is not None
+
+
+class _MLP(nn.Module):
+    def __init__(self, classes: int = 5) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(6, 8), nn.Linear(8, classes)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def _train(opt, sched, model, steps=6):
+    g = _gen(3)
+    for _ in range(steps):
+        x = torch.randn(16, 6, generator=g)
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        sched.step()
+
+
+def test_one_cycle_lr_keeps_swan_stateless_and_cycles_adamw_beta1():
+    """OneCycleLR's default cycle_momentum writes 0.85-0.95 into every group's "momentum": it used to switch the
+    momentum extension on for every SWAN matrix (a stateful optimizer) and leave AdamW's beta1 alone."""
+    torch.manual_seed(0)
+    model = _MLP()
+    ref_model = copy.deepcopy(model)
+    groups = param_groups(model, lr=1e-2, head="fc2")  # fc2 (the head) on AdamW
+    opt = SWAN(groups)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=6)
+    with pytest.warns(UserWarning, match="keep the paper's stateless update"):
+        _train(opt, sched, model)
+    swan_ids = {id(p) for p in opt.param_groups[0]["params"]}
+    assert not any(id(p) in swan_ids for p in opt.state)  # no momentum buffers: the paper's stateless SWAN
+    # reference: SWAN matrices without momentum (cycle off), the head by torch.optim.AdamW under the same schedule
+    ref_groups = param_groups(ref_model, lr=1e-2, head="fc2")
+    swan_ref = SWAN(ref_groups[:1])
+    adamw_ref = torch.optim.AdamW(ref_groups[1]["params"], lr=1e-2, weight_decay=0.0)
+    s1 = torch.optim.lr_scheduler.OneCycleLR(swan_ref, max_lr=1e-2, total_steps=6, cycle_momentum=False)
+    s2 = torch.optim.lr_scheduler.OneCycleLR(adamw_ref, max_lr=1e-2, total_steps=6)  # cycles AdamW's beta1
+
+    class _Both:
+        def zero_grad(self):
+            swan_ref.zero_grad(), adamw_ref.zero_grad()
+
+        def step(self):
+            swan_ref.step(), adamw_ref.step()
+
+    class _Sched:
+        def step(self):
+            s1.step(), s2.step()
+
+    _train(_Both(), _Sched(), ref_model)
+    for (n, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=n)
+
+
+def test_cycled_momentum_is_used_when_momentum_was_asked_for():
+    model = _MLP()
+    opt = SWAN(param_groups(model, lr=1e-2), momentum=0.5)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=1e-2, total_steps=4)
+    _train(opt, sched, model, steps=2)
+    assert any("momentum_buffer" in opt.state[p] for p in opt.param_groups[0]["params"])
+
+
+def test_param_groups_head_is_explicit_and_named():
+    mlp = _MLP(classes=5)
+    auto = param_groups(mlp)  # no embedding, no LM-head name: the last Linear stays on SWAN, and says so
+    assert len(auto[0]["params"]) == 2 and "no output head" in auto[1]["name"]
+    named = param_groups(mlp, head="fc2")
+    assert [p.shape for p in named[0]["params"]] == [torch.Size([8, 6])]
+    assert "head fc2 (given)" in named[1]["name"]
+    # a 10-class classifier over a 10-token vocabulary: the heuristic takes its last Linear for an LM head
+    net = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 8), nn.Linear(8, 10))
+    assert "head 2 (last Linear, 10 outputs = an embedding's vocabulary)" in param_groups(net)[-1]["name"]
+    kept = param_groups(net, head=None)
+    assert len(kept[0]["params"]) == len(param_groups(net)[0]["params"]) + 1 == 2
+    with pytest.raises(ValueError, match="head: model has no submodule 'nope'"):
+        param_groups(mlp, head="nope")
+
+
+def test_nonfinite_skip_reports_once(caplog):
+    W, V = _param(4, 6, seed=1), _param(4, 6, seed=2)
+    for t in (W, V):
+        _set_grad(t, 8)
+    W.grad[0, 0] = float("nan")
+    with caplog.at_level("WARNING", logger="swan"), pytest.warns(RuntimeWarning, match="skipping") as rec:
+        SWAN([W, V], nonfinite="skip", lr=0.1).step()
+    assert len([w for w in rec if "skipping" in str(w.message)]) == 1
+    assert not [r for r in caplog.records if "skip" in r.getMessage()]  # not a second time through logging
+
+
+@pytest.mark.slow  # builds a transformers Trainer
+def test_hf_trainer_optimizer_cls_route_names_the_working_route(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+
+    class _Wrapped(transformers.PreTrainedModel):
+        config_class = transformers.PretrainedConfig
+
+        def __init__(self):
+            super().__init__(transformers.PretrainedConfig())
+            self.net = _MLP()
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True)
+    trainer = transformers.Trainer(model=_Wrapped(), args=args, optimizer_cls_and_kwargs=(SWAN, {"lr": 1e-3}))
+    with pytest.raises(ValueError, match=r"Trainer\(\.\.\., optimizers=\(SWAN\(param_groups\(model\)"):
+        trainer.create_optimizer()

@@ -111,6 +111,10 @@ def test_reproduce_reduced_writes_claims_plot_and_json(tmp_path, tinyshakespeare
     assert (tmp_path / "val_loss_vs_tokens.png").stat().st_size > 0
     saved = result.save_json(tmp_path / "result.json")
     assert json.loads(saved.read_text())["claims"][0]["verdict"] in {"holds", "does not hold"}
+    assert result.settings["seed"] == 0 and token_claim.details["seeds"]["n"] == 1
+    other = reproduce(False, tmp_path, seed=2, setup=dataclasses.replace(QUICK, steps=6, val_batches=2))
+    assert other.settings["seed"] == 2  # the base seed reaches the initialisation and the batches
+    assert other.settings["runs"] != runs
 
 
 @pytest.mark.slow

@@ -56,6 +56,11 @@ class SWAN(torch.optim.Optimizer):
         eps: GradNorm's epsilon (inside the square root).
         weight_decay: decoupled weight decay ``W <- W (1 - lr wd)``.
         momentum: extension (not in the paper): SGD buffer before GradNorm; ``> 0`` allocates one per matrix.
+            A scheduler that cycles momentum (``OneCycleLR``/``CyclicLR`` with their default
+            ``cycle_momentum=True``) writes ``momentum`` into every group: SWAN groups created with ``momentum=0``
+            keep the paper's stateless update (with a one-time ``UserWarning``), groups created with
+            ``momentum > 0`` follow the cycled value, and AdamW groups take it as their beta1 (as
+            ``torch.optim.AdamW`` does under those schedulers).
         whiten_dtype: lowest dtype the whitening runs in (bf16 parameters are whitened in fp32).
         nonfinite: ``"raise"`` (``FloatingPointError``) or ``"skip"`` (warn, leave that matrix unchanged) for a
             NaN/Inf gradient of a SWAN matrix. AdamW groups behave like ``torch.optim.AdamW``.
@@ -153,6 +158,8 @@ class SWAN(torch.optim.Optimizer):
         super().add_param_group(group)
         group = self.param_groups[-1]
         validate_hparams(group)
+        # whether the user asked for the momentum extension: a momentum-cycling scheduler must not switch it on
+        group.setdefault("momentum_requested", group["momentum"] > 0)
         for p in group["params"]:
             if group["algorithm"] != "swan":
                 continue
@@ -164,7 +171,10 @@ class SWAN(torch.optim.Optimizer):
             if p.dim() < 2:
                 raise ValueError(
                     f"SWAN only supports parameters with at least 2 dimensions in a 'swan' group, got a parameter "
-                    f"of shape {tuple(p.shape)}; put it in a group with algorithm='adamw' (see swan.param_groups)"
+                    f"of shape {tuple(p.shape)}; put it in a group with algorithm='adamw' (see swan.param_groups). "
+                    "With transformers' Trainer, whose optimizer_cls_and_kwargs route passes its own decay / no-decay "
+                    "groups, build the optimizer yourself: Trainer(..., optimizers=(SWAN(param_groups(model), ...), "
+                    "scheduler))"
                 )
 
     @torch.no_grad()
@@ -185,11 +195,14 @@ class SWAN(torch.optim.Optimizer):
     # ------------------------------------------------------------------ AdamW side
     def _adamw_group(self, group: dict[str, Any]) -> None:
         # exactly torch.optim.AdamW, with its state layout, so its state_dict is interchangeable
+        betas = group["adamw_betas"]
+        if "max_momentum" in group:  # OneCycleLR / CyclicLR cycle "momentum" here: AdamW's beta1, as for AdamW
+            betas = (float(group["momentum"]), betas[1])
         adamw_update(
             self.state,
             group["params"],
             lr=group["lr"],
-            betas=group["adamw_betas"],
+            betas=betas,
             eps=group["adamw_eps"],
             weight_decay=group["weight_decay"],
             foreach=group["foreach"],
@@ -210,7 +223,7 @@ class SWAN(torch.optim.Optimizer):
         if not params:
             return counter
         grads = self._check_finite(group, params, grads)
-        if group["momentum"] > 0:
+        if group["momentum"] > 0 and self._momentum_on(group):
             grads = self._apply_momentum(group, params, grads)
 
         world, rank = 1, 0
@@ -297,9 +310,24 @@ class SWAN(torch.optim.Optimizer):
             if group["nonfinite"] == "raise":
                 raise FloatingPointError(f"{msg}; pass nonfinite='skip' to skip such matrices")
             warnings.warn(f"{msg}: skipping this matrix for this step", RuntimeWarning, stacklevel=4)
-            logger.warning("%s: skipped", msg)
             out.append(None)
         return out
+
+    def _momentum_on(self, group: dict[str, Any]) -> bool:
+        """False when a momentum-cycling scheduler set ``momentum`` on a group created without it (the paper's
+        update is stateless); warns once per optimizer."""
+        if "max_momentum" not in group or group.get("momentum_requested", True):
+            return True
+        if not getattr(self, "_warned_cycled_momentum", False):
+            self._warned_cycled_momentum = True
+            warnings.warn(
+                "a scheduler cycles momentum on SWAN (OneCycleLR/CyclicLR with cycle_momentum=True): the SWAN "
+                "matrices keep the paper's stateless update and the AdamW groups cycle their beta1; build SWAN with "
+                "momentum > 0 to use the cycled momentum extension, or pass cycle_momentum=False",
+                UserWarning,
+                stacklevel=4,
+            )
+        return False
 
     def _apply_momentum(
         self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor | None]
@@ -338,19 +366,35 @@ class SWAN(torch.optim.Optimizer):
 _HEAD_NAMES = ("lm_head", "output_projection", "embed_out")
 
 
-def _output_heads(model: nn.Module) -> list[nn.Module]:
-    """The model's output head(s): ``get_output_embeddings()`` when the model has one (transformers), otherwise
-    ``nn.Linear`` modules named like a LM head, or else the model's last ``nn.Linear`` when its output size is the
-    vocabulary of one of the model's ``nn.Embedding`` tables (tied or untied)."""
+def _output_heads(model: nn.Module, head: Any = "auto") -> list[tuple[str, nn.Module, str]]:
+    """The model's output head(s) as (name, module, why).
+
+    ``head="auto"``: ``get_output_embeddings()`` when the model has one (transformers), otherwise ``nn.Linear``
+    modules named like a LM head, or else the model's last ``nn.Linear`` when its output size is the vocabulary of
+    one of the model's ``nn.Embedding`` tables (tied or untied). ``head=None``: none. A submodule name (or several):
+    those modules."""
+    names = {id(m): n for n, m in model.named_modules()}
+    if head is None:
+        return []
+    if head != "auto":
+        wanted = (head,) if isinstance(head, str) else tuple(head)
+        out = []
+        for n in wanted:
+            try:
+                out.append((n, model.get_submodule(n), "given"))
+            except AttributeError as e:
+                raise ValueError(f"head: model has no submodule {n!r}") from e
+        return out
     get_head = getattr(model, "get_output_embeddings", None)
-    head = get_head() if callable(get_head) else None
-    if isinstance(head, nn.Module):
-        return [head]
+    found = get_head() if callable(get_head) else None
+    if isinstance(found, nn.Module):
+        return [(names.get(id(found), "?"), found, "get_output_embeddings()")]
     vocab = {m.num_embeddings for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    heads = [m for name, m in linears if name.rsplit(".", 1)[-1] in _HEAD_NAMES]
+    heads = [(n, m, "named like an LM head") for n, m in linears if n.rsplit(".", 1)[-1] in _HEAD_NAMES]
     if not heads and linears and linears[-1][1].out_features in vocab:
-        heads.append(linears[-1][1])  # the model's last Linear projects onto a vocabulary: its LM head
+        n, m = linears[-1]  # the model's last Linear projects onto a vocabulary: its LM head
+        heads.append((n, m, f"last Linear, {m.out_features} outputs = an embedding's vocabulary"))
     return heads
 
 
@@ -362,6 +406,7 @@ def param_groups(
     adamw_weight_decay: float = 0.0,
     *,
     exclude: str | Iterable[str] = (),
+    head: str | Iterable[str] | None = "auto",
 ) -> list[dict[str, Any]]:
     """The paper's split of ``model``'s trainable parameters into a SWAN group and an AdamW group.
 
@@ -371,6 +416,11 @@ def param_groups(
     ``nn.Linear`` when its output size is an embedding table's vocabulary) and names containing ``exclude`` (one
     string, or any of several). AdamW gets the rest: embeddings, head, norms, biases. Shared (tied) parameters
     appear once. Empty groups are left out.
+
+    The head rule is a heuristic (a plain classifier's last ``nn.Linear`` stays on SWAN; a classifier whose class
+    count equals an embedding's vocabulary goes to AdamW): ``head=`` overrides it with the head's submodule name(s),
+    or ``None`` for no head. What was matched is stated in each group's ``"name"`` (e.g. ``"adamw: head lm_head
+    (get_output_embeddings()); 2 embedding tables; 5 other tensors (norms, biases)"``) and logged at INFO.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -388,8 +438,10 @@ def param_groups(
     for module in model.modules():
         if isinstance(module, (nn.Embedding, nn.EmbeddingBag)):
             adamw_ids.update(id(p) for p in module.parameters(recurse=False))
-    for head in _output_heads(model):
-        adamw_ids.update(id(p) for p in head.parameters())
+    n_embed = len(adamw_ids)
+    heads = _output_heads(model, head)
+    for _, module, _ in heads:
+        adamw_ids.update(id(p) for p in module.parameters())
     swan, other = [], []
     for name, p in model.named_parameters():  # named_parameters() already yields a shared tensor once
         if not p.requires_grad:
@@ -399,9 +451,14 @@ def param_groups(
             swan.append(p)
         else:
             other.append(p)
+    head_text = "; ".join(f"head {n} ({why})" for n, _, why in heads) or "no output head"
+    n_excluded = sum(1 for p in other if p.dim() >= 2 and id(p) not in adamw_ids)
+    what = f"{head_text}; {n_embed} embedding tensor(s)" + (f"; {n_excluded} excluded matrices" if n_excluded else "")
+    logger.info("param_groups: %d SWAN matrices; AdamW: %s; %d tensors in all", len(swan), what, len(other))
     groups = []
     if swan:
-        groups.append({"params": swan, "algorithm": "swan", "lr": lr, "weight_decay": weight_decay})
+        name = f"swan: {len(swan)} matrices"
+        groups.append({"params": swan, "algorithm": "swan", "lr": lr, "weight_decay": weight_decay, "name": name})
     if other:
         groups.append(
             {
@@ -409,6 +466,7 @@ def param_groups(
                 "algorithm": "adamw",
                 "lr": lr if adamw_lr is None else adamw_lr,
                 "weight_decay": adamw_weight_decay,
+                "name": f"adamw: {what}; {len(other)} tensors in all (norms, biases, ...)",
             }
         )
     if not groups:

@@ -10,14 +10,20 @@ Quick mode (about a minute on one CPU thread), AdamW and SWAN from the same init
 
 ``--full`` trains a 4-layer model for 1,500 steps, sweeps the learning rates of AdamW, SWAN and torch's Muon and
 runs the ablation of Sec. 5.2 (GradNorm only / GradWhitening only / both), β = 0.5 and NSDS.
+
+Seeds: ``seed`` shifts the setup's seed (initialisation and training windows; seed 0 is the committed run). One
+quick training pair costs ~35 CPU-s, so a run judges the token ratio on one seed (a one-point interval); its
+spread across seeds is what ``icml25 sweep swan`` records (``seeds.json``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from icml25_shared.report import Claim, ReproResult
 from icml25_shared.training import count_parameters
+from icml25_shared.verdict import seed_list
 from swan.experiments import (
     FULL,
     LLAMA_1B3,
@@ -37,10 +43,15 @@ from swan.experiments import (
 __all__ = ["reproduce"]
 
 
-def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup | None = None) -> ReproResult:
+def reproduce(
+    full: bool, out_dir: Path, *, download: bool = False, seed: int = 0, setup: Setup | None = None
+) -> ReproResult:
     """Run the experiments of the module docstring and judge the claims; ``setup`` overrides the mode's sizes
-    (the tests run a few steps)."""
-    task = Task.build(setup or (FULL if full else QUICK), download=download)
+    (the tests run a few steps); ``seed`` is added to its seed (initialisation and batches)."""
+    setup = setup or (FULL if full else QUICK)
+    seeds = seed_list(seed, 1)  # one training pair per run (CPU budget); the sweep gives the spread
+    setup = dataclasses.replace(setup, seed=setup.seed + seeds[0])
+    task = Task.build(setup, download=download)
     if full:
         sweep = {opt: lr_sweep(task, opt) for opt in ("adamw", "swan", "muon")}
         best = {opt: min(runs, key=lambda r: r.val_loss[-1]) for opt, runs in sweep.items()}
@@ -58,12 +69,15 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, setup: Setup
     ratio = crossing / adamw.steps[-1]
     plot = plot_val_loss(plotted, task, target, out_dir, "val_loss_vs_tokens", "Tiny Shakespeare, tiny LLaMA")
     claims = [
-        Claim(
+        Claim.over_seeds(
             "SWAN reaches AdamW's final validation loss with at most 80% of AdamW's tokens",
             0.5,
-            ratio,
-            bool(ratio <= 0.8),
-            rule="tokens(SWAN to AdamW's final val loss) / tokens(AdamW) <= 0.8; paper 0.5 at LLaMA-350M/1.3B on C4",
+            [min(ratio, 1e9)],  # never reached: inf, judged as a huge ratio (the interval needs finite values)
+            "<=",
+            0.8,
+            seeds=[setup.seed],
+            rule="tokens(SWAN to AdamW's final val loss) / tokens(AdamW) <= 0.8 (our bar, looser than the paper's "
+            "0.5 at LLaMA-350M/1.3B on C4, for a 300-step CPU run)",
             short="tokens to AdamW's loss",
             details={
                 "adamw_final_val_loss": target,
