@@ -44,6 +44,27 @@ SLOT_TILE = 16
 product of the same shape, whatever the batch holds (see :func:`slot_matmul`)."""
 
 
+class _TiledMatmul(torch.autograd.Function):
+    """``x @ w`` for ``x`` (c, d_in) with the rows cut into zero-padded tiles of :data:`SLOT_TILE` rows, each tile
+    one ``torch.bmm`` of the same shape (the forward is batch-invariant); the backward is the plain two GEMMs
+    (``g @ w.T``, ``x.T @ g``), one each instead of one per tile."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, w: Tensor) -> Tensor:
+        ctx.save_for_backward(x, w)
+        (c, d_in), d_out = x.shape, w.shape[1]
+        tiles = -(-c // SLOT_TILE)
+        padded = torch.cat([x, x.new_zeros(tiles * SLOT_TILE - c, d_in)]).view(tiles, SLOT_TILE, d_in)
+        return torch.bmm(padded, w.expand(tiles, d_in, d_out)).view(-1, d_out)[:c]
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        x, w = ctx.saved_tensors
+        gx = grad @ w.t() if ctx.needs_input_grad[0] else None
+        gw = x.t() @ grad if ctx.needs_input_grad[1] else None
+        return gx, gw
+
+
 def slot_matmul(x: Tensor, weight: Tensor, group: Tensor) -> Tensor:
     """``y[i] = x[i] @ weight[group[i]]`` for the routed slots: ``x`` (S, d_in), ``weight`` (G, d_in, d_out), usually
     a strided view of a projection's column or row blocks (read in place, no copy of the weights).
@@ -54,21 +75,16 @@ def slot_matmul(x: Tensor, weight: Tensor, group: Tensor) -> Tensor:
     tile and where the weights lie in memory. A grouped GEMM whose per-group row count follows the routing (or a
     vector-matrix product for a few slots, as in decoding) lets BLAS pick a different kernel, and so different
     round-off, for the same token in another batch."""
-    s, d_in = x.shape
-    d_out = weight.shape[2]
+    s, d_out = x.shape[0], weight.shape[2]
     if s == 0:
         return x.new_zeros(0, d_out)
     order = torch.argsort(group, stable=True)
     counts = torch.bincount(group, minlength=weight.shape[0]).tolist()
     pieces, start = [], 0
     for g, c in enumerate(counts):
-        if c == 0:
-            continue
-        tiles = -(-c // SLOT_TILE)
-        xg = x.index_select(0, order[start : start + c])
-        xg = torch.cat([xg, xg.new_zeros(tiles * SLOT_TILE - c, d_in)]).view(tiles, SLOT_TILE, d_in)
-        pieces.append(torch.bmm(xg, weight[g].expand(tiles, d_in, d_out)).view(-1, d_out)[:c])
-        start += c
+        if c:
+            pieces.append(_TiledMatmul.apply(x.index_select(0, order[start : start + c]), weight[g]))
+            start += c
     return x.new_zeros(s, d_out).index_copy(0, order, torch.cat(pieces))
 
 
