@@ -272,3 +272,21 @@ def test_fit_warns_when_the_run_diverges() -> None:
     with pytest.warns(RuntimeWarning, match="fit diverged"):
         res = fit(TimeBase(TimeBaseConfig(100, 30, basis_num=3)), splits, epochs=2, lr=1e6, progress=False)
     assert res.test is not None and not res.test["mse"] < 1e3
+
+
+def test_fit_predict_and_evaluate_a_float64_model() -> None:
+    """The windows are float32; fit / predict / evaluate cast them to the model's dtype (a float64 model used to be
+    refused by its own input check)."""
+    splits = tbdata.split_series(_periodic(600), 100, 30)
+    torch.manual_seed(0)
+    m32 = TimeBase(TimeBaseConfig(100, 30, basis_num=3))
+    m64 = TimeBase(TimeBaseConfig(100, 30, basis_num=3)).double()
+    m64.load_state_dict({k: v.double() for k, v in m32.state_dict().items()})
+    res = fit(m64, splits, epochs=2, lr=0.02, seed=7, progress=False)
+    assert next(m64.parameters()).dtype == torch.float64 and math.isfinite(res.best_val_mse)
+    fit(m32, splits, epochs=2, lr=0.02, seed=7, progress=False)
+    p64, p32 = predict(m64, splits.test), predict(m32, splits.test)
+    assert p64.dtype == torch.float64 and (p64 - p32.double()).abs().max() < 1e-3  # the same run in two precisions
+    x, _ = splits.test.arrays()
+    assert predict(m64, x[:5]).dtype == torch.float64
+    assert evaluate(m64, splits.test)["mse"] == pytest.approx(evaluate(m32, splits.test)["mse"], rel=1e-3)

@@ -341,3 +341,31 @@ def test_input_dtype_must_match_the_model() -> None:
         with pytest.raises(ValueError, match=r"x has dtype torch.float64 but the model's parameters are torch.float32"):
             model(torch.randn(2, 96, 3, dtype=torch.float64))
         assert model.double()(torch.randn(2, 96, 3, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_multi_seasonal_save_load_round_trip(tmp_path) -> None:
+    torch.manual_seed(8)
+    ms = MultiSeasonalTimeBase(TimeBaseConfig(336, 48, basis_num=2), periods=(24, 168), basis_num=(2, 1))
+    x = torch.randn(2, 336, 3)
+    loaded = MultiSeasonalTimeBase.from_pretrained(ms.save_pretrained(tmp_path / "ms"))
+    assert loaded.periods == (24, 168) and loaded.basis_nums == (2, 1) and loaded.config == ms.config
+    assert torch.equal(loaded(x), ms(x))
+    with pytest.raises(ValueError, match="holds a MultiSeasonalTimeBase"):
+        TimeBase.from_pretrained(tmp_path / "ms")
+    TimeBase(TimeBaseConfig(336, 48)).save_pretrained(tmp_path / "single")
+    with pytest.raises(ValueError, match="single-period TimeBase"):
+        MultiSeasonalTimeBase.from_pretrained(tmp_path / "single")
+
+
+def test_last_value_refuses_2d_and_nan_input() -> None:
+    from timebase.baselines import LastValue
+
+    lv = LastValue(4)
+    with pytest.raises(ValueError, match=r"x must have shape \(batch, seq_len >= 1, channels\), got \(2, 10\)"):
+        lv(torch.randn(2, 10))
+    x = torch.randn(2, 10, 3)
+    x[1, -1, 0] = float("nan")
+    with pytest.raises(ValueError, match="NaN or inf at its last step"):
+        lv(x)
+    x[1, -1, 0] = 0.5
+    assert torch.equal(lv(x), x[:, -1:].expand(-1, 4, -1))

@@ -34,3 +34,27 @@ def test_full_reproduce_reduced(tmp_path, etth1_data) -> None:
     texts = [c.text for c in res.claims]
     assert any("PatchTST + TimeBase reducer: MACs" in t for t in texts)
     assert (tmp_path / "ett_full.png").exists()
+
+
+def test_headline_verdict_comes_from_the_interval_over_seeds(tmp_path, monkeypatch) -> None:
+    import timebase.reproduce as rp
+    from timebase import TimeBaseConfig
+
+    def fake(mses):
+        def headline(setup, download=False):
+            return {"timebase_runs": [{"mse": m, "mae": 0.4} for m in mses],
+                    "dlinear_closed_form": {"mse": 0.40, "mae": 0.41}, "seasonal_naive": {"mse": 0.9, "mae": 0.7},
+                    "timebase_params": 214, "dlinear_params": 138432,
+                    "timebase_config": TimeBaseConfig.preset("ETTh1", 96)}  # fmt: skip
+
+        return headline
+
+    monkeypatch.setattr(rp, "plot_headline", lambda h, out: tmp_path / "x.png")
+    verdicts = {}
+    for name, mses in {"holds": (0.39, 0.40, 0.395), "fails": (0.45, 0.46, 0.455), "wide": (0.38, 0.44, 0.41)}.items():
+        monkeypatch.setattr(rp, "headline", fake(mses))
+        verdicts[name] = rp.reproduce(False, tmp_path, setup=Setup(seeds=(0, 1, 2))).claims[0].verdict
+    assert verdicts == {"holds": "holds", "fails": "does not hold", "wide": "inconclusive"}
+    monkeypatch.setattr(rp, "headline", fake((0.39, 0.40, 0.395)))
+    seeded = rp.reproduce(False, tmp_path, seed=1, setup=Setup(seeds=(0, 1, 2)))
+    assert seeded.settings["seeds"] == [3, 4, 5]  # seed_list(1, 3)

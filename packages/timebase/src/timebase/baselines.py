@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from icml25_shared.validate import check_int
+from icml25_shared.validate import check_int, check_tensor
 from timebase.data import WindowDataset
 from timebase.least_squares import sliding_moments, solve_affine
 from timebase.model import check_window, param_dtype
@@ -137,4 +137,12 @@ class LastValue(nn.Module):
         self.pred_len = pred_len
 
     def forward(self, x: Tensor) -> Tensor:
-        return x[:, -1:].expand(-1, self.pred_len, -1)
+        """(B, T, C) -> (B, H, C); refuses other shapes and NaN/inf inputs (a NaN last value would be forecast
+        silently)."""
+        check_tensor("x", x, dtype="floating")
+        if x.ndim != 3 or x.shape[1] == 0:
+            raise ValueError(f"x must have shape (batch, seq_len >= 1, channels), got {tuple(x.shape)}")
+        last = x[:, -1:]
+        if not bool(torch.isfinite(last).all()):
+            raise ValueError("x has NaN or inf at its last step: LastValue would forecast it; clean or impute first")
+        return last.expand(-1, self.pred_len, -1)

@@ -269,7 +269,10 @@ class TimeBase(nn.Module):
         from safetensors.torch import load_file
 
         d = Path(directory)
-        cfg = TimeBaseConfig.from_dict(json.loads((d / "config.json").read_text(encoding="utf-8")))
+        raw = json.loads((d / "config.json").read_text(encoding="utf-8"))
+        if "periods" in raw:
+            raise ValueError(f"{d} holds a MultiSeasonalTimeBase; load it with MultiSeasonalTimeBase.from_pretrained")
+        cfg = TimeBaseConfig.from_dict(raw)
         model = cls(cfg)
         model.load_state_dict(load_file(d / "model.safetensors"))
         return model
@@ -361,3 +364,28 @@ class MultiSeasonalTimeBase(nn.Module):
 
     def macs(self, n_channels: int) -> int:
         return sum(c.config.macs(n_channels) for c in self.components)
+
+    def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
+        """Write ``config.json`` (the shared config, the periods and each component's R) and
+        ``model.safetensors`` into ``directory``; returns the directory."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        meta = {"config": self.config.to_dict(), "periods": list(self.periods), "basis_num": list(self.basis_nums)}
+        (d / "config.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        save_file({k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}, d / "model.safetensors")
+        return d
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike[str]) -> MultiSeasonalTimeBase:
+        """Load a model written by :meth:`save_pretrained`."""
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        raw = json.loads((d / "config.json").read_text(encoding="utf-8"))
+        if "periods" not in raw:
+            raise ValueError(f"{d} holds a single-period TimeBase; load it with TimeBase.from_pretrained")
+        model = cls(TimeBaseConfig.from_dict(raw["config"]), tuple(raw["periods"]), tuple(raw["basis_num"]))
+        model.load_state_dict(load_file(d / "model.safetensors"))
+        return model

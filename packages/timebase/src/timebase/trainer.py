@@ -105,12 +105,12 @@ def evaluate(model: nn.Module, dataset: WindowDataset, batch_size: int = 2048) -
     regulariser), accumulated in float64."""
     was_training = model.training
     model.eval()
-    device = _model_device(model)
+    device, dtype = _model_device(model), _model_dtype(model)
     se = ae = 0.0
     count = 0
     try:
-        for x, y in dataset.batches(batch_size):
-            x, y = x.to(device), y.to(device)
+        for x, y in dataset.batches(batch_size):  # windows are float32: cast to the model's dtype
+            x, y = x.to(device, dtype), y.to(device, dtype)
             err = (model(x) - y).double()
             se += float(err.square().sum())
             ae += float(err.abs().sum())
@@ -122,16 +122,21 @@ def evaluate(model: nn.Module, dataset: WindowDataset, batch_size: int = 2048) -
 
 @torch.no_grad()
 def predict(model: nn.Module, data: Tensor | WindowDataset, batch_size: int = 2048) -> Tensor:
-    """Forecasts for a window tensor (B, T, C) or for every window of a :class:`WindowDataset` (n, H, C)."""
+    """Forecasts for a window tensor (B, T, C) or for every window of a :class:`WindowDataset` (n, H, C), in the
+    model's dtype (the windows are cast to it: a float64 model forecasts float32 windows in float64)."""
     was_training = model.training
     model.eval()
-    device = _model_device(model)
+    device, dtype = _model_device(model), _model_dtype(model)
     try:
         if isinstance(data, WindowDataset):
-            return torch.cat([model(x.to(device)).cpu() for x, _ in data.batches(batch_size)])
+            return torch.cat([model(x.to(device, dtype)).cpu() for x, _ in data.batches(batch_size)])
         if not isinstance(data, Tensor):
             raise ValueError(f"data must be a torch.Tensor (B, T, C) or a WindowDataset, got {type(data).__name__}")
-        return torch.cat([model(data[i : i + batch_size].to(device)) for i in range(0, max(len(data), 1), batch_size)])
+        if not data.is_floating_point():
+            raise ValueError(f"data must be a floating tensor (B, T, C), got dtype {data.dtype}")
+        return torch.cat(
+            [model(data[i : i + batch_size].to(device, dtype)) for i in range(0, max(len(data), 1), batch_size)]
+        )
     finally:
         model.train(was_training)
 
@@ -192,7 +197,8 @@ def fit(
     """Train ``model`` in place with the official protocol and restore its best-validation weights.
 
     ``seed`` seeds python/numpy/torch and the shuffling generator (same seed and same initial weights give the
-    same run). ``progress``: draw a bar over epochs (``None``: the project default, quiet in CI).
+    same run). The windows (float32) are cast to the model's dtype, so a ``model.double()`` trains in float64.
+    ``progress``: draw a bar over epochs (``None``: the project default, quiet in CI).
     """
     import time
 
@@ -210,7 +216,7 @@ def fit(
     if seed is not None:
         seed_everything(seed)
         gen.manual_seed(seed)
-    device = _model_device(model)
+    device, dtype = _model_device(model), _model_dtype(model)
     check_choice("optimizer", optimizer, ("adam", "torch"))  # built-in Adam or torch.optim.Adam
     params = list(model.parameters())
     opt: Any = Adam(params, lr) if optimizer == "adam" else torch.optim.Adam(params, lr=lr)
@@ -227,7 +233,7 @@ def fit(
         model.train()
         total, n = 0.0, 0
         for x, y in splits.train.batches(batch_size, shuffle=True, generator=gen):
-            x, y = x.to(device), y.to(device)
+            x, y = x.to(device, dtype), y.to(device, dtype)  # float32 windows, the model's dtype
             opt.zero_grad(set_to_none=True)
             loss = _loss(model, x, y)
             loss.backward()
