@@ -66,9 +66,14 @@ def test_validate_generator_tracks_targets():
 
 @pytest.mark.slow  # a whole (tiny) reproduction: over 10 s on a loaded 2-core machine
 def test_reproduce_tiny(tmp_path):
-    tiny = Setup(n_items=880, n_scenarios=4, n_template_items=300, cat_scenarios=1, cat_takers=40, n_splits=1, cap=60)
-    res = reproduce(False, tmp_path, setup=tiny)
+    tiny = Setup(
+        n_items=880, n_scenarios=4, n_template_items=300, cat_scenarios=2, cat_takers=40, n_splits=1, cap=60,
+        recovery_seeds=2,
+    )  # fmt: skip
+    res = reproduce(False, tmp_path, setup=tiny, seed=1)
     assert res.package == "amortized_irt" and len(res.claims) == 5
     assert all(len(c.label) <= 32 for c in res.claims)
-    assert all(c.holds is not None for c in res.claims)
+    assert all(c.verdict in ("holds", "does not hold", "inconclusive") for c in res.claims)
+    assert res.settings["recovery_data_seeds"] == [2, 3]  # seed_list(1, 2)
+    assert list(res.claims[0].details["seeds"]["per_seed"]) == ["2", "3"]
     assert all(Path(p).exists() for p in res.artifacts)

@@ -45,6 +45,11 @@ class IRTConfig:
     within 0.0015 of the ``tol=1e-12`` solution. A criterion relative to |log-likelihood| would stop EM far from
     the optimum on large data sets, where the log-likelihood is large and EM still gains per iteration.
     ``max_iter`` reached first: ``converged_ = False``. ``n_iter_`` and ``final_change_`` report both."""
+    b_bound: float = 8.0
+    """EM keeps every difficulty in [−b_bound, b_bound]. An item answered correctly (or wrongly) by every taker has
+    an infinite marginal-ML difficulty: unbounded, EM moves it ever more slowly outwards and never meets ``tol``.
+    Such items end at the bound (``at_bound_`` flags them): with σ_θ = 1, every taker within 3 σ_θ of the mean
+    answers an item at −8 right (at +8 wrong) with probability ≥ σ(5) = 0.993."""
     log_a_prior_sd: float | None = 0.5
     """Standard deviation of the N(0, s²) prior on log a (2PL/3PL only; ``None``: no prior)."""
     c_prior: tuple[float, float] | None = (5.0, 17.0)
@@ -61,6 +66,7 @@ class IRTConfig:
         self.prior_sd = check_float("prior_sd", self.prior_sd, min=0.0, min_open=True)
         self.estimate_prior_sd = check_bool("estimate_prior_sd", self.estimate_prior_sd)
         self.max_iter = check_int("max_iter", self.max_iter, min=1)
+        self.b_bound = check_float("b_bound", self.b_bound, min=0.0, min_open=True)
         self.tol = check_float("tol", self.tol, min=0.0, min_open=True)
         self.log_a_prior_sd = check_float(
             "log_a_prior_sd", self.log_a_prior_sd, min=0.0, min_open=True, allow_none=True

@@ -285,14 +285,17 @@ class _IRTModel:
                 )
                 sd = float(torch.sqrt(mom[0] / mom[1]))
             if self._model == "rasch":
-                P = irtF.rasch_m_step(P, n, r, x, cfg.m_steps)
+                P = irtF.rasch_m_step(P, n, r, x, cfg.m_steps).clamp(-cfg.b_bound, cfg.b_bound)
             else:
                 priors = self._priors()
                 P = irtF.newton_m_step(P, _rows_objective(n, r, x, priors), cfg.m_steps)
+                P[:, 1] = P[:, 1].clamp(-cfg.b_bound, cfg.b_bound)
         self.loglik_trace_ = np.asarray(trace)
         self.n_iter_ = len(trace)
         self.final_change_ = change
         self.prior_sd_ = sd
+        b_now = self._unpack(P)[1]
+        self.at_bound_ = (b_now.abs() >= cfg.b_bound).numpy()
         return P
 
     def _jml(self, Y: ResponseMatrix, P: torch.Tensor) -> torch.Tensor:
