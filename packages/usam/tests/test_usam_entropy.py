@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from usam import mc
-from usam.entropy import EPS, bald, binary_entropy, mask_entropy, mixture_entropy, pixel_entropy
+from usam.entropy import EPS, bald, binary_entropy, mask_entropy, mixture_entropy, pixel_entropy, probabilities
 
 
 def _h(p: float) -> float:
@@ -90,3 +90,16 @@ def test_bad_input():
         mixture_entropy(torch.rand(2, 3, 4, 4), torch.rand(3), dim=1)
     with pytest.raises(ValueError, match="p must have at least 2"):
         mask_entropy(torch.rand(3))
+
+
+def test_entropies_refuse_logits_and_non_finite_maps():
+    logits = torch.randn(2, 8, 8) * 4
+    for fn in (mask_entropy, pixel_entropy, binary_entropy):
+        with pytest.raises(ValueError, match=r"p must be probabilities in \[0, 1\].*probabilities"):
+            fn(logits)
+        with pytest.raises(ValueError, match="p must be finite"):
+            fn(torch.full((2, 8, 8), float("nan")))
+    with pytest.raises(ValueError, match="probs must be probabilities"):
+        mixture_entropy(logits[None].expand(3, -1, -1, -1))
+    p = torch.sigmoid(logits)
+    assert torch.equal(mask_entropy(p), mask_entropy(probabilities(logits)))  # probabilities still pass

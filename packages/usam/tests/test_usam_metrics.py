@@ -86,3 +86,17 @@ def test_bad_input():
         relative_auc([0.1, 0.2], [0.3, 0.4], [1, 2], normalise="max")
     with pytest.raises(ValueError, match="finite"):
         pearson([0.1, float("nan")], [0.1, 0.2])
+
+
+def test_relative_auc_averages_over_ties_whatever_the_row_order():
+    base = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    refined = base + np.array([0.6, 0.5, 0.4, 0.3, 0.2, 0.1])  # rows already sorted by gain
+    flat = np.zeros(6)
+    assert relative_auc(base, refined, flat) == pytest.approx(0.0, abs=1e-12)  # a constant priority is random
+    assert relative_auc(base[::-1], refined[::-1], flat) == pytest.approx(0.0, abs=1e-12)
+    # two tied groups: the curve uses each group's mean gain, so row order inside a group does not matter
+    pr = np.array([1, 1, 1, 0, 0, 0])
+    perm = np.array([2, 0, 1, 5, 3, 4])
+    r, y = correction_curve(base, refined, pr)
+    assert np.allclose(y, correction_curve(base[perm], refined[perm], pr[perm])[1])
+    assert y[1] - y[0] == pytest.approx(0.5 / 6)  # mean gain of the first group, 0.5, over N = 6

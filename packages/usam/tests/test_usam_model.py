@@ -234,3 +234,46 @@ def test_sam_processor_outputs_pass_through(sam):
         ref = sam(**x)
         out = UncertainSAM(sam, USAMConfig(hidden=8))(**x)
     assert torch.equal(out.pred_masks, ref.pred_masks) and out.uncertainty["iou"].shape == (2, 2, 3)
+
+
+def test_output_follows_model_output_and_return_dict_false(sam):
+    from transformers.utils import ModelOutput
+
+    usam = UncertainSAM(sam, USAMConfig(hidden=8))
+    x = inputs()
+    with torch.no_grad():
+        ref = sam(**x)
+        out = usam(**x, return_tokens=True)
+        tup = usam(**x, return_dict=False)
+        ref_tup = sam(**x, return_dict=False)
+    assert isinstance(out, ModelOutput)
+    assert out[0] is out.pred_masks and out["iou_scores"] is out.iou_scores
+    assert list(out.keys()) == ["pred_masks", "iou_scores", "uncertainty", "tokens", "sam_output"]
+    assert isinstance(tup, tuple) and len(tup) == 4  # tokens not asked for: left out, as ModelOutput leaves None
+    assert torch.equal(tup[0], ref.pred_masks) and torch.equal(tup[1], ref.iou_scores)
+    assert torch.equal(tup[2]["iou"], out.uncertainty["iou"])
+    assert isinstance(tup[3], tuple) and len(tup[3]) == len(ref_tup)
+    assert all(torch.equal(a, b) for a, b in zip(tup[3], ref_tup) if isinstance(a, torch.Tensor))
+    assert len(out.to_tuple()) == 5
+
+
+def test_wrapper_has_device_and_dtype_like_pretrained_model(sam):
+    usam = UncertainSAM(sam, USAMConfig(hidden=8))
+    assert usam.device == sam.device == torch.device("cpu") and usam.dtype == sam.dtype == torch.float32
+
+
+def test_non_finite_inputs_are_named():
+    usam = UncertainSAM(tiny_sam(), USAMConfig(hidden=8))
+    x = inputs()
+    x["pixel_values"][0, 0, 3, 3] = float("nan")
+    with pytest.raises(ValueError, match="pixel_values must be finite"):
+        usam(**x)
+    x = inputs()
+    x["input_points"][1, 0, 0, 0] = float("inf")
+    with pytest.raises(ValueError, match="input_points must be finite"):
+        usam(**x)
+    broken = tiny_sam()
+    with torch.no_grad():
+        broken.mask_decoder.iou_token.weight.fill_(float("nan"))
+    with pytest.raises(ValueError, match="decoder tokens are not finite .* weights finite"):
+        UncertainSAM(broken, USAMConfig(hidden=8))(**inputs())

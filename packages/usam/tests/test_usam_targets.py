@@ -83,3 +83,16 @@ def test_extract_rows_skips_empty_and_refuses_all_empty(caplog, tmp_path):
     assert all(torch.equal(back[k], rows[k]) for k in rows)
     with pytest.raises(ValueError, match="every GT mask is empty"):
         extract_rows({"large": ToySegmenter()}, scenes.pixel_values(), [np.zeros((1, 32, 32))] * 2)
+
+
+def test_iou_refuses_soft_and_non_binary_masks():
+    gt = torch.zeros(8, 8, dtype=torch.bool)
+    gt[:4] = True
+    probs = torch.full((8, 8), 0.3)  # below one half everywhere: as a mask it is empty, never the full image
+    with pytest.raises(TypeError, match=r"pred must be a binary mask .* got dtype torch.float32; threshold"):
+        iou(probs, gt)
+    with pytest.raises(TypeError, match="gt must be a binary mask"):
+        iou(gt, gt.float())
+    with pytest.raises(ValueError, match=r"pred must be a binary mask with values 0 and 1, got values in \[0, 2\]"):
+        iou(gt.long() * 2, gt)
+    assert iou(probs > 0.5, gt).item() == 0.0 and iou(gt.to(torch.uint8), gt).item() == 1.0

@@ -22,6 +22,7 @@ __all__ = [
     "EPS",
     "bald",
     "binary_entropy",
+    "check_probabilities",
     "mask_entropy",
     "mixture_entropy",
     "pixel_entropy",
@@ -37,9 +38,21 @@ def probabilities(logits: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(logits.float())
 
 
+def check_probabilities(name: str, p: torch.Tensor) -> torch.Tensor:
+    """``p`` unchanged when it is a finite floating tensor of probabilities in [0, 1]; else a clear error (mask
+    logits, NaN and infinities would otherwise be clipped silently into a meaningless entropy)."""
+    check_tensor(name, p, dtype="floating", finite=True)
+    if p.numel() and (p.min() < 0 or p.max() > 1):
+        raise ValueError(
+            f"{name} must be probabilities in [0, 1], got values in [{float(p.min()):.4g}, {float(p.max()):.4g}] "
+            "(mask logits? convert them with usam.entropy.probabilities)"
+        )
+    return p
+
+
 def binary_entropy(p: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """Per-pixel binary entropy h(p) in bits, with p clipped to [eps, 1 − eps]."""
-    check_tensor("p", p, dtype="floating")
+    check_probabilities("p", p)
     eps = check_float("eps", eps, min=0.0, max=0.5, min_open=True, max_open=True)
     p = p.clamp(eps, 1.0 - eps)
     return -(p * torch.log2(p) + (1.0 - p) * torch.log2(1.0 - p))
@@ -50,7 +63,7 @@ def mask_entropy(p: torch.Tensor, eps: float = EPS) -> torch.Tensor:
 
     A background-only map (p ≈ 0 everywhere) stays finite: its weights are the clipped ε.
     """
-    check_tensor("p", p, dtype="floating")
+    check_probabilities("p", p)
     if p.ndim < 2:
         raise ValueError(f"p must have at least 2 dimensions (…, H, W), got shape {tuple(p.shape)}")
     pc = p.float().clamp(eps, 1.0 - eps)
@@ -60,14 +73,14 @@ def mask_entropy(p: torch.Tensor, eps: float = EPS) -> torch.Tensor:
 
 def pixel_entropy(p: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     """The unweighted mean of h(p) over the last two axes (concave in p, unlike :func:`mask_entropy`)."""
-    check_tensor("p", p, dtype="floating")
+    check_probabilities("p", p)
     return binary_entropy(p.float(), eps).mean((-2, -1))
 
 
 def _mixture(probs: torch.Tensor, weights: torch.Tensor | None, dim: int) -> torch.Tensor:
-    check_tensor("probs", probs, dtype="floating")
+    check_probabilities("probs", probs)
     if weights is None:
-        return probs.float().mean(dim)
+        return probs.float().mean(dim).clamp(0.0, 1.0)
     check_tensor("weights", weights, dtype="floating", finite=True)
     dim = dim % probs.ndim
     if weights.shape != probs.shape[: dim + 1]:
@@ -81,7 +94,7 @@ def _mixture(probs: torch.Tensor, weights: torch.Tensor | None, dim: int) -> tor
         raise ValueError("weights must not sum to zero along dim")
     w = (weights / total).float()
     w = w.reshape(*w.shape, *([1] * (probs.ndim - dim - 1)))
-    return (w * probs.float()).sum(dim)
+    return (w * probs.float()).sum(dim).clamp(0.0, 1.0)  # rounding may leave the mean 1 ulp above 1
 
 
 def mixture_entropy(

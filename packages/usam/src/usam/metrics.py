@@ -78,7 +78,9 @@ def spearman(x: Any, y: Any) -> float:
 def correction_curve(base: Any, refined: Any, priority: Any, r_max: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(r, mean IoU) with the ``i`` highest-priority samples corrected, r_i = i/N for i = 0 … ⌊r_max N⌋.
 
-    Ties in ``priority`` keep the input order (stable sort).
+    Samples with equal priority are corrected in an unknown order, so each tied group contributes its mean gain
+    per sample (the expected curve over the orders of the tie): the input order of the rows never matters, and a
+    constant priority gives the random curve.
     """
     base, refined, priority = _vectors(base=base, refined=refined, priority=priority)
     r_max = check_float("r_max", r_max, min=0.0, max=1.0, min_open=True)
@@ -86,6 +88,10 @@ def correction_curve(base: Any, refined: Any, priority: Any, r_max: float = 1.0)
     k = int(np.floor(r_max * n + 1e-9))
     order = np.argsort(-priority, kind="stable")
     gain = (refined - base)[order]
+    sorted_priority = priority[order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_priority[1:] != sorted_priority[:-1]]))
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, n)))
+    gain = (np.bincount(group, weights=gain) / np.bincount(group))[group]
     curve = base.mean() + np.concatenate([[0.0], np.cumsum(gain[:k])]) / n
     return np.arange(k + 1) / n, curve
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.utils import ModelOutput
 
 from icml25_shared.validate import check_bool, check_finite
 from usam.config import GAP_PAIRS, GAP_TARGETS, OFFICIAL_HEAD_NAMES, USAMConfig
@@ -55,8 +56,9 @@ def token_layout(model: nn.Module) -> tuple[int, int]:
 
 
 @dataclass
-class USAMOutput:
-    """What :meth:`UncertainSAM.forward` returns.
+class USAMOutput(ModelOutput):
+    """What :meth:`UncertainSAM.forward` returns: a transformers ``ModelOutput`` (attributes, ``out["name"]``,
+    ``out[0]``, ``to_tuple()``, fields that are ``None`` left out), like the SAM model's own output.
 
     ``pred_masks`` (B, P, K, h, w) and ``iou_scores`` (B, P, K) are the SAM model's outputs unchanged (K = 3 with
     ``multimask_output=True``, else 1); ``uncertainty[name]`` (B, P, K) is each head's score for each returned
@@ -64,9 +66,9 @@ class USAMOutput:
     asked for; ``sam_output`` is the model's full output object.
     """
 
-    pred_masks: torch.Tensor
-    iou_scores: torch.Tensor
-    uncertainty: dict[str, torch.Tensor]
+    pred_masks: torch.Tensor | None = None
+    iou_scores: torch.Tensor | None = None
+    uncertainty: dict[str, torch.Tensor] | None = None
     tokens: torch.Tensor | None = None
     sam_output: Any = None
 
@@ -113,6 +115,16 @@ class UncertainSAM(nn.Module):
             dec.transformer.register_forward_hook(self._capture_tokens),
             dec.activation.register_forward_hook(self._capture_upscaled),
         ]
+
+    @property
+    def device(self) -> torch.device:
+        """The SAM model's device (as ``PreTrainedModel.device``)."""
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The SAM model's floating dtype (as ``PreTrainedModel.dtype``)."""
+        return next(p.dtype for p in self.model.parameters() if p.is_floating_point())
 
     @property
     def in_features(self) -> int:
@@ -214,18 +226,33 @@ class UncertainSAM(nn.Module):
                     out[gap] = out[a] - out[b]
         return {name: out[name] for name in self.config.heads}
 
-    def forward(self, *args: Any, return_tokens: bool = False, **sam_inputs: Any) -> USAMOutput:
-        """Run the SAM model on its own arguments (``SamProcessor`` / ``Sam2Processor`` outputs) and the heads."""
+    def forward(
+        self, *args: Any, return_tokens: bool = False, return_dict: bool | None = None, **sam_inputs: Any
+    ) -> USAMOutput | tuple:
+        """Run the SAM model on its own arguments (``SamProcessor`` / ``Sam2Processor`` outputs) and the heads.
+
+        ``return_dict=False`` returns ``USAMOutput.to_tuple()`` (with the SAM output as the model's own tuple), as
+        transformers models do; the default follows the SAM model's ``config.use_return_dict``.
+        """
         check_bool("return_tokens", return_tokens)
-        dtype = next(self.model.parameters()).dtype
+        if return_dict is None:
+            return_dict = getattr(self.model.config, "use_return_dict", True)
+        check_bool("return_dict", return_dict)
+        dtype = self.dtype
         for key in ("pixel_values", "image_embeddings"):
             v = sam_inputs.get(key)
             if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dtype != dtype:
                 raise TypeError(f"{key} must have the model's dtype {dtype}, got {v.dtype} (cast it with .to({dtype}))")
+        for key, v in sam_inputs.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                check_finite(key, v)  # a NaN input would surface later as non-finite decoder tokens
+        for i, v in enumerate(args):
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                check_finite(f"positional argument {i}", v)
         multimask = sam_inputs.get("multimask_output", True)
         self._active, self._tokens, self._upscaled = True, None, None
         try:
-            out = self.model(*args, **sam_inputs)
+            out = self.model(*args, return_dict=True, **sam_inputs)
             q = self._tokens
             if q is None:
                 raise RuntimeError("UncertainSAM: the mask decoder's transformer hook did not run")
@@ -233,8 +260,18 @@ class UncertainSAM(nn.Module):
         finally:
             self._active, self._tokens, self._upscaled = False, None, None
         tokens = self.tokens_from_queries(q, choice)
+        if not torch.isfinite(tokens).all():
+            raise ValueError(
+                f"the SAM model's decoder tokens are not finite ({int((~torch.isfinite(tokens)).sum())} entries) "
+                f"although the inputs {sorted(k for k, v in sam_inputs.items() if isinstance(v, torch.Tensor))} are "
+                "finite: are the model's weights finite (a failed load or an overflow in float16)?"
+            )
         uncertainty = self.scores(tokens)
-        return USAMOutput(out.pred_masks, out.iou_scores, uncertainty, tokens if return_tokens else None, out)
+        result = USAMOutput(out.pred_masks, out.iou_scores, uncertainty, tokens if return_tokens else None, out)
+        if not return_dict:
+            result.sam_output = out.to_tuple()
+            return result.to_tuple()
+        return result
 
     # ------------------------------------------------------------------ save / load
     def save_pretrained(self, save_directory: str | Path) -> Path:

@@ -40,9 +40,23 @@ log = logging.getLogger(__name__)
 
 
 def iou(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
-    """IoU of boolean masks over the last two axes (broadcast); empty ∪ empty counts as identical (IoU 1)."""
+    """IoU of binary masks over the last two axes (broadcast); empty ∪ empty counts as identical (IoU 1).
+
+    Masks are boolean or integer 0/1 tensors; probabilities and logits are refused rather than counted as
+    foreground wherever non-zero: threshold them first (``logits > 0``, ``probs > 0.5``).
+    """
     if not isinstance(pred, torch.Tensor) or not isinstance(gt, torch.Tensor):
         raise TypeError(f"pred and gt must be torch.Tensor, got {type(pred).__name__} and {type(gt).__name__}")
+    for name, m in (("pred", pred), ("gt", gt)):
+        if m.is_floating_point() or m.is_complex():
+            raise TypeError(
+                f"{name} must be a binary mask (bool or integer 0/1), got dtype {m.dtype}; threshold probabilities "
+                "or logits first (probs > 0.5, logits > 0)"
+            )
+        if m.dtype != torch.bool and m.numel() and (m.min() < 0 or m.max() > 1):
+            raise ValueError(
+                f"{name} must be a binary mask with values 0 and 1, got values in [{int(m.min())}, {int(m.max())}]"
+            )
     pred, gt = pred.bool(), gt.bool()
     inter = (pred & gt).sum((-2, -1)).float()
     union = (pred | gt).sum((-2, -1)).float()
