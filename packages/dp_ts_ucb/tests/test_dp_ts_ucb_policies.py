@@ -288,3 +288,37 @@ def test_mab_adapter_on_policy():
     other = next(x for x in "abc" if x != first)
     with pytest.raises(ValueError, match="pending prediction"):
         mab2.partial_fit([other], [1.0])
+
+
+@pytest.mark.parametrize("cls", [DPTSUCB, UCB1, DPSE])
+def test_from_state_names_a_missing_entry(cls):
+    pol = cls(n_arms=3, horizon=200, seed=0)
+    run(pol, BernoulliBandit([0.6, 0.5, 0.2], seed=1), 20)
+    state = json.loads(json.dumps(pol.to_state()))
+    for path in (("rng",), ("params", "horizon"), ("ledger", "kind"), ("fields", cls._state_fields[0])):
+        broken = json.loads(json.dumps(state))
+        node = broken
+        for k in path[:-1]:
+            node = node[k]
+        del node[path[-1]]
+        with pytest.raises(ValueError, match=rf"is missing \['{path[-1]}'\]"):  # was a bare KeyError
+            cls.from_state(broken)
+
+
+def test_from_state_refuses_a_hand_edited_horizon_or_counts():
+    pol = DPTSUCB(n_arms=3, horizon=1000, seed=0)
+    run(pol, BernoulliBandit([0.6, 0.5, 0.2], seed=1), 50)
+    state = json.loads(json.dumps(pol.to_state()))
+    edited = json.loads(json.dumps(state))
+    edited["params"]["horizon"] = 5000  # the privacy bound was computed for T = 1000
+    with pytest.raises(ValueError, match="state is inconsistent: the ledger's mu_bound"):
+        DPTSUCB.from_state(edited)
+    edited = json.loads(json.dumps(state))
+    edited["t"] = 49
+    with pytest.raises(ValueError, match="summing to t=49"):
+        DPTSUCB.from_state(edited)
+    edited = json.loads(json.dumps(state))
+    edited["params"]["n_arms"] = 4
+    with pytest.raises(ValueError, match="counts"):
+        DPTSUCB.from_state(edited)
+    assert DPTSUCB.from_state(state).t == 50  # the untouched state still loads

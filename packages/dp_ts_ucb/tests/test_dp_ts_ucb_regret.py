@@ -42,3 +42,24 @@ def test_pure_dp_peers_learn(cls):
     r = simulate(cls, {"epsilon": 4.59}, env, 10**5, n_runs=10, seed=0, checkpoints=[10**4, 10**5])
     per_round = r.regret_curve / r.checkpoints
     assert per_round[1] < per_round[0]
+
+
+def test_regret_claim_verdict_comes_from_the_paired_interval():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from dp_ts_ucb.reproduce import _regret_claim
+
+    inst = SimpleNamespace(mu=0.5, epsilon=2.0, ratio=0.8, mts_by_b={}, mts_b=300)
+
+    def res(r):
+        r = np.asarray(r, float)
+        return SimpleNamespace(regret=r, regret_mean=r.mean(), regret_se=r.std(ddof=1) / len(r) ** 0.5)
+
+    base = np.array([100.0, 120, 90, 110, 105, 95])
+    lower = _regret_claim("A", 10**4, inst, res(base - 20), res(base))
+    assert lower.verdict == "holds" and lower.details["rule_op"] == "<" and lower.details["rule_threshold"] == 0.0
+    assert _regret_claim("A", 10**4, inst, res(base + 20), res(base)).verdict == "does not hold"
+    noisy = _regret_claim("A", 10**4, inst, res(base + np.array([-30, 25, -20, 15, -10, 5])), res(base))
+    assert noisy.verdict == "inconclusive"

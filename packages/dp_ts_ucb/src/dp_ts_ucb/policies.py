@@ -52,6 +52,15 @@ def _unjson_floats(x: Any) -> Any:
     return float(x) if isinstance(x, str) else x
 
 
+def _require(d: Any, keys: tuple[str, ...], where: str) -> None:
+    """Raise ``ValueError`` naming the first of ``keys`` missing from the mapping ``d``."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where} must be a dict, got {type(d).__name__}")
+    missing = [k for k in keys if k not in d]
+    if missing:
+        raise ValueError(f"{where} is missing {missing} (not a complete to_state() checkpoint)")
+
+
 def _check_reward(reward: Any) -> float:
     """A reward in [0, 1] as a float; a 0/1 bool reward (``rng.random() < p``) counts as 0.0/1.0."""
     if isinstance(reward, (bool, np.bool_)):
@@ -135,9 +144,23 @@ class BanditPolicy:
 
     @classmethod
     def from_state(cls, state: dict) -> BanditPolicy:
-        """Rebuild a policy from :meth:`to_state`; it continues exactly as the original would."""
+        """Rebuild a policy from :meth:`to_state`; it continues exactly as the original would.
+
+        The state is checked before use: a missing entry raises ``ValueError`` naming it, and so does a state
+        whose parts disagree (e.g. a hand-edited ``horizon``: the ledger's privacy bound, computed from the saved
+        parameters, must be the one these parameters give; counters, arrays and the pending arm must fit)."""
+        if not isinstance(state, dict):
+            raise ValueError(f"state must be a dict from to_state(), got {type(state).__name__}")
         if state.get("policy") != cls.__name__:
             raise ValueError(f"state is of policy {state.get('policy')!r}, not {cls.__name__}")
+        _require(state, ("params", "t", "pending", "counts", "fields", "ledger", "rng"), "state")
+        _require(state["params"], ("n_arms", "horizon", *cls._params), "state['params']")
+        _require(state["fields"], cls._state_fields, "state['fields']")
+        _require(state["ledger"], ("kind",), "state['ledger']")
+        ledgers = {"gdp": GDPLedger, "pure": PureDPLedger, "none": NonPrivateLedger}
+        kind = state["ledger"]["kind"]
+        if kind not in ledgers:
+            raise ValueError(f"state['ledger']['kind'] must be one of {sorted(ledgers)}, got {kind!r}")
 
         def dec(v: Any) -> Any:
             if isinstance(v, dict) and "__nd__" in v:
@@ -145,16 +168,49 @@ class BanditPolicy:
             return v
 
         pol = cls(**state["params"])
+        fresh_ledger = pol.ledger.to_state()  # what these parameters give, before any round
+        shapes = {f: np.shape(getattr(pol, f)) for f in cls._state_fields}
         pol.t, pol._pending, pol.counts = state["t"], state["pending"], dec(state["counts"])
-        for f, v in state["fields"].items():
-            setattr(pol, f, dec(v))
-        kind = state["ledger"]["kind"]
-        pol.ledger = {"gdp": GDPLedger, "pure": PureDPLedger, "none": NonPrivateLedger}[kind].from_state(
-            state["ledger"]
-        )
+        for f in cls._state_fields:
+            setattr(pol, f, dec(state["fields"][f]))
+        _require(state["ledger"], tuple(fresh_ledger), "state['ledger']")
+        try:
+            pol.ledger = ledgers[kind].from_state(state["ledger"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"state['ledger'] is malformed for kind {kind!r}: {e!r}") from e
+        pol._check_loaded(fresh_ledger, state["ledger"], shapes)
         pol._after_load()
         pol.rng.bit_generator.state = state["rng"]
         return pol
+
+    def _check_loaded(self, fresh: dict, saved: dict, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Consistency of a loaded state (see :meth:`from_state`)."""
+        if not isinstance(self.t, int) or not 0 <= self.t <= self.horizon:
+            raise ValueError(f"state['t'] must be an int in [0, horizon={self.horizon}], got {self.t!r}")
+        counts = np.asarray(self.counts)
+        if counts.shape != (self.n_arms,) or (counts < 0).any() or int(counts.sum()) != self.t:
+            raise ValueError(
+                f"state['counts'] must be {self.n_arms} non-negative pull counts summing to t={self.t}, got "
+                f"{counts.tolist()}"
+            )
+        if self._pending is not None:
+            self._pending = check_int("state['pending']", self._pending, min=0, max=self.n_arms - 1)  # type: ignore[assignment]
+        for f, shape in shapes.items():
+            if np.shape(getattr(self, f)) != shape:
+                raise ValueError(
+                    f"state['fields'][{f!r}] has shape {np.shape(getattr(self, f))}, expected {shape} for "
+                    f"n_arms={self.n_arms}"
+                )
+        for k, v in fresh.items():
+            if k in ("records", "draws"):
+                continue
+            if saved[k] != v and not (
+                isinstance(v, float) and isinstance(saved[k], float) and v != v and saved[k] != saved[k]
+            ):
+                raise ValueError(
+                    f"state is inconsistent: the ledger's {k} = {saved[k]!r} is not the {v!r} that its parameters "
+                    f"{ ({'n_arms': self.n_arms, 'horizon': self.horizon}) } give (was the state edited by hand?)"
+                )
 
     def _after_load(self) -> None:
         """Re-link derived objects after from_state."""
