@@ -59,10 +59,17 @@ TARGET = 0.93
 
 
 def run_method(
-    method: str, seed: int, alpha: float | None, rounds: int, align_interval: int = 10, mode: Mode = "eager"
+    method: str,
+    seed: int,
+    alpha: float | None,
+    rounds: int,
+    align_interval: int = 10,
+    mode: Mode = "eager",
+    split_seed: int = 0,
 ) -> tuple[History, bool]:
-    """Train ``method`` on the digits split; returns (history, ledger == closed form)."""
-    xtr, ytr, xte, yte = load_digits_split(0)
+    """Train ``method`` on the digits train/test split drawn from ``split_seed``, partitioned, initialised and
+    batched from ``seed``; returns (history, ledger == closed form)."""
+    xtr, ytr, xte, yte = load_digits_split(split_seed)
     data = client_datasets(xtr, ytr, 3, alpha=alpha, seed=seed)
     cfg = FSLConfig(
         rounds=rounds, batch_size=32, server_update_interval=5, align_interval=align_interval, mode=mode, seed=seed
