@@ -83,8 +83,18 @@ def _far_colour(rng: np.random.Generator, avoid: list[np.ndarray], dist: float) 
     return c
 
 
-def _scene(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[dict[str, Any]]]:
-    """One clean scene: image (S, S, 3) and its wholes [{mask, objects: [{mask, part}]}]."""
+def _scene(
+    rng: np.random.Generator,
+    size: int,
+    radius: tuple[float, float] = (5.0, 9.0),
+    wholes_max: int = 3,
+    min_area: int = 25,
+) -> tuple[np.ndarray, list[dict[str, Any]]]:
+    """One clean scene: image (S, S, 3) and its wholes [{mask, objects: [{mask, part}]}].
+
+    1..``wholes_max`` wholes of objects with radii drawn from ``radius``; objects smaller than ``min_area`` pixels
+    are dropped (and wholes smaller than 2.4 × ``min_area``). The defaults are the toy's scenes.
+    """
     yy, xx = np.mgrid[:size, :size] / size
     bg = rng.uniform(0.2, 0.8, 3)
     grad = rng.normal(0, 0.06, (2, 3))
@@ -92,13 +102,13 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[dict[s
     occupied = np.zeros((size, size), bool)
     wholes: list[dict[str, Any]] = []
     colours = [bg]
-    for _ in range(int(rng.integers(1, 4))):
+    for _ in range(int(rng.integers(1, wholes_max + 1))):
         for _try in range(30):
             cy, cx = rng.uniform(12, size - 12, 2)
             objs = []
             centre = np.array([cy, cx])
             for j in range(int(rng.integers(1, 4))):
-                ry, rx = rng.uniform(5, 9, 2)
+                ry, rx = rng.uniform(radius[0], radius[1], 2)
                 kind = "ellipse" if rng.random() < 0.6 else "rect"
                 if j:
                     ang = rng.uniform(0, 2 * np.pi)
@@ -108,7 +118,7 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[dict[s
                 m = _shape_mask(size, centre[0], centre[1], ry, rx, kind)
                 objs.append({"c": centre, "r": (ry, rx), "mask": m, "kind": kind})
             union = np.any([o["mask"] for o in objs], axis=0)
-            if not (union & np.pad(occupied, 0)).any() and union.sum() > 60:
+            if not (union & np.pad(occupied, 0)).any() and union.sum() > 2.4 * min_area:
                 break
         else:
             continue
@@ -122,7 +132,7 @@ def _scene(rng: np.random.Generator, size: int) -> tuple[np.ndarray, list[dict[s
         whole_objs = []
         for o in objs:
             mask = o["mask"] & ~taken  # later objects sit behind earlier ones
-            if mask.sum() < 25:
+            if mask.sum() < min_area:
                 continue
             taken |= mask
             col = np.clip(cw + 0.16 * _unit(rng), 0, 1)
