@@ -346,11 +346,11 @@ def _interleaved(fns: dict[str, Any], rounds: int, base: str) -> dict[str, Any]:
     return out
 
 
-def step_times(name: str, rates: dict[str, Any], rounds: int, depth: int = 2) -> dict[str, Any]:
+def step_times(name: str, rates: dict[str, Any], rounds: int, depth: int = 2, base: str = "dense") -> dict[str, Any]:
     """Whole-model train-step time (forward, backward, Adam) of each variant on the fold-0 training batch of
     ``name``, interleaved; ``rates``: variant -> sparse rate, or -> config overrides (e.g. ``{"sparse_rate": 0.0,
-    "moe_in_dense": True}``), with a ``"dense"`` entry, the reference. Every variant starts from the same weights
-    (:func:`timing_net`)."""
+    "moe_in_dense": True}``), with a ``base`` entry, the reference (default ``"dense"``). Every variant starts from
+    the same weights (:func:`timing_net`)."""
     xb, yb, n_classes = _timing_batch(name)
     ref = timing_net(name, depth, 0.0, n_classes)
     nets, opts = {}, {}
@@ -369,7 +369,7 @@ def step_times(name: str, rates: dict[str, Any], rounds: int, depth: int = 2) ->
 
         return run
 
-    out = _interleaved({v: step(v) for v in rates}, rounds, "dense")
+    out = _interleaved({v: step(v) for v in rates}, rounds, base)
     return {"dataset": name, "depth": depth, "batch": len(yb), **out}
 
 
@@ -442,19 +442,26 @@ EFFICIENCY_VARIANTS = {
 
 
 def efficiency(
-    name: str, rounds: int, depths: tuple[int, ...] = (2, 3), moe_reference: bool = True, per_layer: bool = True
+    name: str,
+    rounds: int,
+    depths: tuple[int, ...] = (2, 3),
+    moe_reference: bool = True,
+    per_layer: bool = True,
+    timed: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """Claim 1's measurements on ``name`` at each depth: whole-model step times of the four
     :data:`EFFICIENCY_VARIANTS` (soft rho = 0.5 and dense rho = 0, each as the official code runs them -- the MoE
     only in sparsified layers -- and with the MoE in every layer, ``moe_in_dense``: like with like), their counted
     FLOPs, the FLOP floor of a sparsification that starts at layer 2 (the depth-1 model's FLOPs over the depth-d
     dense model's: every layer after the first free), and with ``per_layer`` the per-layer step times (soft layer
-    vs the dense model's layer, and vs the same layer with the MoE with ``moe_reference``)."""
+    vs the dense model's layer, and vs the same layer with the MoE with ``moe_reference``). ``timed``: the variants
+    whose step times are measured (default all four; every variant's FLOPs are counted)."""
     flops = {d: {v: step_flops(name, d, o) for v, o in EFFICIENCY_VARIANTS.items()} for d in depths}
+    variants = {v: o for v, o in EFFICIENCY_VARIANTS.items() if timed is None or v in timed}
     floor1 = {moe: step_flops(name, 1, {"moe_in_dense": moe}) for moe in (False, True)}
     return {
         "dataset": name,
-        "whole": {d: step_times(name, EFFICIENCY_VARIANTS, rounds, depth=d) for d in depths},
+        "whole": {d: step_times(name, variants, rounds, depth=d, base=next(iter(variants))) for d in depths},
         "flops": flops,
         "flop_floor": {
             d: {"dense": floor1[False] / flops[d]["dense"], "dense_moe": floor1[True] / flops[d]["dense_moe"]}
@@ -607,12 +614,16 @@ def reproduction_tasks(
     for f, name in pairs:
         tasks.append(("fit", name, f, shared, params(name), split))
         tasks += [("fit", name, f, {v: extra}, params(name), split) for v, extra in separate.items()]
-    tasks += [("fit", name, f, {"minirocket": {}}, {"random_state": seed}, split) for name in names for f in folds]
-    eff = (schedule["step_rounds"], tuple(schedule["depths"]), schedule["moe_reference"], schedule["per_layer"])
+    eff = (schedule["step_rounds"], tuple(schedule["depths"]), schedule["moe_reference"], schedule["per_layer"],
+           schedule.get("timed"))  # fmt: skip
     tasks += [("efficiency", name, *eff) for name in names]
     if rates:
         tasks += [("steps", name, rates, schedule["step_rounds"]) for name in names]
-    return [*tasks, *[("interp", *interp, s) for s in (interp_seeds or [seed])]]
+    tasks += [("interp", *interp, s) for s in (interp_seeds or [seed])]
+    # MiniRocket last: after aeon's MiniRocket has run in a process, torch's CPU time there grows about 15-fold
+    # (measured: a 2.2 CPU-s timing took 31 CPU-s), which would inflate the timings and the quick budget
+    mini = {"random_state": seed}
+    return [*tasks, *[("fit", name, f, {"minirocket": {}}, mini, split) for name in names for f in folds]]
 
 
 class FitRows:
@@ -679,7 +690,8 @@ def efficiency_ratios(eff: dict[str, Any]) -> dict[str, float]:
     the counted-FLOP ratios and floors, and per layer ``depth d: layer l`` (and ``... (vs dense + MoE)``)."""
     out: dict[str, float] = {}
     for d, whole in eff["whole"].items():
-        out[f"depth {d}: whole model"] = round(whole["soft"]["ratio_median_of_rounds"], 3)
+        if "soft" in whole and "dense" in whole:
+            out[f"depth {d}: whole model"] = round(whole["soft"]["ratio_median_of_rounds"], 3)
         if "soft_moe" in whole:
             sm = np.median(np.asarray(whole["soft_moe"]["per_round_s"]) / np.asarray(whole["dense_moe"]["per_round_s"]))
             out[f"depth {d}: whole model, MoE in every layer"] = round(float(sm), 3)
