@@ -46,13 +46,13 @@ def _runs(**per_seed):
     ],
 )
 def test_headline_verdicts_come_from_the_interval_over_seeds(change, verdicts):
-    claims = _headline(_runs(**change), [0, 1], "QP")
+    claims = _headline(_runs(**change), [0, 1], "QP 50/25/25")
     assert [c.verdict for c in claims] == verdicts
     assert all("2 seeds" in c.measured for c in claims if c.details.get("seeds", {}).get("n") == 2)
 
 
 def test_headline_is_not_judged_when_the_raw_solver_is_already_feasible():
-    claims = _headline(_runs(feas_raw=[1.0, 0.5]), [0, 1], "QP")
+    claims = _headline(_runs(feas_raw=[1.0, 0.5]), [0, 1], "QP 50/25/25")
     assert claims[0].verdict == "shown" and "nothing to repair" in claims[0].measured
 
 

@@ -29,7 +29,8 @@ __all__ = ["reproduce"]
 
 def _headline(rs: list[dict[str, Any]], seeds: list[int], problem: str) -> list[Claim]:
     """The headline as three statements, each judged on the interval over ``seeds`` (one run per seed)."""
-    tag = problem.split()[0]
+    kind, size = problem.split()[:2]
+    tag = f"{kind} {size.split('/')[0]}"  # "QP 50", "QP 100", "QCQP 100": distinct labels in one result
     feas = [r["feas_bp"] for r in rs]
     raw = [r["feas_raw"] for r in rs]
     per_seed = [{k: v for k, v in r.items() if not isinstance(v, (list, dict))} for r in rs]
