@@ -61,3 +61,13 @@ def test_amortized_joint_fit_reports_convergence():
     am = AmortizedDifficulty().fit(X, Y)
     assert am.converged_ and am.final_change_ < am.tol
     assert not AmortizedDifficulty(max_iter=2).fit(X, Y).converged_
+
+
+def test_item_without_a_finite_difficulty_ends_at_the_bound_and_em_converges():
+    Y, *_ = rasch_data(300, 12, seed=4)
+    Y[:, 3] = 1.0  # every taker right: the marginal-ML difficulty of item 3 is -inf
+    m = Rasch().fit(Y)
+    assert m.converged_ and m.difficulty_[3] == -m.config.b_bound
+    assert m.at_bound_.tolist() == [k == 3 for k in range(12)]
+    free = Rasch(b_bound=1e6, max_iter=200).fit(Y)  # unbounded, it drifts outwards (to where p rounds to 1)
+    assert free.difficulty_[3] < -8.0 and not free.at_bound_.any()

@@ -47,7 +47,8 @@ class IRTConfig:
     ``max_iter`` reached first: ``converged_ = False``. ``n_iter_`` and ``final_change_`` report both."""
     b_bound: float = 8.0
     """EM keeps every difficulty in [−b_bound, b_bound]. An item answered correctly (or wrongly) by every taker has
-    an infinite marginal-ML difficulty: unbounded, EM moves it ever more slowly outwards and never meets ``tol``.
+    an infinite marginal-ML difficulty: unbounded, EM keeps moving it outwards (on the reproduction's HELM-shaped
+    matrix, 500 iterations without meeting ``tol``) until p rounds to 1 at a meaningless value.
     Such items end at the bound (``at_bound_`` flags them): with σ_θ = 1, every taker within 3 σ_θ of the mean
     answers an item at −8 right (at +8 wrong) with probability ≥ σ(5) = 0.993."""
     log_a_prior_sd: float | None = 0.5

@@ -234,6 +234,7 @@ class _IRTModel:
     def _set_params(self, P: torch.Tensor) -> None:
         a, b, c = self._unpack(P)
         self.difficulty_ = b.detach().numpy().copy()
+        self.at_bound_ = np.abs(self.difficulty_) >= self.config.b_bound  # no finite MML difficulty (see b_bound)
         self.discrimination_ = a.detach().numpy().copy()
         self.guessing_ = None if c is None else c.detach().numpy().copy()
 
@@ -294,8 +295,6 @@ class _IRTModel:
         self.n_iter_ = len(trace)
         self.final_change_ = change
         self.prior_sd_ = sd
-        b_now = self._unpack(P)[1]
-        self.at_bound_ = (b_now.abs() >= cfg.b_bound).numpy()
         return P
 
     def _jml(self, Y: ResponseMatrix, P: torch.Tensor) -> torch.Tensor:

@@ -124,8 +124,8 @@ def cat_claim(cat: dict) -> Claim:
         "<=",
         CAT_RATIO,
         seeds=list(range(len(ratios))),
-        rule=f"items(CAT) / items(random) <= {CAT_RATIO} per bank (200 takers, 5 splits, cap 400), on the 95% "
-        "t-interval of the mean over the banks (the 'seeds' are banks)",
+        rule=f"items(CAT) / items(random) <= {CAT_RATIO} per scenario bank (200 takers, 5 splits, cap 400); the "
+        "interval's 'seeds' are the banks",
         short="C4 CAT vs random",
         details={"per_scenario": rows, **{k: v for k, v in cat.items() if k != "per_scenario"}},
     )
