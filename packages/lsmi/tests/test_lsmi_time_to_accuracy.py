@@ -89,3 +89,32 @@ def test_gate_claim_verdict_comes_from_the_interval_over_seeds():
     assert c.verdict == "holds" and c.details["rule_threshold"] == 0.05
     assert _gate_claims({0: means(0.08), 1: means(0.09), 2: means(0.085)})[2].verdict == "does not hold"
     assert _gate_claims({0: means(0.01), 1: means(0.09), 2: means(0.04)})[2].verdict == "inconclusive"
+
+
+def test_full_reproduction_path_runs_on_committed_rows(tmp_path, monkeypatch):
+    """The --full claim code end to end, with the experiments replaced by the committed run's rows (no training):
+    three seeds, the Gaussian, digits, efficiency and both PID-Batch claims, with the verdicts the rules give."""
+    import json
+    from pathlib import Path
+
+    import lsmi.experiments as ex
+    from lsmi.reproduce import reproduce
+
+    full = json.loads((Path(__file__).parents[1] / "reproduction/full/result_full.json").read_text())
+    rows = {c["short"]: c["details"].get("rows") for c in full["claims"]}
+    tta = next(v for k, v in rows.items() if k.startswith("PID-Batch/LSMI"))
+    gauss = {0.9: {"estimated": [0.0, 0.0, 0.0, 0.011], "exact_plugin": [0.0, 0.0, 0.0, 0.007]},
+             0.5: {"estimated": [0.0, 0.0, 0.0, 0.057], "exact_plugin": [0.0, 0.0, 0.0, 0.062]}}  # fmt: skip
+    real = {"digits": [2.04, 0.01, 0.02, 0.20], "digits_shuffled": [-0.03, 2.08, -0.0, -0.13],
+            "breast_cancer": [0.52, -0.03, 0.04, 0.0]}  # fmt: skip
+    monkeypatch.setattr(ex, "gate_means", lambda seed=0: {"xor": [0.0, 0.0, 0.0, 0.69], "or": [0.21, 0, 0, 0.35]})
+    monkeypatch.setattr(ex, "gaussian_sweep", lambda seed=0: gauss)
+    monkeypatch.setattr(ex, "real_data_means", lambda seed=0: real)
+    monkeypatch.setattr(ex, "efficiency_sweep", lambda **kw: rows["CVX/LSMI time grows with Ck²"])
+    monkeypatch.setattr(ex, "time_to_accuracy", lambda c, n, **kw: next(r for r in tta if r["C"] == c))
+    res = reproduce(True, tmp_path, seed=0)
+    got = {c.short: c.verdict for c in res.claims}
+    assert got["PID-Batch/LSMI time ≥ 3x"] == "does not hold"  # 2.0x at C = 10 at every (identical) seed
+    assert got['PID-Batch/LSMI time ≥ 3x (density="gmm")'] == "holds"  # 13.7x
+    assert got["Gaussian vs exact plug-in"] == "holds" and got["digits halves: R dominant"] == "holds"
+    assert res.settings["seeds"] == [0, 1, 2]

@@ -81,8 +81,8 @@ def _gaussian_claim(per_seed: dict[int, dict]) -> Claim:
                  "ordered": [ex.synergy_ordered(per_seed[k]) for k in seeds]},
         short="Gaussian vs exact plug-in",
     )  # fmt: skip
-    est, ex = ([r[k][3] for r in rows.values()] for k in ("estimated", "exact_plugin"))
-    c.measured += f"; S = {_vals(est, 3)} (exact {_vals(ex, 3)}) at seed {seeds[0]}"
+    est_s, exact_s = ([r[k][3] for r in rows.values()] for k in ("estimated", "exact_plugin"))
+    c.measured += f"; S = {_vals(est_s, 3)} (exact {_vals(exact_s, 3)}) at seed {seeds[0]}"
     v = combine(c.verdict, HOLDS if all(c.details["ordered"]) else FAILS)
     return Claim(c.text, c.paper, c.measured, None, c.rule, c.unit, c.details, c.short, v)
 
