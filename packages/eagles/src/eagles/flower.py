@@ -19,16 +19,13 @@
 
 from __future__ import annotations
 
-import copy
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from flwr.serverapp.strategy.strategy_utils import sample_nodes
@@ -49,8 +46,8 @@ from eagles.client import (
 )
 from eagles.config import EaglesConfig
 from eagles.server import ClientReply, EaglesServer
-from icml25_shared.flower import LocalGrid as _LoopbackGrid
-from icml25_shared.validate import check_bool, check_choice, check_int, check_tensor
+from icml25_shared.flower import LocalGrid as _SharedLocalGrid
+from icml25_shared.validate import check_choice, check_int, check_tensor
 
 __all__ = [
     "MASK_PREFIX",
@@ -71,52 +68,9 @@ MASK_PREFIX = "mask/"
 """Prefix of the layer-mask entries of a train reply's ArrayRecord."""
 
 
-class LocalGrid(_LoopbackGrid):
-    """``num_nodes`` virtual SuperNodes in this process (``node_config = {"partition-id": i, "num-partitions":
-    num_nodes}``, contexts in ``grid.contexts`` by node id), with Flower's failure semantics.
-
-    Flower's simulation engine (``run_simulation``) and its SuperNodes never let a ``ClientApp`` exception reach
-    the ServerApp: the node answers with an error ``Message`` (``ErrorCode.CLIENT_APP_RAISED_EXCEPTION``, reason
-    ``"<class ...>:<'message'>"``) and its ``context.state`` is not updated. This grid does the same, so a
-    strategy's handling of failed clients runs in process exactly as it runs on Ray.
-
-    Args:
-        client_app, num_nodes, run_config, seed: as :class:`icml25_shared.flower.LocalGrid`.
-        raise_errors: let a ClientApp's exception through instead (debugging).
-    """
-
-    def __init__(
-        self,
-        client_app: ClientApp,
-        num_nodes: int,
-        run_config: dict[str, Any] | None = None,
-        seed: int = 0,
-        *,
-        raise_errors: bool = False,
-    ) -> None:
-        super().__init__(client_app, num_nodes, run_config, seed)
-        self.raise_errors = check_bool("raise_errors", raise_errors)
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        ids = []
-        for msg in messages:
-            node = msg.metadata.dst_node_id
-            if node not in self.contexts:
-                raise ValueError(f"message to node {node}, which is not a node of this grid {sorted(self.contexts)}")
-            context = self.contexts[node]
-            before = copy.deepcopy(context.state)
-            try:
-                reply = self._app(msg, context)
-            except Exception as ex:
-                if self.raise_errors:
-                    raise
-                context.state = before  # Flower's engines keep a failed node's state as it was
-                reason = f"{type(ex)}:<'{ex}'>"
-                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg)
-            mid = uuid.uuid4().hex
-            self._inbox[mid] = reply
-            ids.append(mid)
-        return ids
+LocalGrid = _SharedLocalGrid
+"""``num_nodes`` virtual SuperNodes in this process with Flower's failure semantics (a raising ``ClientApp``
+becomes an error reply and its node's state is kept): :class:`icml25_shared.flower.LocalGrid`, re-exported."""
 
 
 def _to_record(state: Mapping[str, Tensor]) -> ArrayRecord:
