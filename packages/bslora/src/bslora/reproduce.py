@@ -8,13 +8,14 @@ gain cannot be resolved, so the claim judged is parity at about half the paramet
 2. its mean exact match is at least LoRA-8's minus a margin (0.03 quick, 0.01 full) on the tasks where LoRA-8
    lands in 30-95 % (neither floor nor ceiling); shown beside it: SS vs LoRA-4 at an equal budget.
 
-Quick: reverse + sort, one fine-tuning seed, LoRA 8/4 vs SS. Full: 3 seeds x 3 tasks (+ addition), LoRA-2, KE, GT
-and peft LoRA-8; exact parameter ratios at LLaMA-7B/8B/13B shapes; mixed-batch serving of the task adapters.
+Quick: sort, three fine-tuning seeds, LoRA-8 vs SS. Full: 3 seeds x 3 tasks (reverse, sort, addition), LoRA-4,
+LoRA-2, KE, GT and peft LoRA-8; exact parameter ratios at LLaMA-7B/8B/13B shapes; mixed-batch serving of the task
+adapters.
 
-Seeds: ``seed`` seeds the base pre-training; the fine-tuning seeds are ``seed_list(seed, n)`` (n = 1 quick, 3
-full), the first one calibrating the step counts. Claim 2 is judged on the interval of its per-seed figure (with
-one seed in quick, the point itself: three fine-tuning seeds do not fit the one-minute budget; ``icml25 sweep``
-shows the spread across base seeds).
+Seeds: the pre-trained base is a fixed fixture (pre-training seed 0, as a downloaded checkpoint would be: with
+other pre-training seeds the tiny base did not always form the positional routing in 300 steps, and reverse then
+stays at 0 % for every method); the fine-tuning seeds are ``seed_list(seed, 3)``, the first one calibrating the
+step counts. Claim 2 is judged on the t-interval of its per-seed figure.
 """
 
 from __future__ import annotations
@@ -49,10 +50,10 @@ SS, L8, L4 = "BSLoRA SS(2,4,16)", "LoRA r=8", "LoRA r=4"
 
 def reproduce(full: bool, out_dir: Path, *, download: bool = False, seed: int = 0) -> ReproResult:
     """Run the experiments of the module docstring and judge the claims (no real data: ``download`` is unused)."""
-    seeds = seed_list(seed, 3 if full else 1)
-    task_names = ["reverse", "sort", "add"] if full else ["reverse", "sort"]
+    seeds = seed_list(seed, 3)
+    task_names = ["reverse", "sort", "add"] if full else ["sort"]
     methods = method_configs(full)
-    base, base_info = pretrain_base(seed, cache_dir=Path(out_dir) / "cache")
+    base, base_info = pretrain_base(0, cache_dir=Path(out_dir) / "cache")  # the fixed pre-trained fixture
     base_state = {k: v.detach().clone() for k, v in base.state_dict().items()}
     # the first seed calibrates each task's step count on LoRA-8; the other seeds reuse it
     s0 = seeds[0]
@@ -110,18 +111,19 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, seed: int = 
     else:
         claims.append(Claim(text, paper, m8, None, rule=rule, short="exact match SS - LoRA-8", details=details,
                             verdict="skipped"))  # fmt: skip
-    m4, lo4, hi4 = paired_interval([exact[SS][k] - exact[L4][k] for k in all_keys])
-    claims.append(
-        Claim(
-            "Equal budget: mean exact match SS - LoRA-4 (both 24,576 parameters)",
-            None,
-            m4,
-            None,
-            rule="shown",
-            short="exact match SS - LoRA-4",
-            details={"acc_SS": mean_acc[SS], "acc_LoRA4": mean_acc[L4], "paired_95ci": [lo4, hi4]},
+    if L4 in exact:  # full mode
+        m4, lo4, hi4 = paired_interval([exact[SS][k] - exact[L4][k] for k in all_keys])
+        claims.append(
+            Claim(
+                "Equal budget: mean exact match SS - LoRA-4 (both 24,576 parameters)",
+                None,
+                m4,
+                None,
+                rule="shown",
+                short="exact match SS - LoRA-4",
+                details={"acc_SS": mean_acc[SS], "acc_LoRA4": mean_acc[L4], "paired_95ci": [lo4, hi4]},
+            )
         )
-    )
     claims.append(
         Claim(
             "Calibration: LoRA r=8 exact match lands in 30-95 % on every task (first seed; min shown)",
