@@ -1,8 +1,11 @@
-"""The reproduction's experiments on the toy setting (``usam.toy``): data, SamScore, USAM heads, curves, tables.
+"""The reproduction's experiments: data, SamScore, USAM heads, curves, tables.
 
-Protocol (one seed): a SamScore head per toy model trained on *source* prompts (every mask with its own IoU, as
-SAM's IoU head), USAM heads trained on *target* prompts (tokens of the GT-best mask, Sec. 4.1), evaluation on held-out
-target prompts at the token of the SamScore-selected mask (what a user has at inference). Importable by users::
+The segmenter (``Setup.model``) is the shipped small ``SamModel`` (:mod:`usam.small_sam`, trained on the toy's
+*source* scenes; its own IoU head is the SamScore, its decoder tokens are captured by :class:`usam.model.UncertainSAM`'s
+hooks) or, as a fast fixture for tests, the training-free :class:`usam.toy.ToySegmenter` (hand-made stand-in tokens,
+a SamScore head trained on source prompts). Protocol (one seed): USAM heads trained on *target* prompts (tokens of
+the GT-best mask, Sec. 4.1), evaluation on held-out target prompts at the token of the SamScore-selected mask (what a
+user has at inference). Importable by users::
 
     from usam.experiments import QUICK, run_seed
     result = run_seed(QUICK, seed=0)
@@ -34,7 +37,6 @@ __all__ = [
     "Setup",
     "mc_entropies",
     "run_seed",
-    "run_toy_sam",
     "summarise",
 ]
 
@@ -49,11 +51,15 @@ class Setup:
     """Sizes of one run; prompts are GT instances (4 per scene)."""
 
     source_prompts: int = 1000
+    """Source prompts for the toy segmenter's SamScore head (the small SamModel has its own IoU head)."""
     train_prompts: int = 1000
     test_prompts: int = 400
-    seeds: tuple[int, ...] = (0,)
+    n_seeds: int = 3
+    """Seeds per run: a run at base seed ``b`` uses ``icml25_shared.verdict.seed_list(b, n_seeds)``."""
+    model: str = "small_sam"
+    """``"small_sam"``: the shipped small SamModel (:mod:`usam.small_sam`); ``"toy"``: the ToySegmenter fixture."""
     tiny: bool = False
-    """Also run the "Tiny" toy model (model selection, Δ*_Θ, H_Θ)."""
+    """Also run the "Tiny" toy model (model selection, Δ*_Θ, H_Θ; toy only)."""
     dense_prompt: bool = False
     """Also run the 8-point prompt (prompt refinement, Δ*_XP)."""
     mc: bool = False
@@ -65,29 +71,32 @@ class Setup:
     """Also train IoU heads for Δ* as differences (Δ*_A = USAM_θ − USAM_SAM, Δ*_XP = USAM_dense − USAM_θ)."""
     ablation: bool = True
     """Train the token-ablation heads (mask token only, IoU token only) of the task gap."""
-    toy_sam_steps: int = 0
-    """Also train a tiny real ``SamModel`` on source scenes for this many steps (``usam.toy_sam``) and run the
-    protocol on its learned decoder tokens and IoU head (0: skip)."""
+
+    def __post_init__(self) -> None:
+        if self.model not in ("small_sam", "toy"):
+            raise ValueError(f"model must be 'small_sam' or 'toy', got {self.model!r}")
+        if self.model == "small_sam" and (self.tiny or self.mc):
+            raise ValueError(
+                "tiny and mc need a second model size: only model='toy' has one (the small SamModel ships one size)"
+            )
 
 
 TOY_CONFIG = USAMConfig(optimizer="adamw", lr=1e-3, epochs=60, batch_size=64, val_fraction=0.0)
 """USAM head training on the toy: AdamW, 60 epochs (the released SGD setting is tuned for ~10⁵ COCO rows and
 barely moves a head in 36 epochs of 1,000 rows; ``--full`` reports it too); 512 hidden units, GT-best tokens."""
 
-QUICK = Setup(config=TOY_CONFIG)
+QUICK = Setup(train_prompts=800, config=TOY_CONFIG, ablation=False)
+"""Quick: 3 seeds × (800 train + 400 test target prompts) on the small SamModel; no token ablation (CPU budget:
+≈ 16 CPU-s a seed)."""
 FULL = Setup(
-    source_prompts=1000,
     train_prompts=2400,
     test_prompts=600,
-    seeds=(0, 1, 2, 3, 4),
-    tiny=True,
+    n_seeds=5,
     dense_prompt=True,
-    mc=True,
     config=replace(TOY_CONFIG, epochs=25),
-    toy_sam_steps=800,
 )
-"""--full: 5 seeds × 4,000 prompts. The heads train for 25 epochs on 2,400 rows, the same number of optimiser steps
-(≈ 940 batches of 64) as the quick run's 60 epochs on 1,000 rows, to fit the 15-minute bound on 2 cores."""
+"""--full: 5 seeds × 3,000 prompts, 8-point prompts (prompt gap), token ablation. The heads train for 25 epochs on
+2,400 rows, the same number of optimiser steps (≈ 940 batches of 64) as the quick run's 60 epochs on 1,000 rows."""
 
 
 @dataclass
@@ -183,6 +192,10 @@ def run_seed(setup: Setup, seed: int) -> SeedResult:
 def _run_seed(setup: Setup, seed: int, models: dict[str, Any] | None = None) -> SeedResult:
     cfg = replace(setup.config, seed=seed)
     off = cfg.gap_offset
+    if models is None and setup.model == "small_sam":
+        from usam.small_sam import load_small_sam
+
+        models = {"large": load_small_sam()}
     if models is None:  # the toy segmenters, with a SamScore head trained on the source domain
         models = {"large": ToySegmenter()}
         if setup.tiny:
@@ -307,19 +320,6 @@ def _run_seed(setup: Setup, seed: int, models: dict[str, Any] | None = None) -> 
         sizes,
         val,
     )
-
-
-def run_toy_sam(setup: Setup) -> tuple[Any, list[SeedResult]]:
-    """A tiny ``SamModel`` trained once on source scenes (seed ``setup.seeds[0]``), then the protocol per seed on
-    its tokens: USAM heads on target prompts, its own IoU head as the SamScore (task and segmentation tasks only)."""
-    from usam.toy_sam import train_toy_sam
-
-    with torch_threads(1):
-        seed0 = setup.seeds[0]
-        src = _scenes(4 * setup.source_prompts, "source", seed0 + 3000, setup)
-        fit = train_toy_sam(src, steps=setup.toy_sam_steps, seed=seed0)
-        plain = replace(setup, tiny=False, dense_prompt=False, mc=False, difference=False, ablation=False)
-        return fit, [_run_seed(plain, s, {"large": fit.model}) for s in setup.seeds]
 
 
 def summarise(results: list[SeedResult]) -> dict[str, Any]:

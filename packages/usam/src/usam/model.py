@@ -232,11 +232,11 @@ class UncertainSAM(nn.Module):
         """Run the SAM model on its own arguments (``SamProcessor`` / ``Sam2Processor`` outputs) and the heads.
 
         ``return_dict=False`` returns ``USAMOutput.to_tuple()`` (with the SAM output as the model's own tuple), as
-        transformers models do; the default follows the SAM model's ``config.use_return_dict``.
+        transformers models do; the default follows the SAM model's ``config.return_dict``.
         """
         check_bool("return_tokens", return_tokens)
         if return_dict is None:
-            return_dict = getattr(self.model.config, "use_return_dict", True)
+            return_dict = getattr(self.model.config, "return_dict", True)
         check_bool("return_dict", return_dict)
         dtype = self.dtype
         for key in ("pixel_values", "image_embeddings"):
