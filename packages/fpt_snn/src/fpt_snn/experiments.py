@@ -118,8 +118,14 @@ class SNNClassifier(nn.Module):
 
 def load_digits(split_seed: int = 1234) -> Data:
     """scikit-learn's 1797 8×8 digits, intensities in [0, 1], a 1347/450 split drawn from ``split_seed`` (the
-    default 1234 is the split of every committed run): (X_train, y_train, X_test, y_test)."""
-    from sklearn.datasets import load_digits as sk_load_digits
+    default 1234 is the split of every committed run): (X_train, y_train, X_test, y_test). Needs scikit-learn
+    (``pip install 'icml25-fpt-snn[repro]'``)."""
+    try:
+        from sklearn.datasets import load_digits as sk_load_digits
+    except ImportError as err:
+        raise ImportError(
+            "load_digits needs scikit-learn: pip install 'icml25-fpt-snn[repro]' (or scikit-learn>=1.4)"
+        ) from err
 
     d = sk_load_digits()
     X = torch.tensor(d.data / 16.0, dtype=torch.float32)
