@@ -99,3 +99,17 @@ def test_interpretability_claims_are_judged_over_seeds(monkeypatch, tmp_path):
     assert by["top shape IoU with window"].details["seeds"]["per_seed"] == {"3": 0.95, "4": 0.2, "5": 0.9}
     assert by["occlusion top - random"].verdict == "holds"
     assert res.settings["interpretability_seeds"] == [3, 4, 5]
+
+
+@pytest.mark.parametrize(
+    ("soft", "verdict"), [((1.0, 1.0), "holds"), ((1.0, 0.975), "inconclusive"), ((0.975, 0.975), "does not hold")]
+)
+def test_claim_1_accuracy_part_is_judged_on_the_interval_over_folds(soft, verdict):
+    """Dense at 1.0 on both folds; soft - dense per fold: (0, 0) holds, (0, -2.5) straddles -1 pt, (-2.5, -2.5)."""
+    from softshape.experiments import FitRows
+    from softshape.reproduce import _equal_accuracy
+
+    rows = [{"dataset": "GunPoint", "fold": f, "variant": v, "accuracy": a, "n_test": 40, "fit_s": 1.0}
+            for f in (0, 1) for v, a in (("soft", soft[f]), ("dense", 1.0))]  # fmt: skip
+    got, spread = _equal_accuracy(FitRows(rows))
+    assert got == verdict and spread.n == 2

@@ -24,7 +24,7 @@ import numpy as np
 
 from icml25_shared.device import worker_count
 from icml25_shared.report import Claim, ReproResult
-from icml25_shared.verdict import seed_list
+from icml25_shared.verdict import FAILS, HOLDS, Spread, combine, judge, seed_list
 from softshape.experiments import (
     DATASETS,
     N_FOLDS,
@@ -95,18 +95,22 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, seed: int = 
     judged = mean_ratio(f"depth {d}: whole model, MoE in every layer")
     d_acc = acc(None, "soft") - acc(None, "dense")
     beside = _beside(ratios, d)
+    acc_verdict, acc_spread = _equal_accuracy(res)
     claims = [
         Claim(
             "Efficiency: soft sparsification (rate 0.5) cuts the train-step time of the dense model at equal accuracy",
             "faster at equal or better accuracy (time-vs-accuracy plot, 128 UCR)",
-            round(judged, 3),
-            judged <= EFFICIENCY_LINE and abs(d_acc) <= ACC_BAND,
+            f"{judged:.3f}; acc soft - dense {acc_spread.text(2, 'pt').replace('seeds', 'set-folds')}",
+            None,
+            verdict=combine(HOLDS if judged <= EFFICIENCY_LINE else FAILS, acc_verdict),
             rule=f"measured = whole-model step time soft/dense at depth {d}, like with like: both run the MoE in "
             f"every layer (moe_in_dense; median of interleaved per-round ratios, mean over {' + '.join(effs)}); "
-            f"holds if <= {EFFICIENCY_LINE} and |acc soft - acc dense| <= {100 * ACC_BAND:.0f} pt (depth-2 fits, "
-            f"mean over the {n_rows} set-fold runs). Layer 1 is never sparsified (keep ratios 1 - linspace(0, rho, "
-            f"L)), so no rate can go below the FLOP floor shown. Beside it: {beside}",
+            f"holds if <= {EFFICIENCY_LINE} and acc soft - acc dense within ±{100 * ACC_BAND:.0f} pt, judged on the "
+            f"95% t-interval of the per-(set, fold) gap over the {n_rows} depth-2 fits (one test fold of 40 series "
+            f"moves it by 2.5 pt). Layer 1 is never sparsified (keep ratios 1 - linspace(0, rho, L)), so no rate "
+            f"can go below the FLOP floor shown. Beside it: {beside}",
             details={
+                "acc_gap_per_fold": acc_spread.to_dict(),
                 "ratios": ratios,
                 "timings": effs,
                 "acc_sparse": acc(None, "soft"),
@@ -202,6 +206,19 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, seed: int = 
         **{"torch_threads_per_worker": 1, "workers": worker_count() if full else 1, "rows": rows},
     }
     return ReproResult("softshape", claims, settings=settings, artifacts=artifacts)
+
+
+def _equal_accuracy(res: FitRows) -> tuple[str, Spread]:
+    """Claim 1's accuracy part: the per-(set, fold) gap acc soft - acc dense (pt) judged on its interval, both
+    sides of the ±1 pt band."""
+    soft = {(r["dataset"], r["fold"]): r["accuracy"] for r in res.select(None, "soft")}
+    dense = {(r["dataset"], r["fold"]): r["accuracy"] for r in res.select(None, "dense")}
+    keys = sorted(soft)
+    gaps = [100 * (soft[k] - dense[k]) for k in keys]
+    labels = list(range(len(keys)))
+    low, sp = judge(gaps, ">=", -100 * ACC_BAND, seeds=labels)
+    high, _ = judge(gaps, "<=", 100 * ACC_BAND, seeds=labels)
+    return combine(low, high), sp
 
 
 def _beside(ratios: dict[str, dict[str, float]], d: int) -> str:
