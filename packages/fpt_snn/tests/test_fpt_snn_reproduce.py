@@ -21,7 +21,6 @@ def test_fidelity_table_reduced():
 
 
 def test_train_digits_reduced_runs_and_learns():
-    pytest.importorskip("sklearn")  # the digits set (repro extra)
     g = torch.Generator().manual_seed(0)
     # a separable toy problem in the digits format: class = which half of the features is bright
     y = torch.randint(0, 2, (256,), generator=g)
