@@ -117,3 +117,17 @@ def test_training_script_rebuilds_the_shipped_checkpoint():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--check"]) == 0
+
+
+@shipped
+@pytest.mark.slow
+def test_full_setup_runs_the_prompt_gap_and_ablation_on_the_small_sam(tmp_path):
+    from usam.experiments import FULL
+    from usam.reproduce import reproduce
+
+    setup = dataclasses.replace(FULL, train_prompts=60, test_prompts=24, n_seeds=2)
+    res = reproduce(True, tmp_path, setup=setup)
+    shorts = [c.short for c in res.claims]
+    assert "C4 prompt gap vs H_Std" in shorts and "token ablation (task relAUC)" in shorts
+    c4 = res.claims[shorts.index("C4 prompt gap vs H_Std")]
+    assert c4.details["seeds"]["n"] == 2 and c4.verdict in ("holds", "does not hold", "inconclusive")
