@@ -143,7 +143,7 @@ class Spread:
 
     def text(self, digits: int = 3, unit: str = "") -> str:
         """``"0.352 ± 0.011 [0.325, 0.379], 3 seeds"`` (one value: the value alone)."""
-        u = f" {unit}" if unit else ""
+        u = f" {unit.strip()}" if unit and unit.strip() else ""
         if self.n == 1:
             return f"{self.mean:.{digits}f}{u}"
         return (
