@@ -100,6 +100,16 @@ def test_reproduce_without_coq_is_a_missing_prerequisite(tmp_path, monkeypatch):
     assert (err.value.program, err.value.install) == ("coqtop", "apt-get install coq")
 
 
+def test_the_command_reports_proofaug_skipped_without_coq(tmp_path, monkeypatch):
+    """Through the icml25 runner (what `icml25 reproduce --all` runs): skipped with the reason, not crashed."""
+    from icml25_shared.runner import run_in_process
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = run_in_process("proofaug", "proofaug.reproduce:reproduce", tmp_path / "out", seed=0)
+    assert not res.crashed and "coqtop" in res.skipped and "apt-get install coq" in res.skipped
+    assert [c.verdict for c in res.claims] == ["skipped"] and (tmp_path / "out" / "result_quick.json").is_file()
+
+
 def _fake_run(items, wins: set[str]):
     """Every method succeeds on the same proposals (the K0 ones); proofaug also on ``wins``."""
     from proofaug.experiments import SuiteRun
