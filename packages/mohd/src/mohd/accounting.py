@@ -162,6 +162,13 @@ def _count_from_modules(model: PreTrainedModel) -> ParamCount:
             f"count_active_parameters supports MoHD, Llama and Mixtral models; {type(model).__name__} has "
             f"parameters it cannot place: {left[:4]}"
         )
+    return _assemble(embedding, head, norms, router, fusion, scaling, proj_total, proj_active)
+
+
+def _assemble(
+    embedding: int, head: int, norms: int, router: int, fusion: int, scaling: int, proj_total: int, proj_active: int
+) -> ParamCount:
+    """A :class:`ParamCount` from its parts: the dense parts count in both the total and the active figure."""
     dense = embedding + head + norms + router + fusion + scaling
     return ParamCount(
         total=dense + proj_total,
@@ -211,19 +218,7 @@ def _count_from_config(cfg: PretrainedConfig) -> ParamCount:
         proj_total = proj_active = layers * (attn + 3 * h * f)
     else:
         raise TypeError(f"count_active_parameters supports MoHD, Llama and Mixtral configs, got {type(cfg).__name__}")
-    dense = embedding + head + norms + router + fusion + scaling
-    return ParamCount(
-        total=dense + proj_total,
-        active=dense + proj_active,
-        embedding=embedding,
-        head=head,
-        projection_total=proj_total,
-        projection_active=proj_active,
-        router=router,
-        fusion=fusion,
-        norms=norms,
-        scaling=scaling,
-    )
+    return _assemble(embedding, head, norms, router, fusion, scaling, proj_total, proj_active)
 
 
 def activated_flops(model_or_config: PreTrainedModel | PretrainedConfig, context: int = 0) -> dict[str, Any]:
