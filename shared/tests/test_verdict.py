@@ -136,7 +136,13 @@ FAKE = textwrap.dedent(
             Claim.over_seeds("clear", 0.5, vals, ">=", 0.5, seeds=seeds, rule="x >= 0.5", short="clear"),
             Claim.over_seeds("edge", 0.5, edge, ">=", 0.5, seeds=seeds, rule="x >= 0.5", short="edge"),
             Claim("flip", None, seed, seed == 0, short="flip"),
-        ], settings={"seeds": seeds})
+        ], settings={"seeds": seeds}, artifacts=[_plot(out_dir)])
+
+    def _plot(out_dir):
+        from icml25_shared.report import save_figure, subplots
+        fig, ax = subplots()
+        ax.plot([0, 1], [1, 0])
+        return str(save_figure(fig, out_dir, "curve"))
 
     def noseed(full, out_dir, *, download=False):
         return ReproResult("noseed", [Claim("o", 1, 1, True)])
@@ -226,6 +232,9 @@ def test_sweep_commit_and_committed_report(fake, tmp_path, monkeypatch):
     assert [r.package for r in load_committed(repo)] == ["seeded"]
     assert cli.main(["report", "--committed", "--out", str(repo / "report")]) == 0
     assert "seeded" in (repo / "report" / "index.html").read_text()
+    page = (repo / "report" / "index.html").read_text()
+    assert "data:image" not in page and 'src="../packages/seeded/reproduction/quick/curve.png"' in page  # linked
+    assert (dest / "curve.png").is_file()
     assert cli.main(["sweep", "noseed", "--commit", "--out", str(fake)]) == 2  # no packages/noseed here
 
 

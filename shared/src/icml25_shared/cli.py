@@ -211,10 +211,12 @@ def _seed(text: str) -> int:
     return value
 
 
-def _write_report(console: Console, root: Path, results: Sequence[ReproResult] | None = None) -> None:
+def _write_report(
+    console: Console, root: Path, results: Sequence[ReproResult] | None = None, *, embed: bool = True
+) -> None:
     from icml25_shared.html_report import write_report
 
-    index, claims, _ = write_report(root, results)
+    index, claims, _ = write_report(root, results, embed=embed)
     console.print(f"report: {index}  (open it in a browser; all claims: {claims})", soft_wrap=True)
 
 
@@ -230,7 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not committed:
             err.print("[red]no packages/*/reproduction/*/result_*.json here[/]: run from the repository root")
             return 2
-        _write_report(console, Path(args.out) if args.out is not None else Path("reproduction"), committed)
+        # next to the committed files: plots linked by relative path, not embedded (the page stays small)
+        _write_report(console, Path(args.out) if args.out is not None else Path("reproduction"), committed, embed=False)
         return 0
     if args.cmd == "report":
         root = _results_root(args.out)

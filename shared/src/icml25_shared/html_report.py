@@ -59,13 +59,18 @@ def _value(x: Any, unit: str) -> str:
     return _e(with_unit(x, unit))
 
 
-def _plot(folder: Path, r: ReproResult, artefact: str) -> str | None:
+def _plot(folder: Path, r: ReproResult, artefact: str, embed: bool = True) -> str | None:
     p = Path(artefact)
     if not p.is_absolute():
         p = Path(getattr(r, "source_dir", folder / r.package)) / p
     if p.suffix.lower() not in (".png", ".svg") or not p.is_file():
         return None
     rel = os.path.relpath(p, folder)
+    if not embed:  # linked, for a report that lives next to the files (the committed results of a checkout)
+        return (
+            f'<figure><a href="{_e(rel)}"><img alt="{_e(p.stem)}" loading="lazy" src="{_e(rel)}"></a>'
+            f"<figcaption>{_e(p.name)}</figcaption></figure>"
+        )
     mime = "image/png" if p.suffix.lower() == ".png" else "image/svg+xml"
     data = base64.b64encode(p.read_bytes()).decode("ascii")
     return (
@@ -74,7 +79,7 @@ def _plot(folder: Path, r: ReproResult, artefact: str) -> str | None:
     )
 
 
-def _package_section(folder: Path, r: ReproResult) -> str:
+def _package_section(folder: Path, r: ReproResult, embed: bool = True) -> str:
     anchor = f"{r.package}-{r.mode}"
     head = (
         f'<section id="{_e(anchor)}"><h2>{_e(r.package)} <span class="meta">({_e(r.mode)})</span>'
@@ -100,7 +105,7 @@ def _package_section(folder: Path, r: ReproResult) -> str:
         "<thead><tr><th>claim</th><th class='num'>paper</th><th class='num'>measured</th><th>verdict</th></tr></thead>"
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
-    plots = [f for a in r.artifacts if (f := _plot(folder, r, a))]
+    plots = [f for a in r.artifacts if (f := _plot(folder, r, a, embed))]
     figs = f'<div class="plots">{"".join(plots)}</div>' if plots else ""
     settings = json.dumps(_jsonable(r.settings), indent=1, default=str)
     extra = (
@@ -110,8 +115,9 @@ def _package_section(folder: Path, r: ReproResult) -> str:
     return head + table + figs + extra + "</section>"
 
 
-def write_index_html(folder: str | os.PathLike[str], results: Sequence[ReproResult]) -> Path:
-    """Write ``<folder>/index.html`` for ``results`` (plots read from ``<folder>/<package>/``); returns its path."""
+def write_index_html(folder: str | os.PathLike[str], results: Sequence[ReproResult], *, embed: bool = True) -> Path:
+    """Write ``<folder>/index.html`` for ``results`` (plots read from ``<folder>/<package>/`` or each result's own
+    folder); ``embed=False`` links the plots by relative path instead of embedding them. Returns its path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     all_claims = [c for r in results for c in r.claims]
@@ -135,7 +141,7 @@ def write_index_html(folder: str | os.PathLike[str], results: Sequence[ReproResu
         "<th class='num'>shown</th><th class='num'>wall s</th>"
         "<th class='num'>CPU s</th><th></th></tr></thead>"
         f"<tbody>{''.join(summary_rows)}</tbody></table></section>"
-        + "".join(_package_section(folder, r) for r in results)
+        + "".join(_package_section(folder, r, embed) for r in results)
         + "</main>"
     )
     page = (
@@ -159,8 +165,8 @@ def write_claims_json(folder: str | os.PathLike[str], results: Sequence[ReproRes
 
 
 def write_report(
-    folder: str | os.PathLike[str], results: Sequence[ReproResult] | None = None
+    folder: str | os.PathLike[str], results: Sequence[ReproResult] | None = None, *, embed: bool = True
 ) -> tuple[Path, Path, list[ReproResult]]:
     """Rebuild ``index.html`` and ``claims.json`` in ``folder`` from every result JSON under it (or ``results``)."""
     results = load_results(folder) if results is None else list(results)
-    return write_index_html(folder, results), write_claims_json(folder, results), results
+    return write_index_html(folder, results, embed=embed), write_claims_json(folder, results), results
