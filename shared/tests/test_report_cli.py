@@ -53,20 +53,9 @@ FAKE = textwrap.dedent(
 )
 
 
-class _EP:
-    def __init__(self, name, value):
-        self.name, self.value, self.dist = name, value, None
-
-
 @pytest.fixture
-def fake(monkeypatch, tmp_path):
-    mod = tmp_path / "mods"
-    mod.mkdir()
-    (mod / "fakerepro.py").write_text(FAKE)
-    monkeypatch.setenv("PYTHONPATH", str(mod))
-    eps = {n: _EP(n, f"fakerepro:{n}") for n in ("good", "other", "crash", "die", "wrong")}
-    monkeypatch.setattr(cli, "discover", lambda: eps)
-    return tmp_path / "results"
+def fake(fake_reproductions):
+    return fake_reproductions("fakerepro", FAKE, ("good", "other", "crash", "die", "wrong"))
 
 
 def test_list(fake, capsys):

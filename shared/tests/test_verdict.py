@@ -153,20 +153,9 @@ FAKE = textwrap.dedent(
 )
 
 
-class _EP:
-    def __init__(self, name, value):
-        self.name, self.value, self.dist = name, value, None
-
-
 @pytest.fixture
-def fake(monkeypatch, tmp_path):
-    mod = tmp_path / "mods"
-    mod.mkdir()
-    (mod / "fakeseeded.py").write_text(FAKE)
-    monkeypatch.setenv("PYTHONPATH", str(mod))
-    eps = {n: _EP(n, f"fakeseeded:{n}") for n in ("seeded", "noseed", "needs")}
-    monkeypatch.setattr(cli, "discover", lambda: eps)
-    return tmp_path / "results"
+def fake(fake_reproductions):
+    return fake_reproductions("fakeseeded", FAKE, ("seeded", "noseed", "needs"))
 
 
 def test_seed_reaches_reproduce_and_is_recorded(fake, capsys):

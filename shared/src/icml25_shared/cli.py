@@ -277,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _sweep(args: argparse.Namespace, names: list[str], console: Console, err: Console) -> int:
-    from icml25_shared.sweep import commit_sweep, write_seeds_json
+    from icml25_shared.sweep import commit_sweep, summarize_seeds, write_seeds_json
 
     seeds = list(dict.fromkeys(args.seeds))
     mode = "full" if args.full else "quick"
@@ -297,14 +297,12 @@ def _sweep(args: argparse.Namespace, names: list[str], console: Console, err: Co
         runs = sorted((r for r in results if r.package == name), key=lambda r: seeds.index(r.seed))
         if not runs:
             continue
-        summary_path = write_seeds_json(root / name / f"seeds_{mode}.json", runs)
+        write_seeds_json(root / name / f"seeds_{mode}.json", runs)
         if args.commit:
             dest = Path("packages") / name / "reproduction" / mode
             commit_sweep(runs, [root / name / f"seed_{r.seed}" for r in runs], dest, mode=mode)
             console.print(f"{name}: stored in {dest}/ (result_{mode}.json of seed {runs[0].seed}, seeds.json)")
-        import json
-
-        for i, c in enumerate(json.loads(summary_path.read_text())["claims"]):
+        for i, c in enumerate(summarize_seeds(runs)["claims"]):
             cells = [c["per_seed"].get(str(s), {}).get("verdict", "missing") for s in seeds]
             table.add_row(name if i == 0 else "", c["label"], *cells, "yes" if c["agree"] else "[red]NO[/]")
     console.print(table)

@@ -74,10 +74,10 @@ def _call(fn: Callable[..., ReproResult], *, full: bool, out_dir: Path, download
     import inspect
 
     try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # builtins / C callables: pass everything
-        params = {"seed": None}  # type: ignore[assignment]
-    takes_seed = "seed" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())  # type: ignore[union-attr]
+        params = inspect.signature(fn).parameters.values()
+        takes_seed = any(p.name == "seed" or p.kind is p.VAR_KEYWORD for p in params)
+    except (TypeError, ValueError):  # no introspectable signature: pass the seed and let the call say
+        takes_seed = True
     if takes_seed:
         return fn(full=full, out_dir=out_dir, download=download, seed=seed)
     if seed != 0:

@@ -132,12 +132,9 @@ def _toy_claims(
     return claims, str(save_figure(fig, out_dir, "toys_validity_gamma")), raw
 
 
-def _results_with_history(r: dict[str, Any]) -> dict[str, Any]:
-    """What a stored part keeps: every figure and the IPNN history (not the per-row distance lists)."""
-    return _results(r)
-
-
 def _results(r: dict[str, Any]) -> dict[str, Any]:
+    """Every figure and the IPNN history of a pipeline run, without the per-row distance lists (what a stored part
+    and the settings keep)."""
     return {k: v for k, v in r.items() if k not in ("dist_bp_all", "dist_proj_all")}
 
 
@@ -187,9 +184,7 @@ def _reproduce(full: bool, out_dir: Path, seed: int, setup: PipelineSettings | N
         )
 
         def pipe(tag: str, make: Any, st: PipelineSettings, s: int) -> dict[str, Any]:
-            return parts.run(
-                f"{tag}_seed{s}", lambda: _results_with_history(run_pipeline(make(s), replace(st, seed=s)))
-            )
+            return parts.run(f"{tag}_seed{s}", lambda: _results(run_pipeline(make(s), replace(st, seed=s))))
 
         for name, make in (
             ("QP 100/50/50", lambda s: ConvexQP.random(n=100, n_eq=50, n_ineq=50, seed=s)),
