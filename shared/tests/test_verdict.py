@@ -227,37 +227,6 @@ def test_sweep_commit_and_committed_report(fake, tmp_path, monkeypatch):
     assert cli.main(["sweep", "noseed", "--commit", "--out", str(fake)]) == 2  # no packages/noseed here
 
 
-def test_readme_tables_are_generated_and_checked(tmp_path):
-    from icml25_shared import readme
-
-    pkg = tmp_path / "packages" / "demo"
-    (pkg / "reproduction" / "quick").mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text("[project]\nname='x'\n")
-    r = ReproResult(
-        "demo",
-        [
-            Claim.over_seeds("x beats y", 0.5, [0.6, 0.62, 0.61], ">=", 0.5, seeds=[0, 1, 2], rule="r", short="x"),
-            Claim("a | pipe", "1 nat", 0.25, None, unit="nats", short="pipe"),
-        ],
-    )
-    r.save_json(pkg / "reproduction" / "quick" / "result_quick.json")
-    (pkg / "README.md").write_text(f"# demo\n\n{readme.BEGIN}\nstale text\n{readme.END}\n\nafter\n")
-    (tmp_path / "README.md").write_text(f"# root\n{readme.SUMMARY_BEGIN}\n{readme.SUMMARY_END}\n")
-    args = ["--root", str(tmp_path)]
-    assert readme.main([*args, "--check"]) == 1  # stale
-    assert readme.main(args) == 0
-    assert readme.main([*args, "--check"]) == 0  # byte-identical when regenerated
-    text = (pkg / "README.md").read_text()
-    assert "0.610 ± 0.010" in text and "**holds**" in text and "0.25 nats" in text and "a \\| pipe" in text
-    assert text.endswith("after\n") and "stale text" not in text
-    root = (tmp_path / "README.md").read_text()
-    assert "[demo](packages/demo)" in root and "1 hold · 0 do not hold · 0 inconclusive · 1 shown" in root
-    r.claims[0] = Claim("x beats y", 0.5, 0.4, False, short="x")  # a changed result makes the README stale
-    r.save_json(pkg / "reproduction" / "quick" / "result_quick.json")
-    assert readme.main([*args, "--check"]) == 1
-    assert readme.main([*args, "nope"]) == 2
-
-
 def test_parts_resume_after_an_interruption_and_refuse_a_changed_fingerprint(tmp_path):
     from icml25_shared.parts import Parts
 

@@ -24,6 +24,8 @@ __all__ = [
     "round_robin",
     "Log",
     "save_results",
+    "write_performance",
+    "PERFORMANCE_KEYS",
     "peak_memory",
     "current_rss",
 ]
@@ -254,3 +256,61 @@ def save_results(out: Any, results: Any, lines: Any) -> Path:
     out.write_text(json.dumps(results, indent=2, default=_to_json) + "\n", encoding="utf-8")
     out.with_suffix(".log").write_text("\n".join(lines).lstrip() + "\n", encoding="utf-8")
     return out
+
+
+PERFORMANCE_KEYS = ("case", "peer", "metric", "ratio", "lo", "hi", "limit", "goal", "load", "source")
+"""The fields of one row of ``benchmarks/results/performance.json`` (``lo``, ``hi``, ``limit``, ``goal`` may be
+``None``)."""
+
+
+def write_performance(
+    results_dir: Any, source: str, rows: list[dict[str, Any]], *, notes: list[str] | None = None
+) -> Path:
+    """Merge ``rows`` measured by the benchmark whose committed result is ``source`` (a file name in
+    ``results_dir``) into ``results_dir/performance.json``, replacing that source's earlier rows, and return the path.
+
+    Each row has the fields :data:`PERFORMANCE_KEYS` except ``source`` (filled in): ``case`` (what was measured),
+    ``peer`` (the library/method compared against, run at its fastest), ``metric`` (``"time"``, ``"peak memory"``,
+    ...), ``ratio`` = ours / peer (< 1: ours is cheaper), ``lo``/``hi`` its spread over rounds, ``limit`` the best
+    ratio a perfect implementation of the method could reach on this input, ``goal`` (text), ``load`` the machine's
+    1-minute load during the run. ``python -m icml25_shared.readme`` renders the file as the README's performance
+    table. ``notes`` (short sentences) replace the file's notes when given.
+    """
+    import json
+    import math
+
+    if not isinstance(source, str) or not source or "/" in source:
+        raise ValueError(f"source must be a file name in results_dir, got {source!r}")
+    clean = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise TypeError(f"rows[{i}] must be a dict, got {type(row).__name__}")
+        unknown = set(row) - set(PERFORMANCE_KEYS)
+        missing = {"case", "peer", "metric", "ratio", "load"} - set(row)
+        if unknown or missing:
+            raise ValueError(f"rows[{i}]: unknown fields {sorted(unknown)}, missing {sorted(missing)}")
+        out = {k: row.get(k) for k in PERFORMANCE_KEYS}
+        out["source"] = source
+        for k in ("ratio", "lo", "hi", "limit", "load"):
+            v = out[k]
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) and not hasattr(v, "__float__"):
+                raise TypeError(f"rows[{i}].{k} must be a number, got {v!r}")
+            v = float(v)
+            if not math.isfinite(v) or v < 0:
+                raise ValueError(f"rows[{i}].{k} must be a finite number >= 0, got {v!r}")
+            out[k] = v
+        if out["ratio"] is None or out["load"] is None:
+            raise ValueError(f"rows[{i}]: ratio and load are required, got {out['ratio']!r}, {out['load']!r}")
+        clean.append(out)
+    path = Path(results_dir) / "performance.json"
+    data: dict[str, Any] = {"rows": [], "notes": []}
+    if path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+    data["rows"] = [r for r in data.get("rows", []) if r.get("source") != source] + clean
+    if notes is not None:
+        data["notes"] = list(notes)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
