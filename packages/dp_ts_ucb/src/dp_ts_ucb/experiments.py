@@ -45,6 +45,8 @@ __all__ = [
     "InstanceResult",
     "matched_mts",
     "run_instance",
+    "instance_to_dict",
+    "instance_from_dict",
     "plot_regret",
     "plot_privacy_regret",
     "plot_normalised_regret",
@@ -509,6 +511,50 @@ def run_instance(
     out[f"AdaP-UCB eps={eps:.2f}"] = simulate(AdaPUCB, {"epsilon": eps}, env, horizon, n_runs, seed, n_jobs, cps)
     out[f"DP-SE eps={eps:.2f}"] = simulate(DPSE, {"epsilon": eps}, env, horizon, n_runs, seed, n_jobs, cps)
     return InstanceResult(out, mu, eps, b, mts, by_b)
+
+
+def _sim_to_dict(r: SimResult) -> dict[str, Any]:
+    return {
+        "policy": r.policy,
+        "params": r.params,
+        "horizon": r.horizon,
+        **{k: getattr(r, k).tolist() for k in ("regret", "checkpoints", "regret_at", "pulls", "draws", "mu_realized")},
+        "mu_bound": r.mu_bound,
+        "epsilon_dp": r.epsilon_dp,
+    }
+
+
+def _sim_from_dict(d: dict[str, Any]) -> SimResult:
+    # JSON keeps ints and floats apart, so each array comes back with its kind
+    arrays = {k: np.asarray(d[k]) for k in ("regret", "checkpoints", "regret_at", "pulls", "draws", "mu_realized")}
+    return SimResult(
+        policy=d["policy"],
+        params=dict(d["params"]),
+        horizon=int(d["horizon"]),
+        mu_bound=float(d["mu_bound"]),
+        epsilon_dp=None if d["epsilon_dp"] is None else float(d["epsilon_dp"]),
+        **arrays,
+    )
+
+
+def instance_to_dict(inst: InstanceResult) -> dict[str, Any]:
+    """Every array of an :class:`InstanceResult` as JSON-ready lists (for a resumable run's stored parts)."""
+    mts_label = next(k for k, r in inst.results.items() if r is inst.mts)
+    return {
+        "results": {k: _sim_to_dict(r) for k, r in inst.results.items()},
+        "mu": inst.mu,
+        "epsilon": inst.epsilon,
+        "mts_b": inst.mts_b,
+        "mts_label": mts_label,
+        "mts_by_b": {str(b): v for b, v in inst.mts_by_b.items()},
+    }
+
+
+def instance_from_dict(d: dict[str, Any]) -> InstanceResult:
+    """The :class:`InstanceResult` that :func:`instance_to_dict` wrote."""
+    results = {k: _sim_from_dict(v) for k, v in d["results"].items()}
+    by_b = {int(b): float(v) for b, v in d["mts_by_b"].items()}
+    return InstanceResult(results, float(d["mu"]), float(d["epsilon"]), int(d["mts_b"]), results[d["mts_label"]], by_b)
 
 
 def plot_regret(results: dict[str, SimResult], out_dir: Path, tag: str) -> Path:

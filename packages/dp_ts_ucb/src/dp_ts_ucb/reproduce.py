@@ -8,37 +8,42 @@ Quick (< 60 s): instance A = Bernoulli [0.75, 0.625, 0.5, 0.375, 0.25], T = 10^4
 Full (minutes): instances A, B, C; T in {10^4, 10^5}; 100 runs; alpha in {0, .25, .5, .75, 1}.
 Seeds: every run's policy and environment seeds derive from the base ``seed`` (``SeedSequence(seed)``; 0 is the
 committed run). The regret claim is judged on the t-interval of the per-run paired difference (DP-TS-UCB minus
-M-TS-Gaussian on the same environment seeds) over the runs.
+M-TS-Gaussian on the same environment seeds) over the runs: each run is one seed of the claim.
+
+Both modes run in this process (one core). ``--full`` is resumable: each finished (instance, T) unit is stored in
+``out_dir/parts/`` and reused by the next run with the same settings.
 """
 
 from __future__ import annotations
 
 import math
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from dp_ts_ucb.experiments import (
+    B_GRID,
+    CHUNK,
     DELTA,
     INSTANCES,
+    InstanceResult,
+    instance_from_dict,
+    instance_to_dict,
     plot_normalised_regret,
     plot_privacy_regret,
     plot_regret,
     run_instance,
 )
 from dp_ts_ucb.privacy import dp_ts_ucb_mu_bound
-from icml25_shared.device import worker_count
+from icml25_shared.parts import Parts
 from icml25_shared.report import Claim, ReproResult
 from icml25_shared.validate import check_int
 
 __all__ = ["reproduce"]
 
-
-def _n_jobs() -> int:
-    """Worker processes for ``--full`` (joblib chunks): ``worker_count()``, or 1 without joblib."""
-    try:
-        import joblib  # noqa: F401
-    except ImportError:
-        return 1
-    return worker_count()
+Plan = list[tuple[str, int, int, tuple[float, ...]]]
+QUICK_PLAN: Plan = [("A", 10**4, 50, (0.0, 0.5, 1.0))]
+FULL_PLAN: Plan = [(name, t, 100, (0.0, 0.25, 0.5, 0.75, 1.0)) for name in INSTANCES for t in (10**4, 10**5)]
 
 
 def _privacy_claim() -> Claim:
@@ -89,24 +94,40 @@ def _short(name: str, horizon: int, label: str) -> str:
     return f"{name} T=1e{round(math.log10(horizon))}: {policy}"[:32]
 
 
-def reproduce(full: bool, out_dir: Path, *, download: bool = False, seed: int = 0) -> ReproResult:
+def _instance(
+    parts: Parts | None, tag: str, means: list[float], horizon: int, n_runs: int, alphas: tuple[float, ...], seed: int
+) -> InstanceResult:
+    """One (instance, T) unit, in this process; stored as part ``tag`` (and reused from it) when ``parts`` is given."""
+
+    def compute() -> InstanceResult:
+        return run_instance(means, horizon, n_runs, alphas, seed, 1)
+
+    if parts is None:
+        return compute()
+    return instance_from_dict(parts.run(tag, lambda: instance_to_dict(compute())))
+
+
+def reproduce(
+    full: bool, out_dir: Path, *, download: bool = False, seed: int = 0, plan: Plan | None = None
+) -> ReproResult:
     """Run the reproduction (see the module docstring); plots go into ``out_dir``. ``download`` is unused: the
-    instances are synthetic. ``seed`` seeds every run (policy and environment)."""
+    instances are synthetic. ``seed`` seeds every run (policy and environment). ``plan`` (tests only) replaces the
+    mode's list of (instance, T, runs, alphas)."""
     out_dir = Path(out_dir)
     seed = check_int("seed", seed, min=0)
-    n_jobs = _n_jobs() if full else 1  # quick mode: worker start-up costs more than it saves
+    plan = plan or (FULL_PLAN if full else QUICK_PLAN)
     claims = [_privacy_claim()]
     artifacts: list[str] = []
+    parts = None
     if full:
-        plan = [(name, t, 100, (0.0, 0.25, 0.5, 0.75, 1.0)) for name in INSTANCES for t in (10**4, 10**5)]
-    else:
-        plan = [("A", 10**4, 50, (0.0, 0.5, 1.0))]
+        fingerprint = {"plan": plan, "seed": seed, "b_grid": B_GRID, "chunk": CHUNK, "delta": DELTA}
+        parts = Parts(out_dir / "parts", fingerprint={**fingerprint, "version": version("icml25-dp-ts-ucb")})
     table = {}
     for name, horizon, n_runs, alphas in plan:
-        inst = run_instance(INSTANCES[name], horizon, n_runs, alphas, seed, n_jobs)
+        tag = f"{name}_T{horizon}"
+        inst = _instance(parts, tag, INSTANCES[name], horizon, n_runs, alphas, seed)
         dp1, mts = inst.results["DP-TS-UCB a=1"], inst.mts
         claims.append(_regret_claim(name, horizon, inst, dp1, mts))
-        tag = f"{name}_T{horizon}"
         artifacts += [
             str(plot_regret(inst.results, out_dir, tag)),
             str(plot_privacy_regret(inst.results, out_dir, tag)),
@@ -127,9 +148,7 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, seed: int = 
             )
         if full:
             artifacts.append(str(plot_normalised_regret(inst.results, alphas, out_dir, tag)))
-    return ReproResult(
-        "dp_ts_ucb",
-        claims,
-        settings={"plan": plan, "delta": DELTA, "seed": seed, "n_jobs": n_jobs, "results": table},
-        artifacts=artifacts,
-    )
+    settings: dict[str, Any] = {"plan": plan, "delta": DELTA, "seed": seed, "n_jobs": 1, "results": table}
+    if parts is not None:
+        settings["parts"] = {"reused": parts.reused, "computed": parts.computed}
+    return ReproResult("dp_ts_ucb", claims, settings=settings, artifacts=artifacts)
