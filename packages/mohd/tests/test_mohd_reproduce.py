@@ -80,7 +80,7 @@ def test_seed_selects_disjoint_training_seeds(tmp_path, monkeypatch):
 
     seen = {}
 
-    def fake_run_all(specs, setup, corpus):
+    def fake_run_all(specs, setup, corpus, parts=None):
         seen["seeds"] = setup.seeds
         return _runs(**{s.name: [2.0 + 0.01 * i for i in range(len(setup.seeds))] for s in specs})
 
@@ -91,3 +91,64 @@ def test_seed_selects_disjoint_training_seeds(tmp_path, monkeypatch):
     assert seen["seeds"] == (0, 1, 2)
     rep.reproduce(False, tmp_path, setup=dataclasses.replace(TINY, seeds=(0, 1, 2)), seed=1)
     assert seen["seeds"] == (3, 4, 5)
+
+
+def test_full_run_resumes_from_its_finished_parts(tmp_path, monkeypatch):
+    """A run killed during its third (model, seed) unit leaves two parts; the rerun trains only the missing units,
+    returns what a run without parts returns, and a changed setup recomputes every unit."""
+    import mohd.experiments as ex
+    from icml25_shared.parts import Parts
+
+    corpus = _corpus()
+    specs = ex.quick_models()[:2]  # V64, V32
+    setup = dataclasses.replace(TINY, layers=1, context=16, seeds=(0, 1))
+    real, calls = ex.train, []
+
+    def counting(spec, st, c, seed, kill_at=None):
+        calls.append((spec.name, seed))
+        if len(calls) == kill_at:
+            raise KeyboardInterrupt
+        return real(spec, st, c, seed)
+
+    monkeypatch.setattr(ex, "train", lambda *a: counting(*a, kill_at=3))
+    with pytest.raises(KeyboardInterrupt):
+        ex.run_all(specs, setup, corpus, Parts(tmp_path / "parts"))
+    assert sorted(p.name for p in (tmp_path / "parts").glob("*.json")) == ["V64_seed0.json", "V64_seed1.json"]
+
+    monkeypatch.setattr(ex, "train", counting)
+    calls.clear()
+    parts = Parts(tmp_path / "parts")
+    resumed = ex.run_all(specs, setup, corpus, parts)
+    assert calls == [("V32", 0), ("V32", 1)]
+    assert parts.reused == ["V64_seed0", "V64_seed1"] and parts.computed == ["V32_seed0", "V32_seed1"]
+    fresh = ex.run_all(specs, setup, corpus)
+    for name in ("V64", "V32"):
+        assert [r.val_loss for r in resumed[name]] == [r.val_loss for r in fresh[name]]
+        assert [r.train_loss for r in resumed[name]] == [r.train_loss for r in fresh[name]]
+
+    calls.clear()
+    ex.run_all(specs, dataclasses.replace(setup, steps=3), corpus, Parts(tmp_path / "parts"))
+    assert len(calls) == 4  # another setup: no stored part matches its fingerprint
+
+
+def test_part_names_are_file_safe():
+    from mohd.experiments import full_models, part_name
+
+    names = [part_name(s, 3) for s in full_models()]
+    assert "M384_3x_seed3" in names and "M128_scaling_none_seed3" in names
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the refusal without CUDA")
+def test_paper_scale_refuses_without_cuda(tmp_path, capsys):
+    from icml25_shared.report import MissingPrerequisite
+    from mohd.__main__ import main
+
+    with pytest.raises(MissingPrerequisite, match="CUDA"):
+        reproduce(True, tmp_path, scale="paper")
+    with pytest.raises(SystemExit) as err:
+        main(["--scale", "paper", "--out", str(tmp_path)])
+    assert err.value.code == 2 and "CUDA" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before anything ran
+    with pytest.raises(ValueError, match="scale"):
+        reproduce(True, tmp_path, scale="gpu")  # type: ignore[arg-type]

@@ -12,23 +12,29 @@ budget (steps, never seeds).
 - C3 ("+1.7 % with 50 % fewer activated parameters"): L(M64) - L(V64) <= 0.02 and L(V32) - L(M64) > 0, each judged
   on its interval over the seeds.
 
-``--full``: 4 layers, 1,500 steps, H up to 384 at delta = 1/3 (the paper's 3x), ablations and a Mixtral MoE.
+``--full`` (CPU, <= 900 CPU-s): the quick sizes trained 240 steps on 4 seeds, adding V128 / M256, M384 at
+delta = 1/3 (the paper's 3x), ablations and a Mixtral MoE; each (model, seed) run is a resumable part.
+``scale="paper"`` (``python -m mohd --scale paper --out DIR``): the same comparison at 4 layers, attention
+8 x 16, F = 384, context 128, 1,500 steps, on CUDA only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from icml25_shared.report import Claim, ReproResult
+from icml25_shared.parts import Parts
+from icml25_shared.report import Claim, MissingPrerequisite, ReproResult
 from icml25_shared.text import CharCorpus
+from icml25_shared.validate import check_choice
 from icml25_shared.verdict import combine, judge, seed_list
 from mohd.accounting import count_active_parameters, count_touched_parameters
-from mohd.experiments import FULL, QUICK, Setup, build_model, full_models, plot_curves, quick_models, run_all
+from mohd.experiments import FULL, PAPER, QUICK, Setup, build_model, full_models, plot_curves, quick_models, run_all
 
-__all__ = ["reproduce"]
+__all__ = ["reproduce", "reproduce_paper", "require_cuda"]
 
 
 def _losses(runs, name: str) -> np.ndarray:
@@ -51,18 +57,49 @@ def _expansion_claim(runs, vanilla: str, mohd: str, factor: str, seeds: list[int
     )
 
 
+def require_cuda() -> None:
+    """Raise ``MissingPrerequisite`` unless CUDA is available (the paper-scale run trains on a GPU only)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise MissingPrerequisite(
+            "a CUDA GPU for scale='paper' (about 4-5 hours on one CPU thread)",
+            "run `icml25 reproduce mohd --full` for the CPU-sized comparison",
+        )
+
+
 def reproduce(
-    full: bool, out_dir: Path, *, download: bool = False, seed: int = 0, setup: Setup | None = None
+    full: bool,
+    out_dir: Path,
+    *,
+    download: bool = False,
+    seed: int = 0,
+    setup: Setup | None = None,
+    scale: Literal["cpu", "paper"] = "cpu",
 ) -> ReproResult:
     """Run the experiments of the module docstring and judge the claims; ``setup`` overrides the mode's sizes.
 
-    ``seed``: the base seed; the n training seeds are ``seed_list(seed, n)`` (seed 0: 0, 1, 2 in quick mode)."""
+    Args:
+        full: the full comparison (every model, longer training) instead of the quick check.
+        out_dir: where the plot and, in full mode, the finished parts (``out_dir/parts``) go.
+        download: fetch Tiny Shakespeare when it is not bundled.
+        seed: the base seed; the n training seeds are ``seed_list(seed, n)`` (seed 0: 0, 1, 2 in quick mode).
+        setup: sizes replacing the mode's (tests).
+        scale: ``"cpu"``, or ``"paper"``: the full comparison at the paper-like sizes of ``PAPER`` on CUDA.
+
+    Raises:
+        MissingPrerequisite: ``scale="paper"`` without a CUDA device.
+    """
+    if check_choice("scale", scale, ("cpu", "paper")) == "paper":
+        require_cuda()
+        full, setup = True, setup or PAPER
     setup = setup or (FULL if full else QUICK)
     setup = dataclasses.replace(setup, seeds=tuple(seed_list(seed, len(setup.seeds))))
     seeds = list(setup.seeds)
     corpus = CharCorpus.tinyshakespeare(download=download)
     specs = full_models() if full else quick_models()
-    runs = run_all(specs, setup, corpus)
+    parts = Parts(Path(out_dir) / "parts", fingerprint={"scale": scale}) if full else None
+    runs = run_all(specs, setup, corpus, parts)
     by_name = {s.name: s for s in specs}
 
     # C1: measured activated projection entries of one token, on freshly built models of each spec
@@ -149,5 +186,13 @@ def reproduce(
         "models": {s.name: {"kind": s.kind, "hidden": s.hidden, **s.options} for s in specs},
         "table": table,
         "runs": {n: [r.val_loss for r in rs] for n, rs in runs.items()},
+        "scale": scale,
     }
+    if parts is not None:
+        settings["parts"] = {"reused": parts.reused, "computed": parts.computed}
     return ReproResult("mohd", claims, settings=settings, artifacts=[str(plot)])
+
+
+def reproduce_paper(full: bool, out_dir: Path, *, download: bool = False, seed: int = 0) -> ReproResult:
+    """``reproduce(True, out_dir, scale="paper")``: the paper-scale comparison (CUDA only); ``full`` is ignored."""
+    return reproduce(True, out_dir, download=download, seed=seed, scale="paper")
