@@ -64,3 +64,63 @@ def test_parity_verdict_comes_from_the_interval_over_seeds():
     assert far.verdict == "does not hold"
     spread = _parity_claim(parity([0.95, 0.92, 0.95], [0.95, 0.95, 0.955]), (0, 1, 2), 10)
     assert spread.verdict == "inconclusive"  # 0, 3, 0.5 points: the interval straddles 2
+
+
+TINY = {
+    "fid_decays": (0.5, 0.9),
+    "fid_columns": 256,
+    "digits_epochs": 1,
+    "n_seeds": 2,
+    "sweep": True,
+    "sweep_Ts": (4,),
+    "sweep_decays": (0.5,),
+    "sweep_epochs": 1,
+    "sweep_seeds": 1,
+    "timing_repeats": 1,
+    "hidden": 16,
+}
+
+
+def test_full_run_resumes_from_finished_parts(tmp_path, monkeypatch):
+    """A run killed part-way, started again, trains only the unfinished units and gives the fresh run's figures;
+    a third run trains nothing."""
+    pytest.importorskip("sklearn")
+    from fpt_snn import experiments as ex
+    from fpt_snn.reproduce import reproduce
+
+    setup = ex.Setup(**TINY)
+    real, calls = ex.train_digits, []
+
+    def counted(*args, fail_at=None, **kwargs):
+        calls.append(kwargs.get("seed"))
+        if fail_at is not None and len(calls) == fail_at:
+            raise KeyboardInterrupt("killed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ex, "train_digits", counted)
+    fresh = reproduce(True, tmp_path / "fresh", setup=setup)
+    n_units, n_calls = fresh.settings["parts"]["computed"], len(calls)
+    assert n_units == 2 + 5 and fresh.settings["parts"]["reused"] == 0  # 2 digits seeds, 5 sweep columns
+
+    calls.clear()
+    monkeypatch.setattr(ex, "train_digits", lambda *a, **k: counted(*a, fail_at=n_calls - 2, **k))
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(True, tmp_path / "run", setup=setup)
+    finished = len(list((tmp_path / "run" / "parts").glob("*.json")))
+    assert 0 < finished < n_units
+
+    calls.clear()
+    monkeypatch.setattr(ex, "train_digits", counted)
+    resumed = reproduce(True, tmp_path / "run", setup=setup)
+    assert resumed.settings["parts"] == {"computed": n_units - finished, "reused": finished}
+    assert 0 < len(calls) < n_calls
+    assert [c.measured for c in resumed.claims[2:4]] == [c.measured for c in fresh.claims[2:4]]
+    assert resumed.settings["full_sweep"] == fresh.settings["full_sweep"]
+
+    calls.clear()
+    again = reproduce(True, tmp_path / "run", setup=setup)
+    assert calls == [] and again.settings["parts"] == {"computed": 0, "reused": n_units}
+
+    calls.clear()  # another setup is another fingerprint: nothing is reused
+    other = reproduce(True, tmp_path / "run", setup=ex.Setup(**{**TINY, "digits_epochs": 2}))
+    assert other.settings["parts"]["reused"] == 0 and len(calls) == n_calls

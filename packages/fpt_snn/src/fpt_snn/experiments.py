@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ from icml25_shared.validate import check_choice
 __all__ = [
     "FPTNeuron",
     "SNNClassifier",
+    "Setup",
     "accuracy_vs_K",
     "digits_parity",
     "encode",
@@ -46,6 +48,7 @@ __all__ = [
     "plot_accuracy_vs_K",
     "plot_fidelity",
     "plot_timing",
+    "sweep_neuron",
     "train_digits",
 ]
 
@@ -202,81 +205,172 @@ def train_digits(
     return out
 
 
+Runner = Callable[[str, Callable[[], Any]], Any]
+"""``run(name, fn)`` → ``fn()``'s result: the hook through which the sweeps hand each seed × configuration to
+:meth:`icml25_shared.parts.Parts.run` (finished units are reused by a resumed run); by default ``fn()``."""
+
+
+def _call(name: str, fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+@dataclass(frozen=True)
+class Setup:
+    """The sizes of one reproduction (``--full`` by :meth:`full`, quick by :meth:`quick`; tests shrink it)."""
+
+    fid_decays: tuple[float, ...]
+    """λ of the fidelity table (the claims need 0.5 and 0.9)."""
+    fid_columns: int
+    """Independent neurons per fidelity cell."""
+    digits_epochs: int
+    """Epochs of the digits parity runs (T = 8)."""
+    n_seeds: int
+    """Seeds of the judged claims (digits and GunPoint parity)."""
+    sweep: bool = False
+    """Run :func:`accuracy_vs_K` (accuracy by K, T and λ)."""
+    sweep_Ts: tuple[int, ...] = (8, 64)
+    """T of the sweep."""
+    sweep_decays: tuple[float, ...] = (0.5, 0.8)
+    """λ of the sweep."""
+    sweep_epochs: int = 10
+    """Epochs of every sweep run."""
+    sweep_seeds: int = 3
+    """Seeds of every sweep cell."""
+    auto_seeds: int = 3
+    """Seeds of the ``K="auto"`` cells at T > 8 (the costliest: up to T autograd sweeps per batch)."""
+    gunpoint_epochs: int = 0
+    """Epochs of the GunPoint parity runs (0: not run)."""
+    timing_repeats: int = 3
+    """Repeats of the layer timing (median)."""
+    hidden: int = 256
+    """Hidden width of the digits SNN."""
+
+    @classmethod
+    def quick(cls) -> Setup:
+        return cls(fid_decays=(0.5, 0.9), fid_columns=4096, digits_epochs=10, n_seeds=3)
+
+    @classmethod
+    def full(cls) -> Setup:
+        return cls(
+            fid_decays=(0.5, 0.8, 0.9),
+            fid_columns=4096,
+            digits_epochs=25,
+            n_seeds=5,
+            sweep=True,
+            sweep_epochs=10,
+            sweep_seeds=3,
+            auto_seeds=1,
+            gunpoint_epochs=60,
+            timing_repeats=7,
+        )
+
+
 def digits_parity(
-    T: int = 8, epochs: int = 10, seeds: tuple[int, ...] = (0,), data: Data | None = None
+    T: int = 8,
+    epochs: int = 10,
+    seeds: tuple[int, ...] = (0,),
+    data: Data | None = None,
+    *,
+    hidden: int = 256,
+    run: Runner = _call,
 ) -> dict[str, Any]:
     """The 64-256-10 SNN on digits trained with the sequential LIF, with FPT (K = 3, Bernoulli straight-through)
     and with spikingjelly's PSN (when installed), the same init and batches per seed.
 
     Returns ``{"acc": {"lif", "fpt", "fpt_as_lif", "psn"}: [per seed], "train_s": {"lif", "fpt"}: [per seed],
     "psn": bool}``; ``fpt_as_lif`` is the FPT-trained weights run with the exact sequential LIF. ``data``:
-    :func:`load_digits` when ``None``.
+    :func:`load_digits` when ``None``; ``run``: see :data:`Runner` (one unit per seed, named ``digits_s<seed>``).
     """
     data = load_digits() if data is None else data
     acc: dict[str, list[float]] = {"lif": [], "fpt": [], "fpt_as_lif": [], "psn": []}
     times: dict[str, list[float]] = {"lif": [], "fpt": []}
     psn = psn_factory(T)
-    for seed in seeds:
-        run: dict[str, Any] = {"data": data, "T": T, "epochs": epochs, "seed": seed}
-        r_lif = train_digits(LIFSequential, desc=f"digits LIF s{seed}", **run)
+
+    def one(seed: int) -> dict[str, Any]:
+        kw: dict[str, Any] = {"data": data, "T": T, "epochs": epochs, "seed": seed, "hidden": hidden}
+        r_lif = train_digits(LIFSequential, desc=f"digits LIF s{seed}", **kw)
         fpt = lambda: FPTNeuron(FPTConfig(K=3, output="bernoulli"))  # noqa: E731
-        r_fpt = train_digits(fpt, eval_neurons={"lif": LIFSequential}, desc=f"digits FPT s{seed}", **run)
-        acc["lif"].append(r_lif["acc"])
-        acc["fpt"].append(r_fpt["acc"])
-        acc["fpt_as_lif"].append(r_fpt["acc_lif"])
-        times["lif"].append(r_lif["train_s"])
-        times["fpt"].append(r_fpt["train_s"])
+        r_fpt = train_digits(fpt, eval_neurons={"lif": LIFSequential}, desc=f"digits FPT s{seed}", **kw)
+        out = {"lif": r_lif["acc"], "fpt": r_fpt["acc"], "fpt_as_lif": r_fpt["acc_lif"]}
+        out |= {"lif_s": r_lif["train_s"], "fpt_s": r_fpt["train_s"]}
         if psn is not None:
-            acc["psn"].append(train_digits(psn, desc="digits PSN", **run)["acc"])
+            out["psn"] = train_digits(psn, desc="digits PSN", **kw)["acc"]
+        return out
+
+    for seed in seeds:
+        r = run(f"digits_T{T}_s{seed}", lambda seed=seed: one(seed))
+        for k in acc:
+            if k in r:
+                acc[k].append(r[k])
+        times["lif"].append(r["lif_s"])
+        times["fpt"].append(r["fpt_s"])
     return {"acc": acc, "train_s": times, "psn": psn is not None}
 
 
+def sweep_neuron(K: int | Literal["auto", "lif"], decay: float) -> Callable[[], nn.Module]:
+    """The neuron of one :func:`accuracy_vs_K` column: the sequential LIF (``"lif"``), FPT with K soft sweeps and
+    Bernoulli straight-through, or hard FPT iterated to convergence (``"auto"``)."""
+    if K == "lif":
+        return lambda: LIFSequential(decay=decay)
+    mode, output = ("hard", "heaviside") if K == "auto" else ("soft", "bernoulli")
+    return lambda: FPTNeuron(FPTConfig(decay=decay, K=K, mode=mode, output=output))
+
+
 def accuracy_vs_K(
-    data: Data | None = None, seeds: tuple[int, ...] = (0, 1, 2), epochs: int = 15
-) -> dict[str, dict[str, float]]:
-    """Mean test accuracy of the sequential LIF and of FPT with K ∈ {1, 2, 3, "auto"} for T ∈ {8, 64} and
-    λ ∈ {0.5, 0.8} on digits (``data``: :func:`load_digits` when ``None``):
-    ``{"T=8,lam=0.5": {"lif": acc, "1": acc, ..., "auto": acc}, ...}``."""
+    data: Data | None = None,
+    seeds: tuple[int, ...] = (0, 1, 2),
+    epochs: int = 15,
+    *,
+    Ts: tuple[int, ...] = (8, 64),
+    decays: tuple[float, ...] = (0.5, 0.8),
+    auto_seeds: int | None = None,
+    hidden: int = 256,
+    run: Runner = _call,
+) -> dict[str, dict[str, Any]]:
+    """Mean test accuracy of the sequential LIF and of FPT with K ∈ {1, 2, 3, "auto"} for each T and λ on digits
+    (``data``: :func:`load_digits` when ``None``): ``{"T=8,lam=0.5": {"lif": acc, "1": acc, ..., "auto": acc,
+    "per_seed": {...}}, ...}``. ``auto_seeds``: the first seeds only for ``"auto"`` at T > 8 (``None``: all);
+    ``run``: see :data:`Runner` (one unit per T, λ, K and seed)."""
     data = load_digits() if data is None else data
-    out: dict[str, dict[str, float]] = {}
-    for Tq in (8, 64):
-        for lam in (0.5, 0.8):
-            res: dict[str, float] = {}
-            lif = [
-                train_digits(lambda lam=lam: LIFSequential(decay=lam), data=data, T=Tq, epochs=epochs, seed=s)["acc"]
-                for s in seeds
-            ]
-            res["lif"] = float(np.mean(lif))
-            for K in (1, 2, 3, "auto"):
-                mode = "hard" if K == "auto" else "soft"
-                output = "heaviside" if K == "auto" else "bernoulli"
 
-                def make(K=K, mode=mode, output=output, lam=lam) -> nn.Module:
-                    return FPTNeuron(FPTConfig(decay=lam, K=K, mode=mode, output=output))
+    def cell(Tq: int, lam: float, K: int | Literal["auto", "lif"], s: int) -> float:
+        make = sweep_neuron(K, lam)
+        return run(
+            f"sweep_T{Tq}_lam{lam}_K{K}_s{s}",
+            lambda: train_digits(make, data=data, T=Tq, epochs=epochs, seed=s, hidden=hidden)["acc"],
+        )
 
-                res[str(K)] = float(
-                    np.mean([train_digits(make, data=data, T=Tq, epochs=epochs, seed=s)["acc"] for s in seeds])
-                )
-            out[f"T={Tq},lam={lam}"] = res
+    out: dict[str, dict[str, Any]] = {}
+    for Tq in Ts:
+        for lam in decays:
+            per_seed: dict[str, list[float]] = {}
+            for K in ("lif", 1, 2, 3, "auto"):
+                use = seeds[:auto_seeds] if (K == "auto" and Tq > 8 and auto_seeds is not None) else seeds
+                per_seed[str(K)] = [cell(Tq, lam, K, s) for s in use]
+            res: dict[str, Any] = {k: float(np.mean(v)) for k, v in per_seed.items()}
+            out[f"T={Tq},lam={lam}"] = {**res, "per_seed": per_seed}
     return out
 
 
-def gunpoint_parity(seeds: tuple[int, ...] = (0, 1, 2)) -> dict[str, list[float]]:
+def gunpoint_parity(seeds: tuple[int, ...] = (0, 1, 2), epochs: int = 60, *, run: Runner = _call) -> dict[str, Any]:
     """Test accuracy per seed of a 1-64-2 SNN on GunPoint (T = 150), sequential LIF vs FPT (K = 3):
-    ``{"lif": [...], "fpt": [...]}``. Needs aeon (``pip install icml25-fpt-snn[full]``)."""
+    ``{"lif": [...], "fpt": [...]}``. Needs aeon (``pip install icml25-fpt-snn[full]``); ``run``: see
+    :data:`Runner` (one unit per neuron and seed)."""
     gp = load_gunpoint()
     kw: dict[str, Any] = {
         "data": gp,
         "T": 150,
         "encoding": "series",
         "hidden": 64,
-        "epochs": 60,
+        "epochs": epochs,
         "batch_size": 16,
         "lr": 3e-3,
     }
-    lif = [train_digits(LIFSequential, seed=s, **kw)["acc"] for s in seeds]
-    fpt = [train_digits(lambda: FPTNeuron(FPTConfig(K=3, output="bernoulli")), seed=s, **kw)["acc"] for s in seeds]
-    return {"lif": lif, "fpt": fpt}
+    fpt = lambda: FPTNeuron(FPTConfig(K=3, output="bernoulli"))  # noqa: E731
+    return {
+        name: [run(f"gunpoint_{name}_s{s}", lambda s=s, m=make: train_digits(m, seed=s, **kw)["acc"]) for s in seeds]
+        for name, make in (("lif", LIFSequential), ("fpt", fpt))
+    }
 
 
 # ---- depth and time ---------------------------------------------------------------------------------------------
@@ -319,14 +413,17 @@ def plot_fidelity(fid: dict[float, dict[int, dict[Any, float]]], Ks: tuple[int, 
     return save_figure(fig, out_dir, "fidelity_mismatch_vs_K")
 
 
-def plot_accuracy_vs_K(sweep: dict[str, dict[str, float]], out_dir: Path) -> Path:
-    """Accuracy vs K from :func:`accuracy_vs_K`, the LIF as a dashed line."""
-    fig, axes = subplots(1, 2, figsize=(10, 3.6))
-    for ax, Tq in zip(axes, (8, 64)):
-        for lam in (0.5, 0.8):
+def plot_accuracy_vs_K(sweep: dict[str, dict[str, Any]], out_dir: Path) -> Path:
+    """Accuracy vs K from :func:`accuracy_vs_K`, one panel per T, the LIF as a dashed line."""
+    cells = [tuple(float(v.split("=")[1]) for v in key.split(",")) for key in sweep]
+    Ts = sorted({int(T) for T, _ in cells})
+    fig, axes = subplots(1, len(Ts), figsize=(5 * len(Ts), 3.6))
+    for ax, Tq in zip(np.atleast_1d(axes), Ts):
+        for i, lam in enumerate(lam for T, lam in cells if int(T) == Tq):
+            row = sweep[f"T={Tq},lam={lam}"]
             ks = ["1", "2", "3", "auto"]
-            ax.plot(ks, [100 * sweep[f"T={Tq},lam={lam}"][k] for k in ks], marker="o", label=f"FPT λ={lam}")
-            ax.axhline(100 * sweep[f"T={Tq},lam={lam}"]["lif"], ls="--", lw=1, label=f"LIF λ={lam}")
+            ax.plot(ks, [100 * row[k] for k in ks], marker="o", color=f"C{i}", label=f"FPT λ={lam}")
+            ax.axhline(100 * row["lif"], ls="--", lw=1, color=f"C{i}", label=f"LIF λ={lam}")
         ax.set(title=f"digits, T={Tq}", xlabel="K", ylabel="test accuracy (%)")
         ax.legend(fontsize=8)
     return save_figure(fig, out_dir, "accuracy_vs_K")

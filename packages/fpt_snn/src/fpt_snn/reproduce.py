@@ -6,14 +6,17 @@
    also PSN, and the FPT-trained weights run with the exact LIF (the deployment gap).
 3. Depth / speed (O(T) → O(K)): dependent steps per layer (T vs K) and measured fwd+bwd time ratios on CPU.
 
-Quick mode runs in well under a minute on 2 cores; ``full=True`` trains longer and adds T ∈ {8, 64},
-λ ∈ {0.5, 0.8}, K ∈ {1, 2, 3, auto}, and GunPoint (T = 150, from aeon's bundled data) as a long-T task.
-Seeds: the accuracy claims train on ``seed_list(seed, 3)`` and are judged on the interval of the per-seed gap; the
-fidelity inputs, the digits split (1234 + seed) and the timing input derive from ``seed``.
+Sizes: :class:`fpt_snn.experiments.Setup` (``quick()``, ``full()``: more epochs and seeds, the accuracy sweep by
+T, λ and K, GunPoint at T = 150). Each trained seed × configuration is a part in ``out_dir/parts``
+(:class:`icml25_shared.parts.Parts`): a killed run started again reuses the finished ones. The accuracy claims
+train on ``seed_list(seed, n_seeds)``, judged on the interval of the per-seed gap; the fidelity inputs, the digits
+split (1234 + seed) and the timing input derive from ``seed``.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -21,29 +24,32 @@ import numpy as np
 
 from fpt_snn import experiments as ex
 from icml25_shared.device import torch_threads
+from icml25_shared.parts import Parts
 from icml25_shared.report import Claim, ReproResult
 from icml25_shared.verdict import seed_list
 
 __all__ = ["reproduce"]
 
 
-def reproduce(full: bool, out_dir: Path, *, download: bool = False, seed: int = 0) -> ReproResult:
-    """Run the reproduction and return its claims; plots go into ``out_dir``. ``download`` is unused: every data
-    set here ships with scikit-learn or aeon."""
+def reproduce(
+    full: bool, out_dir: Path, *, download: bool = False, seed: int = 0, setup: ex.Setup | None = None
+) -> ReproResult:
+    """Run the reproduction and return its claims; plots go into ``out_dir``, finished training runs into
+    ``out_dir/parts``. ``download`` is unused: every data set here ships with scikit-learn or aeon. ``setup``
+    (tests only) replaces the sizes of ``full``."""
     # one thread: the SNN's GEMMs are tiny, and several OpenMP threads on a busy CPU spin-wait far longer than they
     # compute (the README's thread pathology); it also makes the timings comparable between machines
     with torch_threads(1):
-        return _run(full, Path(out_dir), seed)
+        setup = setup or (ex.Setup.full() if full else ex.Setup.quick())
+        return _run(setup, Path(out_dir), seed)
 
 
-def _parity_claim(parity: dict[str, Any], seeds: tuple[int, ...], epochs: int) -> Claim:
-    """The digits accuracy-parity claim, judged on the interval of the per-seed |FPT - LIF| gap."""
-    acc, times = parity["acc"], parity["train_s"]
-    mean = {k: float(np.mean(v)) if v else float("nan") for k, v in acc.items()}
+def _gap_claim(text: str, short: str, acc: dict[str, list[float]], seeds: tuple[int, ...], **details: Any) -> Claim:
+    """|FPT - LIF| accuracy gap per seed in points, judged on its interval over ``seeds`` (<= 2 points)."""
     gaps = [100 * abs(f - lif) for f, lif in zip(acc["fpt"], acc["lif"])]
-    parity_claim = Claim.over_seeds(
-        "Without sacrificing accuracy: FPT (K=3) vs sequential LIF, same SNN 64-256-10 on digits (T=8): "
-        "|accuracy gap| per seed, points",
+    mean = {k: float(np.mean(v)) if v else float("nan") for k, v in acc.items()}
+    claim = Claim.over_seeds(
+        f"{text}: |accuracy gap| per seed, points",
         "on par",
         gaps,
         "<=",
@@ -52,27 +58,30 @@ def _parity_claim(parity: dict[str, Any], seeds: tuple[int, ...], epochs: int) -
         rule="|acc_FPT - acc_LIF| <= 2 points (our reading of 'on par'; the paper gives no number)",
         unit="points",
         digits=2,
-        details={
-            "acc_lif": mean["lif"],
-            "acc_fpt": mean["fpt"],
-            "acc_psn": mean["psn"],
-            "acc_fpt_weights_run_as_exact_lif": mean["fpt_as_lif"],
-            "per_seed": acc,
-            "train_seconds": times,
-            "epochs": epochs,
-        },
-        short="digits acc gap, FPT vs LIF",
+        details={**{f"acc_{k}": v for k, v in mean.items()}, "per_seed": acc, **details},
+        short=short,
     )
-    parity_claim.measured += (
-        f" (mean FPT {100 * mean['fpt']:.2f} %, LIF {100 * mean['lif']:.2f} %, PSN {100 * mean['psn']:.2f} %)"
-    )
-    return parity_claim
+    claim.measured += f" (mean FPT {100 * mean['fpt']:.2f} %, LIF {100 * mean['lif']:.2f} %)"
+    return claim
 
 
-def _run(full: bool, out_dir: Path, seed: int) -> ReproResult:
+def _parity_claim(parity: dict[str, Any], seeds: tuple[int, ...], epochs: int, hidden: int = 256) -> Claim:
+    """The digits accuracy-parity claim, judged on the interval of the per-seed |FPT - LIF| gap."""
+    text = f"Without sacrificing accuracy: FPT (K=3) vs sequential LIF, same SNN 64-{hidden}-10 on digits (T=8)"
+    claim = _gap_claim(text, "digits acc gap, FPT vs LIF", parity["acc"], seeds, train_seconds=parity["train_s"])
+    claim.details["epochs"] = epochs
+    if parity["acc"]["psn"]:
+        claim.measured = claim.measured[:-1] + f", PSN {100 * float(np.mean(parity['acc']['psn'])):.2f} %)"
+    return claim
+
+
+def _run(setup: ex.Setup, out_dir: Path, seed: int) -> ReproResult:
     claims: list[Claim] = []
+    seeds = tuple(seed_list(seed, setup.n_seeds))
+    fingerprint = {"setup": asdict(setup), "seed": seed, "version": version("icml25-fpt-snn")}
+    parts = Parts(out_dir / "parts", fingerprint=fingerprint)
     Ts, Ks = (4, 16, 64, 256), (1, 2, 3, 4, 5, 6)
-    fid = ex.fidelity_table((0.5, 0.8, 0.9) if full else (0.5, 0.9), Ts, Ks, columns=4096, seed=seed)
+    fid = ex.fidelity_table(setup.fid_decays, Ts, Ks, columns=setup.fid_columns, seed=seed)
     half, slow = fid[0.5], fid[0.9]
     worst_k3 = max(half[T][3] for T in Ts)
     exact_at_T = all(half[T]["T"] == 0.0 for T in Ts)
@@ -108,12 +117,11 @@ def _run(full: bool, out_dir: Path, seed: int) -> ReproResult:
     artifacts = [str(ex.plot_fidelity(fid, Ks, out_dir))]
 
     # accuracy parity on digits: LIF (BPTT) vs FPT, the same init and batches per seed
-    T = 8
-    epochs, seeds = (25 if full else 10), tuple(seed_list(seed, 3))
+    T, epochs = 8, setup.digits_epochs
     data = ex.load_digits(1234 + seed)
-    parity = ex.digits_parity(T, epochs, seeds, data=data)
+    parity = ex.digits_parity(T, epochs, seeds, data=data, hidden=setup.hidden, run=parts.run)
     mean = {k: float(np.mean(v)) if v else float("nan") for k, v in parity["acc"].items()}
-    claims.append(_parity_claim(parity, seeds, epochs))
+    claims.append(_parity_claim(parity, seeds, epochs, setup.hidden))
     claims.append(
         Claim(
             "Deployment gap: FPT-trained weights evaluated with the exact sequential LIF",
@@ -125,34 +133,31 @@ def _run(full: bool, out_dir: Path, seed: int) -> ReproResult:
         )
     )
     sweep: dict[str, Any] = {}
-    if full:
-        sweep = ex.accuracy_vs_K(data, seeds)
+    if setup.sweep:
+        sweep = ex.accuracy_vs_K(
+            data,
+            seeds[: setup.sweep_seeds],
+            setup.sweep_epochs,
+            Ts=setup.sweep_Ts,
+            decays=setup.sweep_decays,
+            auto_seeds=setup.auto_seeds,
+            hidden=setup.hidden,
+            run=parts.run,
+        )
         artifacts.append(str(ex.plot_accuracy_vs_K(sweep, out_dir)))
+    if setup.gunpoint_epochs:
         try:
-            gp = ex.gunpoint_parity(seeds)
+            gp = ex.gunpoint_parity(seeds, setup.gunpoint_epochs, run=parts.run)
         except ImportError:
             sweep["gunpoint"] = "skipped: aeon not installed (pip install icml25-fpt-snn[full])"
         else:
             sweep["gunpoint"] = gp
-            claims.append(
-                Claim.over_seeds(
-                    "Long T: GunPoint (T=150), FPT K=3 vs sequential LIF, 1-64-2 SNN: |accuracy gap| per seed",
-                    "on par",
-                    [100 * abs(f - lif) for f, lif in zip(gp["fpt"], gp["lif"])],
-                    "<=",
-                    2.0,
-                    seeds=list(seeds),
-                    rule="|acc_FPT - acc_LIF| <= 2 points",
-                    unit="points",
-                    digits=2,
-                    details={"acc_lif": float(np.mean(gp["lif"])), "acc_fpt": float(np.mean(gp["fpt"]))},
-                    short="GunPoint acc gap (T=150)",
-                )
-            )
+            text = "Long T: GunPoint (T=150), FPT K=3 vs sequential LIF, 1-64-2 SNN"
+            claims.append(_gap_claim(text, "GunPoint acc gap (T=150)", gp, seeds, epochs=setup.gunpoint_epochs))
 
     # depth and time: T dependent steps for the LIF, K for FPT; CPU fwd+bwd of one layer
     Tt, Nt = 128, 4096
-    tim = ex.layer_timings(Tt, Nt, repeats=7 if full else 3, seed=seed)
+    tim = ex.layer_timings(Tt, Nt, repeats=setup.timing_repeats, seed=seed)
     ref_name = "spikingjelly_lif" if "spikingjelly_lif" in tim else "naive_loop"
     ratios = {k: tim[k] / tim[ref_name] for k in tim}
     claims.append(
@@ -176,8 +181,8 @@ def _run(full: bool, out_dir: Path, seed: int) -> ReproResult:
     artifacts.append(str(ex.plot_timing(tim, Tt, Nt, out_dir)))
     artifacts.append(str(ex.plot_accuracy(mean, T, len(seeds), out_dir)))
     settings: dict[str, Any] = {
-        "fidelity": "float64, x ~ N(0.5, 1), 4096 columns, hard mode",
-        "digits": f"64-256-10, T={T} constant current, Adam 1e-3, batch 64, {epochs} epochs, seeds {seeds}, "
+        "fidelity": f"float64, x ~ N(0.5, 1), {setup.fid_columns} columns, hard mode, lambda {setup.fid_decays}",
+        "digits": f"64-{setup.hidden}-10, T={T} constant current, Adam 1e-3, batch 64, {epochs} epochs, seeds {seeds}, "
         f"split seed {1234 + seed}",
         "fpt": "K=3, alpha (2, 6, 12), flat-sigmoid backward, Bernoulli-ST in training, Heaviside in eval",
         "lif": "sequential soft reset, tau=2, sigmoid surrogate alpha=4 (spikingjelly default)",
@@ -186,4 +191,6 @@ def _run(full: bool, out_dir: Path, seed: int) -> ReproResult:
     }
     if sweep:
         settings["full_sweep"] = sweep
+    settings["setup"] = {**asdict(setup), "sweep_and_gunpoint_seeds": [seeds[: setup.sweep_seeds], seeds]}
+    settings["parts"] = {"computed": len(parts.computed), "reused": len(parts.reused)}
     return ReproResult("fpt_snn", claims, settings=settings, artifacts=artifacts)
