@@ -16,7 +16,9 @@ optimizer-state bytes) and the analytic memory of the paper's LLaMA-1.3B (Sec. 5
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,23 +28,26 @@ from torch import nn
 
 from icml25_shared.charlm import CharLMSetup, CharLMTask, tiny_llama_config, tokens_to_reach, train_char_lm
 from icml25_shared.charlm import plot_val_loss as plot_lm_curves
+from icml25_shared.parts import Parts
 from icml25_shared.training import optimizer_state_bytes, warmup_cosine
 from icml25_shared.validate import check_choice
 from swan.optimizer import SWAN, param_groups
 
 __all__ = [
     "FULL",
+    "FULL_LRS",
     "LLAMA_1B3",
     "QUICK",
     "RunResult",
     "RunSpec",
+    "Runs",
     "Setup",
+    "ablation_specs",
     "Task",
     "expected_state_bytes",
     "llama_memory_bytes",
-    "lr_sweep",
+    "lr_specs",
     "plot_val_loss",
-    "swan_variants",
     "tiny_llama_config",
     "tokens_to_reach",
     "train_tiny_llama",
@@ -62,7 +67,14 @@ class Setup(CharLMSetup):
 
 
 QUICK = Setup()
-FULL = Setup(hidden_size=128, num_hidden_layers=4, intermediate_size=352, seq_len=128, steps=1500, val_batches=16)
+#: ``--full``: 3 blocks of width 96 (MLP 256, the LLaMA ratio 8/3), 400 steps of 16 x 64 characters (410K tokens)
+FULL = Setup(hidden_size=96, num_hidden_layers=3, intermediate_size=256, seq_len=64, steps=400, val_batches=16)
+#: learning rates ``--full`` sweeps on its first seed (SWAN and Muon use the same lr on their AdamW side)
+FULL_LRS: dict[OptimizerName, tuple[float, ...]] = {
+    "adamw": (3e-3, 1e-2, 3e-2),
+    "swan": (1e-3, 3e-3, 1e-2),
+    "muon": (3e-3, 1e-2),
+}
 
 
 class Task(CharLMTask):
@@ -89,7 +101,8 @@ class RunSpec:
 
 @dataclass
 class RunResult:
-    """Validation curve (``steps``, ``val_loss``), training losses, optimizer-state bytes and wall time."""
+    """Validation curve (``steps``, ``val_loss``), training losses, optimizer-state bytes, wall time and the task's
+    seed."""
 
     spec: RunSpec
     steps: list[int]
@@ -97,6 +110,7 @@ class RunResult:
     train_loss: list[float]
     state_bytes: int
     seconds: float
+    seed: int = 0
 
     def summary(self) -> dict[str, Any]:
         """The validation curve, wall time and state bytes (recorded in the reproduction's settings)."""
@@ -142,27 +156,52 @@ def train_tiny_llama(spec: RunSpec, task: Task) -> RunResult:
     curve = train_char_lm(model, task, stepper.opts, scheds, name=spec.name)
     state = sum(optimizer_state_bytes(o) for o in stepper.opts)
     logger.info("%s: final val %.4f in %.1fs", spec.name, curve.val_loss[-1], curve.seconds)
-    return RunResult(spec, curve.steps, curve.val_loss, curve.train_loss, state, curve.seconds)
+    return RunResult(spec, curve.steps, curve.val_loss, curve.train_loss, state, curve.seconds, task.setup.seed)
 
 
-def lr_sweep(task: Task, optimizer: OptimizerName, lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2)) -> list[RunResult]:
-    """One run per learning rate (SWAN and Muon use the same lr on the AdamW side)."""
+def lr_specs(optimizer: OptimizerName, lrs: tuple[float, ...]) -> list[RunSpec]:
+    """One run per learning rate, named ``"<Optimizer> lr=<lr>"``."""
     names = {"adamw": "AdamW", "swan": "SWAN", "muon": "Muon"}
-    return [train_tiny_llama(RunSpec(f"{names[optimizer]} lr={lr:g}", optimizer, lr), task) for lr in lrs]
+    return [RunSpec(f"{names[optimizer]} lr={lr:g}", optimizer, lr) for lr in lrs]
 
 
-def swan_variants(task: Task, lr: float) -> dict[str, RunResult]:
-    """The paper's ablation (Sec. 5.2: GradNorm only, GradWhitening only) plus β = 0.5 and NSDS, at ``lr``."""
-    variants = {
-        "GradNorm only": ("SWAN GradNorm only", {"whiten": False}),
-        "GradWhitening only": ("SWAN GradWhitening only", {"normalize": False}),
-        "beta 0.5": ("SWAN beta=0.5", {"ns_beta": 0.5}),
-        "NSDS": ("SWAN NSDS", {"whitening": "nsds"}),
-    }
+def ablation_specs(lr: float) -> dict[str, RunSpec]:
+    """The paper's ablation (Sec. 5.2) at ``lr``: GradNorm only (no whitening), GradWhitening only (no GradNorm)."""
     return {
-        key: train_tiny_llama(RunSpec(f"{name} lr={lr:g}", "swan", lr, swan_kwargs=kw), task)
-        for key, (name, kw) in variants.items()
+        "GradNorm only": RunSpec(f"SWAN GradNorm only lr={lr:g}", "swan", lr, swan_kwargs={"whiten": False}),
+        "GradWhitening only": RunSpec(
+            f"SWAN GradWhitening only lr={lr:g}", "swan", lr, swan_kwargs={"normalize": False}
+        ),
     }
+
+
+class Runs:
+    """Training runs of one :class:`Setup` on several seeds; with ``parts`` every (run, seed) is stored when it
+    finishes and reused by a later call (a killed ``--full`` resumes where it stopped)."""
+
+    def __init__(self, setup: Setup, *, parts: Parts | None = None, download: bool = False) -> None:
+        self.setup, self.parts, self.download = setup, parts, download
+        self._tasks: dict[int, Task] = {}
+        self._done: dict[str, RunResult] = {}
+
+    def task(self, seed: int) -> Task:
+        """The task of ``setup`` with ``seed`` (initial model and training windows), built once."""
+        if seed not in self._tasks:
+            self._tasks[seed] = Task.build(dataclasses.replace(self.setup, seed=seed), download=self.download)
+        return self._tasks[seed]
+
+    def run(self, spec: RunSpec, seed: int) -> RunResult:
+        """``spec`` trained on the task of ``seed`` (loaded from its part when it finished before)."""
+
+        def train() -> dict[str, Any]:
+            r = train_tiny_llama(spec, self.task(seed))
+            return {k: getattr(r, k) for k in ("steps", "val_loss", "train_loss", "state_bytes", "seconds")}
+
+        name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", f"{spec.name}_seed{seed}")
+        if name not in self._done:  # asked twice in one call (the best lr's pair on the first seed): trained once
+            found = self.parts.run(name, train) if self.parts is not None else train()
+            self._done[name] = RunResult(spec, **found, seed=seed)
+        return self._done[name]
 
 
 def expected_state_bytes(model: nn.Module, optimizer: Literal["adamw", "swan"]) -> int:
