@@ -91,30 +91,79 @@ def test_gate_claim_verdict_comes_from_the_interval_over_seeds():
     assert _gate_claims({0: means(0.01), 1: means(0.09), 2: means(0.04)})[2].verdict == "inconclusive"
 
 
-def test_full_reproduction_path_runs_on_committed_rows(tmp_path, monkeypatch):
-    """The --full claim code end to end, with the experiments replaced by the committed run's rows (no training):
-    three seeds, the Gaussian, digits, efficiency and both PID-Batch claims, with the verdicts the rules give."""
+def _fake_experiments(monkeypatch, calls=None):
+    """Replace the --full experiments by fixed rows of an earlier --full run (``tests/full_rows.json``: its efficiency
+    sweep and time-to-accuracy cells), counting the calls in ``calls``."""
     import json
     from pathlib import Path
 
     import lsmi.experiments as ex
-    from lsmi.reproduce import reproduce
 
-    full = json.loads((Path(__file__).parents[1] / "reproduction/full/result_full.json").read_text())
-    rows = {c["short"]: c["details"].get("rows") for c in full["claims"]}
-    tta = next(v for k, v in rows.items() if k.startswith("PID-Batch/LSMI"))
+    fixed = json.loads((Path(__file__).parent / "full_rows.json").read_text())
     gauss = {0.9: {"estimated": [0.0, 0.0, 0.0, 0.011], "exact_plugin": [0.0, 0.0, 0.0, 0.007]},
              0.5: {"estimated": [0.0, 0.0, 0.0, 0.057], "exact_plugin": [0.0, 0.0, 0.0, 0.062]}}  # fmt: skip
     real = {"digits": [2.04, 0.01, 0.02, 0.20], "digits_shuffled": [-0.03, 2.08, -0.0, -0.13],
             "breast_cancer": [0.52, -0.03, 0.04, 0.0]}  # fmt: skip
-    monkeypatch.setattr(ex, "gate_means", lambda seed=0: {"xor": [0.0, 0.0, 0.0, 0.69], "or": [0.21, 0, 0, 0.35]})
-    monkeypatch.setattr(ex, "gaussian_sweep", lambda seed=0: gauss)
-    monkeypatch.setattr(ex, "real_data_means", lambda seed=0: real)
-    monkeypatch.setattr(ex, "efficiency_sweep", lambda **kw: rows["CVX/LSMI time grows with Ck²"])
-    monkeypatch.setattr(ex, "time_to_accuracy", lambda c, n, **kw: next(r for r in tta if r["C"] == c))
+    calls = [] if calls is None else calls
+
+    def counted(name, value):
+        def fn(*args, **kw):
+            calls.append((name, kw.get("seed")))
+            return value(*args) if callable(value) else value
+
+        return fn
+
+    monkeypatch.setattr(ex, "gate_means", counted("gates", {"xor": [0.0, 0.0, 0.0, 0.69], "or": [0.21, 0, 0, 0.35]}))
+    monkeypatch.setattr(ex, "gaussian_sweep", counted("gaussian", gauss))
+    monkeypatch.setattr(ex, "real_data_means", counted("real", real))
+    monkeypatch.setattr(ex, "efficiency_sweep", counted("efficiency", fixed["efficiency"]))
+    tta = fixed["time_to_accuracy"]
+    monkeypatch.setattr(ex, "time_to_accuracy", counted("tta", lambda c, n: next(r for r in tta if r["C"] == c)))
+    return calls
+
+
+def test_full_reproduction_path_runs_on_fixed_rows(tmp_path, monkeypatch):
+    """The --full claim code end to end, with the experiments replaced by an earlier run's rows (no training):
+    three seeds, the Gaussian, digits, efficiency and both PID-Batch claims, with the verdicts the rules give."""
+    from lsmi.reproduce import reproduce
+
+    _fake_experiments(monkeypatch)
     res = reproduce(True, tmp_path, seed=0)
     got = {c.short: c.verdict for c in res.claims}
     assert got["PID-Batch/LSMI time ≥ 3x"] == "does not hold"  # 2.0x at C = 10 at every (identical) seed
     assert got['PID-Batch/LSMI time ≥ 3x (density="gmm")'] == "holds"  # 13.7x
     assert got["Gaussian vs exact plug-in"] == "holds" and got["digits halves: R dominant"] == "holds"
     assert res.settings["seeds"] == [0, 1, 2]
+
+
+def test_full_resumes_without_redoing_finished_parts(tmp_path, monkeypatch):
+    """A --full killed in its time-to-accuracy runs reuses every finished unit when run again; the claims of a
+    resumed run equal those of an uninterrupted one."""
+    from lsmi.reproduce import reproduce
+
+    calls = _fake_experiments(monkeypatch)
+    import lsmi.experiments as ex
+
+    finished = ex.time_to_accuracy
+    state = {"left": 2}
+
+    def dies(*args, **kw):
+        if state["left"] == 0:
+            raise KeyboardInterrupt("killed")
+        state["left"] -= 1
+        return finished(*args, **kw)
+
+    monkeypatch.setattr(ex, "time_to_accuracy", dies)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce(True, tmp_path / "run", seed=0)
+    assert sorted({n for n, _ in calls}) == ["efficiency", "gates", "gaussian", "real", "tta"]
+    calls.clear()
+    state["left"] = 100
+    res = reproduce(True, tmp_path / "run", seed=0)
+    # only the four time-to-accuracy units not finished before run: (C=10, 30) x seeds 1, 2
+    assert calls == [("tta", 1), ("tta", 1), ("tta", 2), ("tta", 2)]
+    assert len(res.settings["parts"]["reused"]) == 12 and len(res.settings["parts"]["computed"]) == 4
+    calls.clear()
+    fresh = reproduce(True, tmp_path / "fresh", seed=0)
+    assert len(calls) == 16 and [c.measured for c in fresh.claims] == [c.measured for c in res.claims]
+    assert [c.verdict for c in fresh.claims] == [c.verdict for c in res.claims]
