@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 __all__ = [
     "ArgumentTypeError",
@@ -82,6 +82,14 @@ def _in_range(v: float, lo: float | None, hi: float | None, lo_open: bool, hi_op
     return not (hi is not None and (v >= hi if hi_open else v > hi))
 
 
+@overload
+def check_int(
+    name: str, value: Any, *, min: int | None = None, max: int | None = None, allow_none: Literal[False] = False
+) -> int: ...
+@overload
+def check_int(
+    name: str, value: Any, *, min: int | None = None, max: int | None = None, allow_none: bool = ...
+) -> int | None: ...
 def check_int(
     name: str,
     value: Any,
@@ -102,6 +110,30 @@ def check_int(
     return v
 
 
+@overload
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_open: bool = False,
+    max_open: bool = False,
+    allow_inf: bool = False,
+    allow_none: Literal[False] = False,
+) -> float: ...
+@overload
+def check_float(
+    name: str,
+    value: Any,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    min_open: bool = False,
+    max_open: bool = False,
+    allow_inf: bool = False,
+    allow_none: bool = ...,
+) -> float | None: ...
 def check_float(
     name: str,
     value: Any,
