@@ -84,7 +84,7 @@ def tau_from_decay(decay: float) -> float:
     return math.inf if decay == 1.0 else 1.0 / (1.0 - decay)
 
 
-def validate_K(K: object) -> int | str:
+def validate_K(K: object) -> int | Literal["auto"]:
     """``K`` must be a positive int or the string ``"auto"``."""
     if isinstance(K, str) and K == "auto":
         return "auto"
@@ -97,7 +97,7 @@ def validate_K(K: object) -> int | str:
 OFFICIAL_ALPHAS = (2.0, 6.0, 12.0)
 
 
-def validate_alpha_schedule(alpha_schedule: object, K: int | str) -> tuple[float, ...]:
+def validate_alpha_schedule(alpha_schedule: object, K: int | Literal["auto"]) -> tuple[float, ...]:
     """A non-empty tuple of positive, finite sigmoid slopes; one slope is broadcast to every iteration.
 
     ``None`` means the official ImageNet schedule (2, 6, 12), cut to K entries when K < 3 (the last slope repeats
@@ -246,4 +246,6 @@ class FPTConfig:
 
     def alpha(self, k: int) -> float:
         """The slope of iteration ``k`` (0-based); the last slope repeats past the schedule's end."""
-        return self.alpha_schedule[min(k, len(self.alpha_schedule) - 1)]
+        schedule = self.alpha_schedule
+        assert schedule is not None  # __post_init__ fills it
+        return schedule[min(k, len(schedule) - 1)]

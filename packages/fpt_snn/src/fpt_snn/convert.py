@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
-from typing import Any
+from typing import Any, Literal
 
 from spikingjelly.activation_based import neuron
 from torch import nn
@@ -50,7 +50,9 @@ def _convertible(name: str, m: nn.Module) -> bool:
     return False
 
 
-def convert_lif_to_fpt(model: nn.Module, T: int | None = None, K: int | str = 3, **fpt_kwargs: Any) -> nn.Module:
+def convert_lif_to_fpt(
+    model: nn.Module, T: int | None = None, K: int | Literal["auto"] = 3, **fpt_kwargs: Any
+) -> nn.Module:
     """Replace every spikingjelly ``LIFNode`` and ``ParametricLIFNode`` in ``model`` by an :class:`FPTLIFNode` with
     the same τ (bit for bit), θ, ``decay_input``, ``detach_reset``, ``store_v_seq`` and surrogate function (a copy
     of each node's own), in place; other layers and their weights are untouched.
@@ -83,7 +85,9 @@ def convert_lif_to_fpt(model: nn.Module, T: int | None = None, K: int | str = 3,
         )
     for name, m in found:  # validate everything before changing anything
         _check_lif(name, m)
-    for name, m in found:
+    for name, node in found:
+        # spikingjelly is untyped: nn.Module.__getattr__ would type every attribute below as Tensor | Module
+        m: Any = node
         plif = isinstance(m, neuron.ParametricLIFNode)
         new = FPTLIFNode(
             tau=2.0 if plif else float(m.tau),

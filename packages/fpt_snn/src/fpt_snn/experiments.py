@@ -130,7 +130,7 @@ def load_digits(split_seed: int = 1234) -> Data:
             "load_digits needs scikit-learn: pip install 'icml25-fpt-snn[repro]' (or scikit-learn>=1.4)"
         ) from err
 
-    d = sk_load_digits()
+    d: Any = sk_load_digits()  # a Bunch (the stub's union also admits the return_X_y tuple)
     X = torch.tensor(d.data / 16.0, dtype=torch.float32)
     y = torch.tensor(d.target, dtype=torch.long)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(split_seed))
@@ -142,8 +142,8 @@ def load_gunpoint() -> Data:
     """aeon's bundled GunPoint (T = 150, 2 classes), standardised with the training mean and deviation."""
     from aeon.datasets import load_gunpoint as aeon_load_gunpoint
 
-    Xtr, ytr = aeon_load_gunpoint(split="TRAIN")
-    Xte, yte = aeon_load_gunpoint(split="TEST")
+    Xtr, ytr = (np.asarray(a) for a in aeon_load_gunpoint(split="TRAIN"))
+    Xte, yte = (np.asarray(a) for a in aeon_load_gunpoint(split="TEST"))
     mu, sd = Xtr.mean(), Xtr.std()
 
     def prep(X: np.ndarray, y: np.ndarray) -> tuple[Tensor, Tensor]:

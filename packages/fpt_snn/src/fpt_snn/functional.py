@@ -25,13 +25,25 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from fpt_snn.config import DENSE_MAX_T, DENSE_MAX_T_CUDA, PATHS, FPTConfig, auto_chunk_size, validate_decay
+from fpt_snn.config import (
+    DENSE_MAX_T,
+    DENSE_MAX_T_CUDA,
+    PATHS,
+    FPTConfig,
+    Impl,
+    LambdaPath,
+    Mode,
+    Output,
+    Surrogate,
+    auto_chunk_size,
+    validate_decay,
+)
 from icml25_shared.validate import check_choice, check_int, check_tensor
 
 __all__ = [
@@ -213,11 +225,11 @@ def apply_lambda(
     y: Tensor,
     decay: float | Tensor,
     *,
-    path: str = "auto",
+    path: LambdaPath = "auto",
     chunk_size: int | None = None,
     kernel: Tensor | None = None,
     transpose: bool = False,
-    impl: str = "auto",
+    impl: Impl = "auto",
 ) -> Tensor:
     """Λ·y for ``y`` of shape [T, M] (the linear recurrence u[t] = λ u[t-1] + y[t], u[-1] = 0); Λᵀ·y (the same
     recurrence run backwards in time, the adjoint FPT's backward needs) with ``transpose``.
@@ -338,6 +350,42 @@ def check_input(x_seq: object, *, finite: bool = True) -> Tensor:
 # --------------------------------------------------------------------------------------------------------------
 # the sequential ground truth
 # --------------------------------------------------------------------------------------------------------------
+@overload
+def lif_reference(
+    x_seq: Tensor,
+    *,
+    tau: float = 2.0,
+    decay: float | None = None,
+    decay_input: bool = False,
+    v_threshold: float = 1.0,
+    surrogate_alpha: float = 4.0,
+    detach_reset: bool = False,
+    return_membrane: Literal[False] = False,
+) -> Tensor: ...
+@overload
+def lif_reference(
+    x_seq: Tensor,
+    *,
+    tau: float = 2.0,
+    decay: float | None = None,
+    decay_input: bool = False,
+    v_threshold: float = 1.0,
+    surrogate_alpha: float = 4.0,
+    detach_reset: bool = False,
+    return_membrane: Literal[True],
+) -> tuple[Tensor, Tensor]: ...
+@overload
+def lif_reference(
+    x_seq: Tensor,
+    *,
+    tau: float = 2.0,
+    decay: float | None = None,
+    decay_input: bool = False,
+    v_threshold: float = 1.0,
+    surrogate_alpha: float = 4.0,
+    detach_reset: bool = False,
+    return_membrane: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]: ...
 def lif_reference(
     x_seq: Tensor,
     *,
@@ -779,6 +827,7 @@ def _fpt_autograd(
     return spikes, FPTInfo(h, h - theta * spikes, iterations)
 
 
+@overload
 def fpt_lif(
     x_seq: Tensor,
     *,
@@ -786,16 +835,78 @@ def fpt_lif(
     decay: float | None = None,
     decay_input: bool = False,
     v_threshold: float = 1.0,
-    K: int | str = 3,
+    K: int | Literal["auto"] = 3,
     alpha_schedule: float | tuple[float, ...] | None = None,
-    mode: str = "soft",
-    output: str = "heaviside",
-    surrogate_backward: str = "flat_sigmoid",
+    mode: Mode = "soft",
+    output: Output = "heaviside",
+    surrogate_backward: Surrogate = "flat_sigmoid",
     surrogate_function: Callable[[Tensor], Tensor] | None = None,
     detach_reset: bool = False,
-    path: str = "auto",
+    path: LambdaPath = "auto",
     chunk_size: int | None = None,
-    impl: str = "auto",
+    impl: Impl = "auto",
+    generator: torch.Generator | None = None,
+    return_info: Literal[False] = False,
+) -> Tensor: ...
+@overload
+def fpt_lif(
+    x_seq: Tensor,
+    *,
+    tau: float = 2.0,
+    decay: float | None = None,
+    decay_input: bool = False,
+    v_threshold: float = 1.0,
+    K: int | Literal["auto"] = 3,
+    alpha_schedule: float | tuple[float, ...] | None = None,
+    mode: Mode = "soft",
+    output: Output = "heaviside",
+    surrogate_backward: Surrogate = "flat_sigmoid",
+    surrogate_function: Callable[[Tensor], Tensor] | None = None,
+    detach_reset: bool = False,
+    path: LambdaPath = "auto",
+    chunk_size: int | None = None,
+    impl: Impl = "auto",
+    generator: torch.Generator | None = None,
+    return_info: Literal[True],
+) -> tuple[Tensor, FPTInfo]: ...
+@overload
+def fpt_lif(
+    x_seq: Tensor,
+    *,
+    tau: float = 2.0,
+    decay: float | None = None,
+    decay_input: bool = False,
+    v_threshold: float = 1.0,
+    K: int | Literal["auto"] = 3,
+    alpha_schedule: float | tuple[float, ...] | None = None,
+    mode: Mode = "soft",
+    output: Output = "heaviside",
+    surrogate_backward: Surrogate = "flat_sigmoid",
+    surrogate_function: Callable[[Tensor], Tensor] | None = None,
+    detach_reset: bool = False,
+    path: LambdaPath = "auto",
+    chunk_size: int | None = None,
+    impl: Impl = "auto",
+    generator: torch.Generator | None = None,
+    return_info: bool = False,
+) -> Tensor | tuple[Tensor, FPTInfo]: ...
+def fpt_lif(
+    x_seq: Tensor,
+    *,
+    tau: float = 2.0,
+    decay: float | None = None,
+    decay_input: bool = False,
+    v_threshold: float = 1.0,
+    K: int | Literal["auto"] = 3,
+    alpha_schedule: float | tuple[float, ...] | None = None,
+    mode: Mode = "soft",
+    output: Output = "heaviside",
+    surrogate_backward: Surrogate = "flat_sigmoid",
+    surrogate_function: Callable[[Tensor], Tensor] | None = None,
+    detach_reset: bool = False,
+    path: LambdaPath = "auto",
+    chunk_size: int | None = None,
+    impl: Impl = "auto",
     generator: torch.Generator | None = None,
     return_info: bool = False,
 ) -> Tensor | tuple[Tensor, FPTInfo]:

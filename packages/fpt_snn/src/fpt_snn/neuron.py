@@ -222,7 +222,7 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         return self.cfg.detach_reset
 
     @property
-    def K(self) -> int | str:
+    def K(self) -> int | Literal["auto"]:
         return self.cfg.K
 
     @property

@@ -44,8 +44,11 @@ def reproduce(
         return _run(setup, Path(out_dir), seed)
 
 
-def _gap_claim(text: str, short: str, acc: dict[str, list[float]], seeds: tuple[int, ...], **details: Any) -> Claim:
-    """|FPT - LIF| accuracy gap per seed in points, judged on its interval over ``seeds`` (<= 2 points)."""
+def _gap_claim(
+    text: str, short: str, acc: dict[str, list[float]], seeds: tuple[int, ...], extra: str = "", **details: Any
+) -> Claim:
+    """|FPT - LIF| accuracy gap per seed in points, judged on its interval over ``seeds`` (<= 2 points); ``extra``
+    ends the mean accuracies shown after the interval."""
     gaps = [100 * abs(f - lif) for f, lif in zip(acc["fpt"], acc["lif"])]
     mean = {k: float(np.mean(v)) if v else float("nan") for k, v in acc.items()}
     claim = Claim.over_seeds(
@@ -61,18 +64,17 @@ def _gap_claim(text: str, short: str, acc: dict[str, list[float]], seeds: tuple[
         details={**{f"acc_{k}": v for k, v in mean.items()}, "per_seed": acc, **details},
         short=short,
     )
-    claim.measured += f" (mean FPT {100 * mean['fpt']:.2f} %, LIF {100 * mean['lif']:.2f} %)"
+    claim.measured = f"{claim.measured} (mean FPT {100 * mean['fpt']:.2f} %, LIF {100 * mean['lif']:.2f} %{extra})"
     return claim
 
 
 def _parity_claim(parity: dict[str, Any], seeds: tuple[int, ...], epochs: int, hidden: int = 256) -> Claim:
     """The digits accuracy-parity claim, judged on the interval of the per-seed |FPT - LIF| gap."""
     text = f"Without sacrificing accuracy: FPT (K=3) vs sequential LIF, same SNN 64-{hidden}-10 on digits (T=8)"
-    claim = _gap_claim(text, "digits acc gap, FPT vs LIF", parity["acc"], seeds, train_seconds=parity["train_s"])
-    claim.details["epochs"] = epochs
-    if parity["acc"]["psn"]:
-        claim.measured = claim.measured[:-1] + f", PSN {100 * float(np.mean(parity['acc']['psn'])):.2f} %)"
-    return claim
+    psn = parity["acc"]["psn"]
+    extra = f", PSN {100 * float(np.mean(psn)):.2f} %" if psn else ""
+    short = "digits acc gap, FPT vs LIF"
+    return _gap_claim(text, short, parity["acc"], seeds, extra, train_seconds=parity["train_s"], epochs=epochs)
 
 
 def _run(setup: ex.Setup, out_dir: Path, seed: int) -> ReproResult:
