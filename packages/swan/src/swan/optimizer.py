@@ -212,17 +212,17 @@ class SWAN(torch.optim.Optimizer):
     # ------------------------------------------------------------------ SWAN side
     def _swan_group(self, group: dict[str, Any], counter: int) -> int:
         params: list[Tensor] = []
-        grads: list[Tensor] = []
+        raw: list[Tensor] = []
         for p in group["params"]:
             if p.grad is None:
                 continue
             if p.grad.is_sparse:
                 raise RuntimeError(f"SWAN does not support sparse gradients (parameter of shape {tuple(p.shape)})")
             params.append(p)
-            grads.append(p.grad)
+            raw.append(p.grad)
         if not params:
             return counter
-        grads = self._check_finite(group, params, grads)
+        grads = self._check_finite(group, params, raw)  # None where a non-finite gradient is skipped
         if group["momentum"] > 0 and self._momentum_on(group):
             grads = self._apply_momentum(group, params, grads)
 
@@ -230,12 +230,13 @@ class SWAN(torch.optim.Optimizer):
         if group["distributed_whitening"] and torch.distributed.is_available() and torch.distributed.is_initialized():
             world, rank = torch.distributed.get_world_size(), torch.distributed.get_rank()
         # matrices with a (finite) gradient and at least one entry; index i keeps its round-robin owner
-        live = [i for i in range(len(params)) if grads[i] is not None and params[i].numel() > 0]
+        found = [(i, g) for i, g in enumerate(grads) if g is not None and params[i].numel() > 0]
+        live = [i for i, _ in found]
         if world > 1:
             self._distributed_updates(group, params, grads, live, counter, world, rank)
         else:
-            for chunk in self._chunks(group, [_as_matrix(grads[i]) for i in live]):
-                self._update_chunk(group, [params[live[j]] for j in chunk], [grads[live[j]] for j in chunk])
+            for chunk in self._chunks(group, [_as_matrix(g) for _, g in found]):
+                self._update_chunk(group, [params[live[j]] for j in chunk], [found[j][1] for j in chunk])
         return counter + len(params)
 
     def _update_chunk(self, group: dict[str, Any], params: list[Tensor], grads: list[Tensor]) -> None:
@@ -391,7 +392,9 @@ def _output_heads(model: nn.Module, head: Any = "auto") -> list[tuple[str, nn.Mo
         return [(names.get(id(found), "?"), found, "get_output_embeddings()")]
     vocab = {m.num_embeddings for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag))}
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    heads = [(n, m, "named like an LM head") for n, m in linears if n.rsplit(".", 1)[-1] in _HEAD_NAMES]
+    heads: list[tuple[str, nn.Module, str]] = [
+        (n, m, "named like an LM head") for n, m in linears if n.rsplit(".", 1)[-1] in _HEAD_NAMES
+    ]
     if not heads and linears and linears[-1][1].out_features in vocab:
         n, m = linears[-1]  # the model's last Linear projects onto a vocabulary: its LM head
         heads.append((n, m, f"last Linear, {m.out_features} outputs = an embedding's vocabulary"))
