@@ -1,6 +1,6 @@
 """fwd+bwd time and activation memory of one LIF layer: FPTLIFNode vs spikingjelly's LIFNode, interleaved.
 
-    python packages/fpt_snn/benchmarks/bench_fpt_snn.py                  # the issue's grid, 1 thread
+    python packages/fpt_snn/benchmarks/bench_fpt_snn.py                  # the default grid, 1 thread
     python packages/fpt_snn/benchmarks/bench_fpt_snn.py --N 4096 --T 128 512 --paths auto dense chunked scan
 
 Each case times ``FPTLIFNode(tau=2, decay_input=False, K=3)`` (soft sweeps, Heaviside output: the defaults) and
@@ -14,7 +14,9 @@ by ``torch.autograd.graph.saved_tensors_hooks`` during one forward (exact, deter
 On CUDA the peak allocator growth of one fwd+bwd (``icml25_shared.bench.peak_memory``) is reported too.
 
 JSON goes to ``--out`` (default ``benchmarks/results/bench_fpt_snn.json`` next to this script) after every case,
-with the load average before and after each case; the README's tables are copied from it.
+with the load average before and after each case. At the end its rows are merged into
+``benchmarks/results/performance.json`` (``icml25_shared.bench.write_performance``), from which the README's
+performance table is generated; ``--performance-from FILE`` does only that, from a committed result, without timing.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 import torch
 
 from fpt_snn import FPTLIFNode
-from icml25_shared.bench import compare, peak_memory
+from icml25_shared.bench import compare, peak_memory, write_performance
 from icml25_shared.device import get_device, synchronize, torch_threads
 
 GOALS = {
@@ -55,6 +57,54 @@ def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
         out = fn()
     del out
     return sum(storages.values())
+
+
+PEER = "spikingjelly LIFNode"
+NOTES = [
+    "`node(x).sum().backward()` on float32 [T, N], FPTLIFNode(tau=2, K=3) with its defaults vs spikingjelly's LIFNode "
+    "(its fused CPU op), timed alternately (median of 5, one torch thread). No time limit is given: on one CPU thread "
+    "FPT has no parallelism to win back, and its K = 3 sweeps touch about 3x the numbers of spikingjelly's one pass."
+]
+
+
+def _goal(N: int, T: int) -> str | None:
+    if N == 4096 and T >= 128:
+        return GOALS["N=4096, T>=128"]
+    if N == 65536 and T == 128:
+        return GOALS["N=65536, T=128 (CPU)"]
+    return None
+
+
+def performance_rows(result: dict) -> list[dict]:
+    """The rows of ``performance.json`` from one result of this script: the time ratio of every case and the
+    activation-memory ratio at the longest T of each N."""
+    rows = []
+    where = "GPU" if "peak_bytes_fpt" in (result["rows"] or [{}])[0] else "CPU"
+    for r in result["rows"]:
+        rows.append(
+            {
+                "case": f"fwd+bwd, T={r['T']}, N={r['N']}, {where}, path {r['path']}",
+                "peer": PEER,
+                "metric": "time",
+                "ratio": r["ratio_fpt_over_sj"],
+                "goal": _goal(r["N"], r["T"]),
+                "load": max(r["load_before"], r["load_after"]),
+            }
+        )
+    for N in sorted({r["N"] for r in result["rows"]}):
+        r = max((r for r in result["rows"] if r["N"] == N), key=lambda r: r["T"])
+        rows.append(
+            {
+                "case": f"saved for backward, T={r['T']}, N={N}, path {r['path']}",
+                "peer": PEER,
+                "metric": "activation memory",
+                "ratio": r["memory_ratio_fpt_over_sj"],
+                "limit": 1.0 / (r["saved_bytes_sj"] / r["input_bytes"]),
+                "goal": "ratio <= 2.0",
+                "load": max(r["load_before"], r["load_after"]),
+            }
+        )
+    return rows
 
 
 def _cases(x: torch.Tensor, path: str) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
@@ -88,7 +138,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-elements", type=int, default=2**25, help="skip cases with T*N above this (CPU only)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "bench_fpt_snn.json")
+    ap.add_argument("--performance-from", type=Path, default=None, help="only write performance.json from FILE")
     args = ap.parse_args(argv)
+    if args.performance_from is not None:
+        result = json.loads(args.performance_from.read_text())
+        path = write_performance(args.out.parent, args.performance_from.name, performance_rows(result), notes=NOTES)
+        print(f"wrote {path}")
+        return 0
     try:
         import spikingjelly  # noqa: F401
     except ImportError:
@@ -160,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     print(f"wrote {args.out}")
+    if rows:
+        print(
+            f"wrote {write_performance(args.out.parent, args.out.name, performance_rows({'rows': rows}), notes=NOTES)}"
+        )
     return 0
 
 
