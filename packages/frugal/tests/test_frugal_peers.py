@@ -199,8 +199,9 @@ def test_headline_verdict_is_judged_on_the_interval_over_seeds(finals, verdict, 
     assert first.details["seeds"]["margin_vs_galore"]["n"] == 3
 
 
-def test_runs_fanned_out_to_processes_equal_sequential_runs():
+def test_runs_fanned_out_to_processes_equal_sequential_runs(tmp_path):
     from frugal.experiments import RunSpec, Task, run_many
+    from icml25_shared.parts import Parts
 
     small = dataclasses.replace(
         QUICK, hidden_size=32, num_hidden_layers=1, intermediate_size=88, seq_len=16, batch_size=4, steps=4,
@@ -211,9 +212,14 @@ def test_runs_fanned_out_to_processes_equal_sequential_runs():
     except DataNotFoundError as err:
         pytest.skip(f"Tiny Shakespeare is not installed (the [data] extra) and we are offline: {err}")
     specs = [RunSpec("g", "galore", 3e-2), RunSpec("f", "frugal", 1e-2, {"selector": "svd"})]
-    parallel, sequential = run_many(specs, task, workers=2), run_many(specs, task, workers=1)
+    parts = Parts(tmp_path, fingerprint={"steps": 4})
+    parallel = run_many(specs, task, workers=2, parts=parts, prefix="s0_")
+    sequential = run_many(specs, task, workers=1)
     assert [r.val_loss for r in parallel] == [r.val_loss for r in sequential]
     assert [r.state_bytes for r in parallel] == [r.state_bytes for r in sequential]
+    assert parts.computed == ["s0_g", "s0_f"] and parts.reused == []  # each stored as it arrived, in order
+    again = run_many(specs, task, workers=2, parts=parts, prefix="s0_")
+    assert parts.reused == ["s0_g", "s0_f"] and [r.val_loss for r in again] == [r.val_loss for r in sequential]
 
 
 @pytest.mark.slow
@@ -240,19 +246,3 @@ def test_hf_trainer_drives_frugal_with_a_scheduler(tmp_path, tiny_llama):
     moved = [n for n, p in model.named_parameters() if not torch.equal(p.detach(), before[n])]
     assert "model.layers.0.self_attn.q_proj.weight" in moved and "lm_head.weight" in moved
     assert "right" in opt.state[model.model.layers[0].mlp.gate_proj.weight]
-
-
-@pytest.mark.slow
-def test_full_mode_runs_at_a_few_steps(tmp_path):
-    """``--full`` end to end on a tiny setup: lr sweeps and extras on 3 seeds, the two extra claims over seeds."""
-    small = dataclasses.replace(
-        QUICK, hidden_size=32, num_hidden_layers=1, intermediate_size=88, seq_len=16, batch_size=4, steps=4,
-        update_gap=2, val_batches=1,
-    )  # fmt: skip
-    try:
-        result = reproduce(True, tmp_path, setup=small, seed=0)
-    except DataNotFoundError as err:
-        pytest.skip(f"Tiny Shakespeare is not installed (the [data] extra) and we are offline: {err}")
-    shorts = [c.short for c in result.claims]
-    assert shorts[-2:] == ["FRUGAL-block vs BAdam", "ablation: lm_head needs state"]
-    assert all(c.details["seeds"]["n"] == 3 for c in result.claims[-2:])

@@ -19,7 +19,8 @@ from __future__ import annotations
 import copy
 import logging
 import multiprocessing as mp
-from dataclasses import dataclass, field
+import re
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +32,7 @@ from frugal.optimizer import FRUGAL, param_groups
 from icml25_shared.charlm import CharLMSetup, CharLMTask, tiny_llama_config, train_char_lm
 from icml25_shared.charlm import plot_val_loss as plot_lm_curves
 from icml25_shared.device import torch_threads, worker_count
+from icml25_shared.parts import Parts
 from icml25_shared.training import warmup_cosine
 from icml25_shared.validate import check_choice
 
@@ -44,7 +46,10 @@ __all__ = [
     "Setup",
     "Task",
     "expected_bytes",
+    "FULL_LRS",
+    "extra_specs",
     "full_runs",
+    "main_spec",
     "galore_groups",
     "llama_memory_table",
     "plot_val_loss",
@@ -77,9 +82,13 @@ class Setup(CharLMSetup):
 # quick: 3 seeds x 3 optimizers in <= 60 CPU-s on one thread, so 100 steps (T = 20: five refreshes, as 300 / 50
 # gave six before the seeds were added)
 QUICK = Setup(steps=100, update_gap=20)
+# --full: twice the width (rank 32 instead of 16), 3.5x the steps, 5 seeds; sized to about 800 CPU-s on one
+# thread (38 runs of about 21 CPU-s: the lr sweep on the first seed, then 7 runs per seed)
 FULL = Setup(
-    hidden_size=128, num_hidden_layers=4, intermediate_size=352, seq_len=128, steps=1500, update_gap=200, val_batches=16
+    hidden_size=128, num_hidden_layers=2, intermediate_size=352, seq_len=64, steps=350, update_gap=50, val_batches=16
 )
+#: ``--full``'s learning-rate grids (swept on the first seed; every seed then uses each optimizer's best)
+FULL_LRS: dict[str, tuple[float, ...]] = {"AdamW": (3e-3, 1e-2), "GaLore": (1e-2, 3e-2), "FRUGAL-SVD": (3e-3, 1e-2)}
 
 
 class Task(CharLMTask):
@@ -102,6 +111,11 @@ class RunSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     state_free_head: bool = False
 
+    @property
+    def slug(self) -> str:
+        """The name as a file-name-safe key (letters, digits and ``_.=-``), for :class:`icml25_shared.parts.Parts`."""
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "-", self.name).strip("-")
+
 
 @dataclass
 class RunResult:
@@ -114,6 +128,15 @@ class RunResult:
     state_bytes: int
     state_bytes_nd: int
     seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-shaped copy (a finished part of ``--full``); :meth:`from_dict` inverts it."""
+        return {**asdict(self), "spec": asdict(self.spec)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunResult:
+        """The run stored by :meth:`to_dict`."""
+        return cls(**{**d, "spec": RunSpec(**d["spec"])})
 
 
 def _tensors_deep(obj: Any, seen: set[int]) -> list[torch.Tensor]:
@@ -203,46 +226,90 @@ def _run_in_worker(spec: RunSpec) -> RunResult:
         return train_tiny_llama(spec, _TASK)  # type: ignore[arg-type]
 
 
-def run_many(specs: list[RunSpec], task: Task, workers: int | None = None) -> list[RunResult]:
+def run_many(
+    specs: list[RunSpec], task: Task, workers: int | None = None, *, parts: Parts | None = None, prefix: str = ""
+) -> list[RunResult]:
     """``train_tiny_llama`` for every spec, in order; independent runs fan out to ``workers`` forked processes
-    (default :func:`icml25_shared.device.worker_count`, which the ``icml25`` command sets), one torch thread each."""
+    (default :func:`icml25_shared.device.worker_count`, which the ``icml25`` command sets), one torch thread each.
+
+    With ``parts``, each run is the part ``prefix + spec.slug``: a run finished before (same fingerprint) is loaded,
+    not trained again, and each new run is stored as soon as it finishes, so a killed sweep loses at most the runs
+    in progress."""
+    names = [prefix + s.slug for s in specs]
+    found: dict[int, RunResult] = {}
+    if parts is not None:
+        for i, name in enumerate(names):
+            stored = parts.load(name)
+            if stored is not None:
+                found[i] = RunResult.from_dict(stored)
+                parts.reused.append(name)
+    todo = [i for i in range(len(specs)) if i not in found]
+
+    def keep(i: int, r: RunResult) -> None:
+        if parts is not None:
+            parts.save(names[i], r.to_dict())
+            parts.computed.append(names[i])
+            r = RunResult.from_dict(parts.load(names[i]))  # as a resumed run would see it
+        found[i] = r
+
     global _TASK
-    n = min(len(specs), worker_count() if workers is None else workers)
+    n = min(len(todo), worker_count() if workers is None else workers)
     if n <= 1 or "fork" not in mp.get_all_start_methods():
-        return [train_tiny_llama(s, task) for s in specs]
-    _TASK = task
-    try:
-        with mp.get_context("fork").Pool(n) as pool:
-            return pool.map(_run_in_worker, specs, chunksize=1)
-    finally:
-        _TASK = None
+        for i in todo:
+            keep(i, train_tiny_llama(specs[i], task))
+    else:
+        _TASK = task
+        try:
+            with mp.get_context("fork").Pool(n) as pool:
+                for i, r in zip(todo, pool.imap(_run_in_worker, [specs[i] for i in todo], chunksize=1), strict=True):
+                    keep(i, r)
+        finally:
+            _TASK = None
+    return [found[i] for i in range(len(specs))]
 
 
-def full_runs(task: Task) -> tuple[dict[str, RunResult], dict[str, RunResult], list[RunResult]]:
-    """``--full``: lr sweeps of AdamW, GaLore and FRUGAL-SVD (best of each by final validation loss), then at
-    FRUGAL's best lr the block selector with and without the state-free update (FRUGAL vs BAdam), ρ = 0, ρ = 0
-    with a state-free LM head (the paper's module ablation) and the ``columns`` selector."""
-    svd = {"selector": "svd"}
-    sweeps = {
-        "AdamW": [RunSpec(f"AdamW lr={lr:g}", "adamw", lr) for lr in (3e-3, 1e-2)],
-        "GaLore": [RunSpec(f"GaLore lr={lr:g}", "galore", lr) for lr in (1e-2, 3e-2)],
-        "FRUGAL-SVD": [RunSpec(f"FRUGAL-SVD lr={lr:g}", "frugal", lr, svd) for lr in (3e-3, 1e-2)],
-    }
-    flat = run_many([s for specs in sweeps.values() for s in specs], task)
-    swept, i = {}, 0
-    for k, specs in sweeps.items():
-        swept[k], i = flat[i : i + len(specs)], i + len(specs)
-    best = {k: min(runs, key=lambda r: r.val_loss[-1]) for k, runs in swept.items()}
-    lr = best["FRUGAL-SVD"].spec.lr
-    extra_specs = {
+def _final(r: RunResult) -> float:
+    return r.val_loss[-1]
+
+
+def main_spec(kind: str, lr: float) -> RunSpec:
+    """The run of ``kind`` (``"AdamW"``, ``"GaLore"`` or ``"FRUGAL-SVD"``) at ``lr``."""
+    check_choice("kind", kind, tuple(FULL_LRS))
+    optimizer = {"AdamW": "adamw", "GaLore": "galore", "FRUGAL-SVD": "frugal"}[kind]
+    return RunSpec(f"{kind} lr={lr:g}", optimizer, lr, {"selector": "svd"} if kind == "FRUGAL-SVD" else {})
+
+
+def extra_specs(lr: float) -> dict[str, RunSpec]:
+    """``--full``'s extras at FRUGAL's lr: the block selector with and without the state-free update (FRUGAL vs
+    BAdam), ρ = 0, and ρ = 0 with a state-free LM head (the paper's module ablation)."""
+    svd0 = {"density": 0.0, "selector": "svd"}
+    return {
         "block": RunSpec(f"FRUGAL-block lr={lr:g}", "frugal", lr, {"selector": "block"}),
         "badam": RunSpec(f"block, no state-free (BAdam) lr={lr:g}", "frugal", lr, {"state_free": "none"}),
-        "rho0": RunSpec(f"rho=0 lr={lr:g}", "frugal", lr, {"density": 0.0, **svd}),
-        "head": RunSpec(f"rho=0, lm_head state-free lr={lr:g}", "frugal", lr, {"density": 0.0, **svd}, True),
-        "columns": RunSpec(f"FRUGAL-columns lr={lr:g}", "frugal", lr, {"selector": "columns"}),
+        "rho0": RunSpec(f"rho=0 lr={lr:g}", "frugal", lr, svd0),
+        "head": RunSpec(f"rho=0, lm_head state-free lr={lr:g}", "frugal", lr, svd0, True),
     }
-    extra = dict(zip(extra_specs, run_many(list(extra_specs.values()), task), strict=True))
-    return best, extra, [r for rs in swept.values() for r in rs] + list(extra.values())
+
+
+def full_runs(
+    tasks: list[Task], parts: Parts | None = None
+) -> tuple[list[dict[str, RunResult]], dict[str, float], list[list[RunResult]]]:
+    """``--full``: the lr grids of :data:`FULL_LRS` on the first task (seed), the best lr of each optimizer by
+    final validation loss, then on every task AdamW, GaLore and FRUGAL-SVD at those lrs plus :func:`extra_specs`
+    at FRUGAL's. Returns per task the runs by key (``AdamW``, ``GaLore``, ``FRUGAL-SVD``, ``block``, ``badam``,
+    ``rho0``, ``head``), the chosen lrs, and per task every run (the first task's sweep included)."""
+    first = tasks[0]
+    sweep = [main_spec(k, lr) for k, lrs in FULL_LRS.items() for lr in lrs]
+    swept = run_many(sweep, first, parts=parts, prefix=f"seed{first.setup.seed}_")
+    best = {k: min((r for r in swept if r.spec.name.startswith(k + " ")), key=_final) for k in FULL_LRS}
+    best_lr = {k: r.spec.lr for k, r in best.items()}
+    by_task, every = [], []
+    for t, task in enumerate(tasks):
+        specs = ({} if t == 0 else {k: main_spec(k, best_lr[k]) for k in FULL_LRS}) | extra_specs(best_lr["FRUGAL-SVD"])
+        runs = dict(zip(specs, run_many(list(specs.values()), task, parts=parts, prefix=f"seed{task.setup.seed}_")))
+        by_task.append(best | runs if t == 0 else runs)
+        every.append((swept if t == 0 else []) + list(runs.values()))
+    return by_task, best_lr, every
 
 
 def expected_bytes(setup: Setup, optimizer: str, *, selector: str = "svd", active: list[bool] | None = None) -> int:
