@@ -125,7 +125,7 @@ def launch(
     if not torch.distributed.is_available():
         raise RuntimeError("this torch build has no torch.distributed")
 
-    ctx = mp.get_context(start_method)
+    ctx: Any = mp.get_context(start_method)  # a torch.multiprocessing context (Process, Queue)
     results = ctx.Queue()
     port = free_port()
     procs = [

@@ -75,8 +75,8 @@ def _seed_cell(seeds: dict[str, Any] | None, label: str) -> str:
         return "-"
     for c in seeds["claims"]:
         if c["label"] == label:
-            verdicts = [c["per_seed"].get(str(s), {}).get("verdict", "missing") for s in seeds["seeds"]]
-            marks = " ".join(_MARK.get(v, v) for v in verdicts)
+            verdicts: list[str] = [c["per_seed"].get(str(s), {}).get("verdict", "missing") for s in seeds["seeds"]]
+            marks = " ".join(_MARK.get(v) or v for v in verdicts)
             return marks + ("" if c["agree"] else " (**differ**)")
     return "-"
 
@@ -103,7 +103,8 @@ def claims_table_md(pkg_dir: str | Path, *, report: str = "../../reproduction/in
     full = _load(base / "full" / "result_full.json")
     seeds = _seeds(base / "quick" / "seeds.json")
     lines = [_NOTE, ""]
-    package = (quick or full).package if (quick or full) else pkg_dir.name
+    some = quick or full
+    package = some.package if some is not None else pkg_dir.name
     lines.append(_mode_head(quick, "quick", package) + "  ")
     lines.append(_mode_head(full, "full", package))
     rows: dict[str, dict[str, Claim]] = {}
@@ -303,7 +304,7 @@ def render_readme(
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m icml25_shared.readme [--check] [--root DIR] [NAME ...]`` or ``--run README ...``; the exit
     status."""
-    p = argparse.ArgumentParser(prog="python -m icml25_shared.readme", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m icml25_shared.readme", description=(__doc__ or "").split("\n")[0])
     p.add_argument("names", nargs="*", help="packages (default: every package with the markers)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 when a README would change")
     p.add_argument("--root", type=Path, default=Path.cwd(), help="repository root (default: here)")

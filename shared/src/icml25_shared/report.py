@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from icml25_shared.verdict import FAILS, HOLDS, INCONCLUSIVE, SHOWN, SKIPPED, VERDICTS, judge
 
@@ -143,7 +143,7 @@ def verdict_text(holds: bool | None) -> str:
 
 def verdict_counts(claims: Iterable[Claim]) -> dict[str, int]:
     """How many claims have each verdict (every verdict present, zeros included)."""
-    out = dict.fromkeys(VERDICTS, 0)
+    out: dict[str, int] = dict.fromkeys(VERDICTS, 0)
     for c in claims:
         out[c.verdict] += 1
     return out
@@ -173,9 +173,9 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return str(x)
     if hasattr(x, "item") and getattr(x, "ndim", 1) == 0:  # numpy / torch scalars
-        return _jsonable(x.item())
+        return _jsonable(cast(Any, x).item())
     if hasattr(x, "tolist"):
-        return _jsonable(x.tolist())
+        return _jsonable(cast(Any, x).tolist())
     if isinstance(x, (str, int, float, bool)) or x is None:
         return x
     return str(x)
@@ -252,7 +252,7 @@ class ReproResult:
             claims.append(Claim(**c))
         known = {f for f in cls.__dataclass_fields__ if f not in ("package", "claims")}
         res = cls(d["package"], claims, **{k: v for k, v in d.items() if k in known})
-        res.source_dir = Path(path).parent  # where its plots are (not serialised)
+        setattr(res, "source_dir", Path(path).parent)  # where its plots are: not a field, never serialised  # noqa: B010
         return res
 
 

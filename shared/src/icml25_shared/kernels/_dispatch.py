@@ -103,3 +103,9 @@ def dot_precision(dtype: torch.dtype) -> str:
 def sm_count(device_index: int) -> int:
     """Streaming multiprocessors of a CUDA device (sizes the grids of the scan)."""
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def launch_options(**options: Any) -> dict[str, Any]:
+    """Keyword options of a Triton kernel launch (read by Triton's launcher, not parameters of the kernel): floating-
+    point fusion on, plus ``options`` (``num_warps``...)."""
+    return {"enable_fp_fusion": True, **options}

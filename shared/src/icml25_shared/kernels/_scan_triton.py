@@ -10,12 +10,13 @@ fuse ``dλ_t = g_t h_{t-1}`` into its stores.
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from icml25_shared.kernels._dispatch import device_context, sm_count
+from icml25_shared.kernels._dispatch import device_context, launch_options, sm_count
 
 
 def _scan(
@@ -76,7 +77,8 @@ def _scan(
 
 def build(interpret: bool) -> SimpleNamespace:
     """The scan; block sizes are chosen per call (chunking depends on them, so they are not autotuned)."""
-    kernel = triton.jit(_scan)
+    # Any: a launch passes plain Python values for the tl.constexpr parameters, which the kernel signature types
+    kernel: Any = triton.jit(_scan)
 
     def blocks(x: torch.Tensor, chunk: int | None) -> tuple[int, int, int]:
         """``(BLOCK_M, warps, chunk)``: 4 columns per thread (16-byte loads) when there are enough columns, and
@@ -102,7 +104,7 @@ def build(interpret: bool) -> SimpleNamespace:
             prod if prod is not None else dummy,
             T, M, chunk, x.stride(0), x.stride(1), lam.stride(0), lam.stride(1),
             REVERSE=reverse, HAS_INIT=init is not None, HAS_CARRY=carry is not None, SUMMARY=summary,
-            STORE_DLAM=dlam is not None, HAS_H0=h0 is not None, BLOCK_M=block, num_warps=warps, enable_fp_fusion=True,
+            STORE_DLAM=dlam is not None, HAS_H0=h0 is not None, BLOCK_M=block, **launch_options(num_warps=warps),
         )  # fmt: skip
 
     def scan(x, lam, out, *, init=None, reverse=False, hprev=None, h0=None, dlam=None, chunk=None) -> None:

@@ -8,12 +8,13 @@ weight, read through its strides, so the transposed weight of the backward is a 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 import triton
 import triton.language as tl
 
-from icml25_shared.kernels._dispatch import device_context, dot_precision
+from icml25_shared.kernels._dispatch import device_context, dot_precision, launch_options
 
 
 def _segmm_fwd(
@@ -136,10 +137,11 @@ def _segmm_tiles(
         seg_t = tl.sum(before.to(tl.int32), axis=1)
         tiles_before = tl.sum(tl.where(before, per[None, :], 0), axis=1)
         valid = seg_t <= G
-        first = tl.load(seg_ptr + seg_t - 1, mask=valid & (seg_t >= 1), other=0) + (t - tiles_before) * BLOCK_M
+        # tl.sum is typed as returning a tuple in triton's stubs; in a kernel it is a tensor
+        first = tl.load(seg_ptr + seg_t - 1, mask=valid & (seg_t >= 1), other=0) + (t - tiles_before) * BLOCK_M  # pyright: ignore[reportOperatorIssue]
         end = tl.load(seg_ptr + seg_t, mask=valid, other=0)
         tmask = t < n_tiles
-        tl.store(tiles_ptr + 3 * t, tl.where(valid, seg_t - 1, -2), mask=tmask)
+        tl.store(tiles_ptr + 3 * t, tl.where(valid, seg_t - 1, -2), mask=tmask)  # pyright: ignore[reportOperatorIssue]
         tl.store(tiles_ptr + 3 * t + 1, tl.where(valid, first, 0), mask=tmask)
         tl.store(tiles_ptr + 3 * t + 2, tl.where(valid, end, 0), mask=tmask)
 
@@ -177,9 +179,10 @@ def _prune_dw(configs, named_args, **kwargs):
 
 def build(interpret: bool) -> SimpleNamespace:
     """The kernels (autotuned when compiled; one small fixed configuration under the CPU interpreter)."""
-    fwd = triton.jit(_segmm_fwd)
-    dw = triton.jit(_segmm_dw)
-    tiles_kernel = triton.jit(_segmm_tiles)
+    # Any: a launch passes plain Python values for the tl.constexpr parameters, which the kernel signature types
+    fwd: Any = triton.jit(_segmm_fwd)
+    dw: Any = triton.jit(_segmm_dw)
+    tiles_kernel: Any = triton.jit(_segmm_tiles)
     if not interpret:
         fwd = triton.autotune(
             [triton.Config({"BLOCK_N": n, "BLOCK_K": k}, num_warps=w, num_stages=s) for n, k, w, s in _FWD],
@@ -206,7 +209,7 @@ def build(interpret: bool) -> SimpleNamespace:
                 x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2), y.stride(0), y.stride(1),
                 float(scale),
                 HAS_PERM=perm is not None, UPCAST=interpret and x.dtype == torch.bfloat16,
-                PRECISION=dot_precision(x.dtype), BLOCK_M=block_m, enable_fp_fusion=True, **fixed,
+                PRECISION=dot_precision(x.dtype), BLOCK_M=block_m, **launch_options(), **fixed,
             )  # fmt: skip
 
     def weight_grad(x, dy, dw_out, perm, seg, scale: float) -> None:
@@ -221,7 +224,7 @@ def build(interpret: bool) -> SimpleNamespace:
                 dw_out.stride(0), dw_out.stride(1), dw_out.stride(2),
                 float(scale),
                 HAS_PERM=perm is not None, UPCAST=interpret and x.dtype == torch.bfloat16,
-                PRECISION=dot_precision(x.dtype), enable_fp_fusion=True, **fixed,
+                PRECISION=dot_precision(x.dtype), **launch_options(), **fixed,
             )  # fmt: skip
 
     def tiles(seg, n_tiles: int, block_m: int):
@@ -232,7 +235,7 @@ def build(interpret: bool) -> SimpleNamespace:
         P = triton.next_power_of_2(G + 1)
         with device_context(seg):
             tiles_kernel[(1,)](seg, out, G, n_tiles, BLOCK_M=block_m, P=P, TB=max(16, min(128, 8192 // P)),
-                               num_warps=4, enable_fp_fusion=True)  # fmt: skip
+                               **launch_options(num_warps=4))  # fmt: skip
         return out
 
     return SimpleNamespace(forward=forward, weight_grad=weight_grad, tiles=tiles)

@@ -9,11 +9,12 @@ edge values is a sampled dense-dense product (one dot of ``dout[row]`` and ``x[c
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import triton
 import triton.language as tl
 
-from icml25_shared.kernels._dispatch import device_context
+from icml25_shared.kernels._dispatch import device_context, launch_options
 
 
 def _spmm_fwd(
@@ -93,8 +94,9 @@ def _prune(configs, named_args, **kwargs):
 
 def build(interpret: bool) -> SimpleNamespace:
     """The kernels (autotuned over the edge block and warps when compiled; fixed under the CPU interpreter)."""
-    fwd = triton.jit(_spmm_fwd)
-    sddmm = triton.jit(_sddmm)
+    # Any: a launch passes plain Python values for the tl.constexpr parameters, which the kernel signature types
+    fwd: Any = triton.jit(_spmm_fwd)
+    sddmm: Any = triton.jit(_sddmm)
     if not interpret:
         fwd = triton.autotune(
             [triton.Config({"BLOCK_E": e, "BLOCK_F": f}, num_warps=w) for f in (16, 32, 64, 128)
@@ -123,7 +125,7 @@ def build(interpret: bool) -> SimpleNamespace:
                 thr if thr is not None else val, x, out,
                 F, x.stride(0), x.stride(1), out.stride(0), out.stride(1),
                 HAS_EID=eid is not None, HAS_KEEP=keep is not None, HAS_SCORE=score is not None,
-                enable_fp_fusion=True, **fixed,
+                **launch_options(), **fixed,
             )  # fmt: skip
 
     def edge_grad(row, col, keep, score, thr, dout, x, dval) -> None:
@@ -137,7 +139,7 @@ def build(interpret: bool) -> SimpleNamespace:
                 row, col, keep if keep is not None else dval, score if score is not None else dval,
                 thr if thr is not None else dval, dout, x, dval,
                 nnz, F, dout.stride(0), dout.stride(1), x.stride(0), x.stride(1),
-                HAS_KEEP=keep is not None, HAS_SCORE=score is not None, enable_fp_fusion=True, **fixed,
+                HAS_KEEP=keep is not None, HAS_SCORE=score is not None, **launch_options(), **fixed,
             )  # fmt: skip
 
     return SimpleNamespace(spmm=spmm, edge_grad=edge_grad)
