@@ -124,3 +124,15 @@ def test_full_run_resumes_from_finished_parts(tmp_path, monkeypatch):
     calls.clear()  # another setup is another fingerprint: nothing is reused
     other = reproduce(True, tmp_path / "run", setup=ex.Setup(**{**TINY, "digits_epochs": 2}))
     assert other.settings["parts"]["reused"] == 0 and len(calls) == n_calls
+
+
+def test_setup_refuses_bad_sizes():
+    from fpt_snn.experiments import Setup
+
+    assert Setup.full().n_seeds == 5 and Setup.quick().sweep is False
+    with pytest.raises(ValueError, match="n_seeds"):
+        Setup(**{**TINY, "n_seeds": 0})
+    with pytest.raises(ValueError, match="decay"):
+        Setup(**{**TINY, "sweep_decays": (1.0,)})
+    with pytest.raises((TypeError, ValueError), match="hidden"):
+        Setup(**{**TINY, "hidden": 2.5})

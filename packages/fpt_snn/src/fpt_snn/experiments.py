@@ -29,7 +29,7 @@ from icml25_shared.metrics import accuracy
 from icml25_shared.progress import track
 from icml25_shared.report import save_figure, subplots
 from icml25_shared.seed import seed_everything
-from icml25_shared.validate import check_choice
+from icml25_shared.validate import check_choice, check_float, check_int
 
 __all__ = [
     "FPTNeuron",
@@ -245,12 +245,24 @@ class Setup:
     hidden: int = 256
     """Hidden width of the digits SNN."""
 
+    def __post_init__(self) -> None:
+        for name in ("fid_columns", "digits_epochs", "n_seeds", "sweep_epochs", "sweep_seeds", "timing_repeats"):
+            check_int(name, getattr(self, name), min=1)
+        for name in ("auto_seeds", "gunpoint_epochs", "hidden"):
+            check_int(name, getattr(self, name), min=0 if name != "hidden" else 1)
+        for T in self.sweep_Ts:
+            check_int("sweep_Ts", T, min=1)
+        for lam in (*self.fid_decays, *self.sweep_decays):
+            check_float("decay", lam, min=0.0, max=1.0, max_open=True)
+
     @classmethod
     def quick(cls) -> Setup:
+        """The quick reproduction: fidelity, digits parity over 3 seeds × 10 epochs, layer timings."""
         return cls(fid_decays=(0.5, 0.9), fid_columns=4096, digits_epochs=10, n_seeds=3)
 
     @classmethod
     def full(cls) -> Setup:
+        """``--full``: 5 seeds × 25 epochs of digits parity, the accuracy sweep, GunPoint, 7 timing repeats."""
         return cls(
             fid_decays=(0.5, 0.8, 0.9),
             fid_columns=4096,
@@ -274,12 +286,20 @@ def digits_parity(
     hidden: int = 256,
     run: Runner = _call,
 ) -> dict[str, Any]:
-    """The 64-256-10 SNN on digits trained with the sequential LIF, with FPT (K = 3, Bernoulli straight-through)
-    and with spikingjelly's PSN (when installed), the same init and batches per seed.
+    """The 64-``hidden``-10 SNN on digits trained with the sequential LIF, with FPT (K = 3, Bernoulli
+    straight-through) and with spikingjelly's PSN (when installed), the same init and batches per seed.
 
-    Returns ``{"acc": {"lif", "fpt", "fpt_as_lif", "psn"}: [per seed], "train_s": {"lif", "fpt"}: [per seed],
-    "psn": bool}``; ``fpt_as_lif`` is the FPT-trained weights run with the exact sequential LIF. ``data``:
-    :func:`load_digits` when ``None``; ``run``: see :data:`Runner` (one unit per seed, named ``digits_s<seed>``).
+    Args:
+        T: time steps (constant-current encoding).
+        epochs: training epochs of every run.
+        seeds: one training run of each neuron per seed.
+        data: :func:`load_digits` when ``None``.
+        hidden: hidden width.
+        run: see :data:`Runner`; one unit per seed, named ``digits_T<T>_s<seed>``.
+
+    Returns:
+        ``{"acc": {"lif", "fpt", "fpt_as_lif", "psn"}: [per seed], "train_s": {"lif", "fpt"}: [per seed],
+        "psn": bool}``; ``fpt_as_lif`` is the FPT-trained weights run with the exact sequential LIF.
     """
     data = load_digits() if data is None else data
     acc: dict[str, list[float]] = {"lif": [], "fpt": [], "fpt_as_lif": [], "psn": []}
@@ -327,10 +347,21 @@ def accuracy_vs_K(
     hidden: int = 256,
     run: Runner = _call,
 ) -> dict[str, dict[str, Any]]:
-    """Mean test accuracy of the sequential LIF and of FPT with K ∈ {1, 2, 3, "auto"} for each T and λ on digits
-    (``data``: :func:`load_digits` when ``None``): ``{"T=8,lam=0.5": {"lif": acc, "1": acc, ..., "auto": acc,
-    "per_seed": {...}}, ...}``. ``auto_seeds``: the first seeds only for ``"auto"`` at T > 8 (``None``: all);
-    ``run``: see :data:`Runner` (one unit per T, λ, K and seed)."""
+    """Test accuracy of the sequential LIF and of FPT with K ∈ {1, 2, 3, "auto"} for each T and λ on digits.
+
+    Args:
+        data: :func:`load_digits` when ``None``.
+        seeds: training seeds of every cell.
+        epochs: training epochs of every run.
+        Ts: time steps of the sweep.
+        decays: leaks λ of the sweep.
+        auto_seeds: ``"auto"`` at T > 8 trains on the first ``auto_seeds`` seeds only (``None``: all).
+        hidden: hidden width.
+        run: see :data:`Runner`; one unit per T, λ, K and seed.
+
+    Returns:
+        ``{"T=8,lam=0.5": {"lif": mean acc, "1": ..., "auto": ..., "per_seed": {"lif": [...], ...}}, ...}``.
+    """
     data = load_digits() if data is None else data
 
     def cell(Tq: int, lam: float, K: int | Literal["auto", "lif"], s: int) -> float:
@@ -353,9 +384,19 @@ def accuracy_vs_K(
 
 
 def gunpoint_parity(seeds: tuple[int, ...] = (0, 1, 2), epochs: int = 60, *, run: Runner = _call) -> dict[str, Any]:
-    """Test accuracy per seed of a 1-64-2 SNN on GunPoint (T = 150), sequential LIF vs FPT (K = 3):
-    ``{"lif": [...], "fpt": [...]}``. Needs aeon (``pip install icml25-fpt-snn[full]``); ``run``: see
-    :data:`Runner` (one unit per neuron and seed)."""
+    """Test accuracy per seed of a 1-64-2 SNN on GunPoint (T = 150), sequential LIF vs FPT (K = 3).
+
+    Args:
+        seeds: training seeds.
+        epochs: training epochs of every run.
+        run: see :data:`Runner`; one unit per neuron and seed.
+
+    Returns:
+        ``{"lif": [acc per seed], "fpt": [acc per seed]}``.
+
+    Raises:
+        ImportError: aeon is not installed (``pip install icml25-fpt-snn[full]``).
+    """
     gp = load_gunpoint()
     kw: dict[str, Any] = {
         "data": gp,
