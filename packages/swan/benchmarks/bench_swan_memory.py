@@ -210,7 +210,16 @@ def main() -> None:
         "goal": GOALS[args.shape],
         "load": max(loads),
     }
-    write_performance(RESULTS, source, [row])
+    notes = [
+        "Peak resident memory of a whole training process (construction and two fp32 steps on one CPU thread), each "
+        "optimizer in a fresh process, measured by the kernel (VmHWM) above the libraries' resident set; SWAN with "
+        "the paper's split (AdamW on embeddings, head and norms), K = 2 Newton-Schulz steps (the same buffers as "
+        "the default K = 10, tested).",
+        "Limit: AdamW's peak less exactly the two fp32 moments of the hidden matrices, which SWAN does not keep. "
+        "Weights, gradients, activations and the embeddings' and head's AdamW moments stay, so the limit falls "
+        "towards the paper's 0.5 only as the hidden matrices' share of the parameters grows (deeper, wider models).",
+    ]
+    write_performance(RESULTS, source, [row], notes=notes)
 
 
 if __name__ == "__main__":
