@@ -292,7 +292,11 @@ def grouped_lora(
         A: ``(G, K, R)`` down projections; peft's ``lora_A`` weights stacked ``(G, R, K)`` pass as
             ``A.transpose(1, 2)`` (read through the strides, no copy).
         B: ``(G, R, M)`` up projections (peft's stacked ``(G, M, R)``: ``B.transpose(1, 2)``).
-        group, scale, group_sorted, check_ids, impl: as in :func:`grouped_matmul`.
+        group: as in :func:`grouped_matmul`.
+        scale: as in :func:`grouped_matmul`.
+        group_sorted: as in :func:`grouped_matmul`.
+        check_ids: as in :func:`grouped_matmul`.
+        impl: as in :func:`grouped_matmul`.
 
     Returns:
         ``(..., M)`` in ``x``'s dtype, differentiable in ``x``, ``A`` and ``B``.
