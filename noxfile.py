@@ -5,6 +5,8 @@ uv run nox -s "tests(timebase)"    # one package alone: proves it installs and w
 uv run nox -s "core(bslora)"       # the same without its optional extras (tests needing one must skip)
 uv run nox -s "bench(swan)"        # that package's benchmarks/bench_*.py
 uv run nox -s "oldest(swan)"      # on the oldest versions it declares (every `>=` bound pinned)
+uv run nox -s "wheel(swan)"     # wheels of icml25-shared and swan into an empty venv: import, README quick start
+uv run nox -s docs typecheck readmes
 uv run nox -s shared lint
 """
 
@@ -117,3 +119,72 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+REPORT_STACK = {"rich", "matplotlib", "tqdm"}
+
+
+def _requirement_names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[\s\[<>=!~;]", r.strip(), maxsplit=1)[0].lower().replace("_", "-") for r in reqs}
+
+
+@nox.session(python=PYTHON)
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def wheel(session: nox.Session, package: str) -> None:
+    """Build the wheels of icml25-shared (and icml25-datasets when the package reads data) and of one package,
+    install them into an empty venv (no workspace, no editable installs), check that nothing from the report stack
+    came with them, import the package and run its README's runnable blocks against the installed wheels."""
+    dist = Path(session.create_tmp()) / "dist"
+    if dist.exists():
+        for old in dist.glob("*.whl"):
+            old.unlink()
+    sources = ["shared", f"packages/{package}"]
+    data = "data" in _extras(package)
+    if data:
+        sources.append("shared/datasets")
+    for src in sources:
+        session.run("uv", "build", "--wheel", "--quiet", "--out-dir", str(dist), str(ROOT / src), external=True)
+    wheels = sorted(str(w) for w in dist.glob("*.whl"))
+    name = f"icml25_{package}"
+    pkg_wheel = next(w for w in wheels if Path(w).name.startswith(name + "-"))
+    others = [w for w in wheels if w != pkg_wheel]
+    session.install(*others, pkg_wheel + ("[data]" if data else ""))
+    meta = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
+    allowed = _requirement_names(meta["dependencies"])
+    forbidden = sorted(REPORT_STACK - allowed)
+    session.run(
+        "python",
+        "-c",
+        "import importlib.metadata as m, sys; "
+        f"bad = [d for d in {forbidden!r} if any(True for _ in m.distributions(name=d))]; "
+        "sys.exit(f'installed from the report stack: {bad}' if bad else 0)",
+    )
+    session.run("python", "-c", f"import {package}; print({package}.__name__, {package}.__version__)")
+    readme = str(ROOT / "packages" / package / "README.md")
+    session.run("python", "-m", "icml25_shared.readme", "--run", readme, env=_env())
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """The documentation site: mkdocs build --strict (broken links, missing references, docstring errors fail)."""
+    # mkdocstrings reads the sources statically (mkdocs.yml lists every src/), so nothing of the workspace is installed
+    session.install("mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings-python>=1.10")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(Path(session.create_tmp()) / "site"), env=_env())
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """basedpyright in basic mode over shared/src and every packages/*/src (the root pyproject configures it)."""
+    session.install("-e", "shared[torch,report]", *[a for p in PACKAGES for a in ("-e", f"packages/{p}[test]")])
+    session.install("basedpyright")
+    session.run("basedpyright")
+
+
+@nox.session(python=PYTHON)
+def readmes(session: nox.Session) -> None:
+    """Every package README's runnable blocks, with the workspace installed; and the generated tables up to date."""
+    session.install("-e", "shared[torch,report]", "-e", "shared/datasets")
+    session.install(*[a for p in PACKAGES for a in ("-e", f"packages/{p}")])
+    session.run("python", "-m", "icml25_shared.readme", "--check", env=_env())
+    readmes_ = [str(ROOT / "packages" / p / "README.md") for p in PACKAGES]
+    session.run("python", "-m", "icml25_shared.readme", "--run", *readmes_, env=_env())
