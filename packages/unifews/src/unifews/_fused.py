@@ -10,7 +10,12 @@ deterministic when ``g_e >= t``, fires when ``g_e >= t · U`` (random push) and 
 ``sign(τ) · max(|τ|, θ_k)`` (random) or ``τ`` (drop), ``τ = w_e · cp[v, k]``. Only the order of the sums into a
 target differs from the SpMM of the masked hop (equal to rounding).
 
-numba is optional: :data:`AVAILABLE` is False without it, and :mod:`unifews.prop` then runs the torch executions.
+:func:`select_csr` is the layers' kept-edge selection (:meth:`unifews.graph.LayerGraph.csr`) in one pass: the
+kept entries of a CSR order, with their row pointer, instead of five torch passes (gather, nonzero, cumsum, two
+selects).
+
+numba is optional: :data:`AVAILABLE` is False without it, and :mod:`unifews.prop` and :mod:`unifews.graph` then run
+the torch executions.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ except ImportError:  # pragma: no cover
     numba = None
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "pruned_hop"]
+__all__ = ["AVAILABLE", "pruned_hop", "select_csr"]
 
 
 def _pruned_hop_py(cp, theta, c_prev, use_u, hv, hk, ptr, nbr, g, w, a, out, c_out, scratch):
@@ -56,14 +61,10 @@ def _pruned_hop_py(cp, theta, c_prev, use_u, hv, hk, ptr, nbr, g, w, a, out, c_o
                 scratch[0] = (h + 0.5) / 4294967296.0
                 t_fire = t_det * scratch[0]
                 cd = 0
-                while j < e and g[j] >= t_fire:
+                while j < e and g[j] >= t_fire:  # branch-free body: max and a boolean count
                     tau = w[j] * x
-                    mag = abs(tau)
-                    if mag < th:
-                        mag = th
-                    out[nbr[j], k] += math.copysign(mag, tau)
-                    if g[j] >= t_det:
-                        cd += 1
+                    out[nbr[j], k] += math.copysign(max(abs(tau), th), tau)
+                    cd += g[j] >= t_det
                     j += 1
                 c = min(c_prev[v, k], cd)
                 executed += j - s
@@ -104,3 +105,38 @@ def pruned_hop(cp, G, theta, c_prev, uniform_parts, out):
         G.a.numpy(), out.numpy(), c_out.numpy(), scratch.numpy(),
     )  # fmt: skip
     return c_out, int(kept), int(det), int(executed), int(nnz)
+
+
+def _select_csr_py(ptr, col, vals, perm, use_perm, mask, ptr_out, col_out, vals_out):
+    n = ptr.shape[0] - 1
+    k = 0
+    ptr_out[0] = 0
+    for r in range(n):
+        for p in range(ptr[r], ptr[r + 1]):
+            e = perm[p] if use_perm else p
+            if mask[e]:
+                col_out[k] = col[p]
+                vals_out[k] = vals[p]
+                k += 1
+        ptr_out[r + 1] = k
+    return k
+
+
+_select_kernel = numba.njit(cache=True, nogil=True)(_select_csr_py) if AVAILABLE else None
+
+
+def select_csr(ptr, col, vals, perm, mask):
+    """The kept part of a CSR order in one pass: ``(ptr, col, vals)`` over the entries ``p`` with
+    ``mask[perm[p]]`` (``perm`` None: ``mask[p]``), in order. CPU tensors; ``mask`` bool over the original edges."""
+    import torch
+
+    m = col.numel()
+    ptr_out = torch.empty_like(ptr)
+    col_out = torch.empty(m, dtype=col.dtype)
+    vals_out = torch.empty(m, dtype=vals.dtype)
+    use_perm = perm is not None
+    k = _select_kernel(
+        ptr.numpy(), col.numpy(), vals.numpy(), (perm if use_perm else ptr).numpy(), use_perm, mask.numpy(),
+        ptr_out.numpy(), col_out.numpy(), vals_out.numpy(),
+    )  # fmt: skip
+    return ptr_out, col_out[:k], vals_out[:k]

@@ -26,7 +26,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from unifews import _pyg  # noqa: F401  (imports torch_geometric quietly)
+from unifews import _fused, _pyg  # noqa: F401  (_pyg imports torch_geometric quietly)
 from unifews.functional import check_edge_index, check_edge_weight, diffusion_weights
 
 from torch_geometric import EdgeIndex  # isort: skip
@@ -198,29 +198,46 @@ class LayerGraph:
     def _sorted_values(self, w: Tensor, perm: Tensor | None, transposed: bool) -> Tensor:
         """``w`` (detached) in a CSR order; the graph's own weights are gathered into each order once."""
         if w is not self.w:
-            return w.detach() if perm is None else w.detach()[perm]
+            return w.detach() if perm is None else w.detach().index_select(0, perm)
         key = "_w_bwd" if transposed else "_w_fwd"
         cached = self.__dict__.get(key)
         if cached is None or cached[0] is not w:
-            cached = (w, w.detach() if perm is None else w.detach()[perm])
+            cached = (w, w.detach() if perm is None else w.detach().index_select(0, perm))
             self.__dict__[key] = cached
         return cached[1]
 
     def csr(self, w: Tensor, mask: Tensor | None, transposed: bool = False) -> Tensor:
         """The CSR matrix ``A[dst, src] = w_e`` (``transposed``: ``A[src, dst]``) over the edges where ``mask`` holds
-        (all when None), selected from the stored order with one boolean pass (no sort)."""
+        (all when None), selected from the stored order with one boolean pass (no sort).
+
+        The last kept CSR of each order is remembered with its mask and weights (by identity and in-place version
+        counter): a fixed mask (``scheme_a="keep"``, or the backward of the forward that built it) selects once.
+        """
+        key = "_kept_bwd" if transposed else "_kept_fwd"
+        memo = self.__dict__.get(key)
+        if (
+            memo is not None
+            and memo[0] is mask
+            and memo[1] is w
+            and memo[2] == (w._version, None if mask is None else mask._version)
+        ):
+            return memo[3]
         perm, ptr, col = self.backward_order() if transposed else self.forward_order()
         vals = self._sorted_values(w, perm, transposed)
-        if mask is not None:
-            sel = mask if perm is None else mask[perm]
+        if mask is not None and _fused.AVAILABLE and mask.device.type == "cpu" and mask.is_contiguous():
+            ptr, col, vals = _fused.select_csr(ptr, col, vals.contiguous(), perm, mask)  # one pass (numba)
+        elif mask is not None:
+            sel = mask if perm is None else mask.index_select(0, perm)
             idx = sel.nonzero().view(-1)  # kept positions, in CSR order
             csum = torch.empty(sel.numel() + 1, dtype=torch.long, device=sel.device)
             csum[0] = 0
             torch.cumsum(sel, 0, out=csum[1:])
-            ptr, col, vals = csum[ptr], col.index_select(0, idx), vals.index_select(0, idx)
+            ptr, col, vals = csum.index_select(0, ptr), col.index_select(0, idx), vals.index_select(0, idx)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-            return torch.sparse_csr_tensor(ptr, col, vals, (self.n, self.n), check_invariants=False)
+            out = torch.sparse_csr_tensor(ptr, col, vals, (self.n, self.n), check_invariants=False)
+        self.__dict__[key] = (mask, w, (w._version, None if mask is None else mask._version), out)
+        return out
 
     def abs_weights(self) -> Tensor:
         """``|w|`` (kept for the edge scores of every forward)."""

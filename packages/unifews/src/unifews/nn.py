@@ -393,9 +393,11 @@ class UnifewsConvMixin:
                     theta = None
                     self.last_stats.pop("theta_a", None)
                     self.last_stats["theta_a_per_graph"] = thetas.tolist()
-                else:
-                    theta = float(edge_threshold(scores, cfg.delta_a, cfg.threshold, active))
-                    keep = edge_keep_mask(scores, is_loop, cfg.delta_a, cfg.threshold, active=active)
+                else:  # edge_keep_mask's rule, the threshold computed once
+                    theta_t = edge_threshold(scores, cfg.delta_a, cfg.threshold, active)
+                    theta = float(theta_t)
+                    keep = torch.ge(scores, theta_t).logical_or_(is_loop)
+                    keep = keep if active is None else keep.logical_and_(active)
             if self.scheme_a == "prune_inc" and self.edge_keep is not None:
                 same = self.edge_fingerprint is not None and torch.equal(self.edge_fingerprint.cpu(), graph.fingerprint)
                 if same and self.edge_keep.numel() == graph.m:
@@ -452,7 +454,7 @@ def _batch(batch: Tensor | None, x: Tensor) -> tuple[Tensor, int] | None:
 
 def _scores(graph: LayerGraph, z: Tensor) -> Tensor:
     """``s_e = |w_e| · ‖z[src_e]‖₂`` (:func:`~unifews.functional.message_scores`) with ``|w|`` kept on the graph."""
-    return graph.abs_weights() * torch.linalg.vector_norm(z, dim=1)[graph.edge_index[0]]
+    return graph.abs_weights() * torch.linalg.vector_norm(z, dim=1).index_select(0, graph.edge_index[0])
 
 
 def _graph_out(out: Tensor, graph: LayerGraph, keep: Tensor, return_graph: bool, carry_weights: bool = True):

@@ -271,7 +271,8 @@ def unifews_propagate(
     if mode == "row":
         return _row(x, G, hops, delta_a, coef, kind, alpha, threshold, appnp_tail, stats, spmm_impl)
     seed = _seed_from(generator) if push == "random" and delta_a > 0 else 0
-    step = chunk_size or max(1, min(f, (1 << 22) // max(G.m, 1)))
+    # chunks bound the m × chunk tensors of a pruned hop; the dense path (δa = 0) has none and runs whole
+    step = chunk_size or (f if delta_a == 0 else max(1, min(f, (1 << 22) // max(G.m, 1))))
     outs = []
     for c0 in range(0, f, step):
         cols = torch.arange(column_offset + c0, column_offset + min(f, c0 + step), device=x.device)
@@ -296,18 +297,19 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     c_prev = G.out_deg.to(torch.int32).unsqueeze(1).expand(n, K).clone()
     for hop in range(hops):
         cp = p if coef == 1.0 else coef * p
-        if delta_a == 0 or delta_a == float("inf"):
-            nz = cp != 0
-            loop_pushes = int(torch.count_nonzero(nz))
         if delta_a == 0:
+            row_nnz = torch.count_nonzero(cp, dim=1)  # non-zero entries per source row
+            loop_pushes = int(row_nnz.sum())
             t_off = G.matrices(p.dtype)[0]
             nxt = torch.addmm((coef * G.w_loop).unsqueeze(1) * p, t_off, p, alpha=coef)
-            det = int((G.out_deg.to(p.dtype) @ nz.to(p.dtype)).sum())
+            det = int((G.out_deg * row_nnz).sum())
             st.kept.append(int(c_prev.sum()))
             st.deterministic_pushes.append(det + loop_pushes)
             st.random_pushes.append(0)
             st.macs.append(det + loop_pushes)
         elif delta_a == float("inf"):  # θ = ∞: every non-zero message leaves for good, a random push never fires
+            nz = cp != 0
+            loop_pushes = int(torch.count_nonzero(nz))
             nxt = G.w_loop.unsqueeze(1) * cp
             c_prev = torch.where(nz, torch.zeros_like(c_prev), c_prev)
             st.kept.append(int(c_prev.sum()))
