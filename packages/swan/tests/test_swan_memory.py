@@ -73,7 +73,8 @@ def test_the_step_memory_does_not_depend_on_the_number_of_iterations():
     """K = 2 already uses the iteration's four rotating buffers, so its measured transient is K = 10's (the memory
     benchmark runs LLaMA-350M with K = 2 to fit a CPU run); both stay under the one-matrix bound."""
     k2, k10 = _transient(ns_steps=2), _transient(ns_steps=10)
-    assert abs(k2["transient"] - k10["transient"]) <= 128 * 1024, (k2, k10)
+    # within half of one 512 x 512 fp32 buffer (1 MiB): K = 1, which leaves one buffer untouched, is ~1.2 MB lower
+    assert abs(k2["transient"] - k10["transient"]) <= 512 * 1024, (k2, k10)
     assert k10["transient"] <= _bound()
 
 
