@@ -21,6 +21,7 @@ the torch executions.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 try:  # pragma: no cover - exercised where numba is installed
     import numba
@@ -81,7 +82,9 @@ def _pruned_hop_py(cp, theta, c_prev, use_u, hv, hk, ptr, nbr, g, w, a, out, c_o
     return kept, det, executed, nnz
 
 
-_kernel = numba.njit(cache=True, nogil=True, error_model="numpy")(_pruned_hop_py) if AVAILABLE else None
+_kernel: Any = None
+if numba is not None:
+    _kernel = numba.njit(cache=True, nogil=True, error_model="numpy")(_pruned_hop_py)
 
 
 def pruned_hop(cp, G, theta, c_prev, uniform_parts, out):
@@ -122,7 +125,9 @@ def _select_csr_py(ptr, col, vals, perm, use_perm, mask, ptr_out, col_out, vals_
     return k
 
 
-_select_kernel = numba.njit(cache=True, nogil=True)(_select_csr_py) if AVAILABLE else None
+_select_kernel: Any = None
+if numba is not None:
+    _select_kernel = numba.njit(cache=True, nogil=True)(_select_csr_py)
 
 
 def select_csr(ptr, col, vals, perm, mask):

@@ -27,9 +27,9 @@ from icml25_shared.report import save_figure, subplots
 from icml25_shared.seed import seed_everything
 from icml25_shared.validate import check_float, check_int
 from unifews import _pyg  # noqa: F401  (imports torch_geometric quietly)
-from unifews.config import UnifewsConfig
+from unifews.config import Scheme, UnifewsConfig
 from unifews.models import UnifewsGNN
-from unifews.prop import Kind, PropGraph, unifews_propagate
+from unifews.prop import Kind, PropGraph, Push, unifews_propagate
 
 from torch_geometric.data import Data  # isort: skip
 from torch_geometric.utils import dropout_edge  # isort: skip
@@ -69,6 +69,18 @@ class Split:
     train: Tensor
     val: Tensor
     test: Tensor
+
+
+def graph_tensors(data: Data) -> tuple[Tensor, Tensor, Tensor]:
+    """``(x, edge_index, y)`` of a PyG ``Data``.
+
+    Raises:
+        ValueError: when one of them is missing.
+    """
+    x, ei, y = data.x, data.edge_index, data.y
+    if not isinstance(x, Tensor) or not isinstance(ei, Tensor) or not isinstance(y, Tensor):
+        raise ValueError("data needs the tensors x, edge_index and y")
+    return x, ei, y
 
 
 def load_planetoid_lcc(name: Literal["Cora", "CiteSeer"] = "Cora", *, download: bool = False) -> Data:
@@ -138,13 +150,20 @@ class FitResult:
     sparsity: dict = field(default_factory=dict)
     history: list[float] = field(default_factory=list)
 
+    @property
+    def strict_acc(self) -> float:
+        """``test_acc_strict`` (set by :func:`fit`); raises when the result has none (:func:`fit_mlp`)."""
+        if self.test_acc_strict is None:
+            raise ValueError("this result has no strict accuracy (fit_mlp results have only test_acc)")
+        return self.test_acc_strict
+
 
 def _acc(logits: Tensor, y: Tensor) -> float:
     return float(accuracy(logits.argmax(-1).cpu().numpy(), y.cpu().numpy()))
 
 
 @torch.no_grad()
-def _evaluate(model: UnifewsGNN, x, ei, y, idx: Tensor, lock: bool, edge_scheme: str = "keep") -> float:
+def _evaluate(model: UnifewsGNN, x, ei, y, idx: Tensor, lock: bool, edge_scheme: Scheme = "keep") -> float:
     model.eval()
     model.set_scheme(edge_scheme, "keep")  # reuse the last training forward's masks (official protocol)
     out = model(x, ei, lock=idx if lock else None)
@@ -181,7 +200,7 @@ def fit(
     """
     check_int("epochs", epochs, min=1)
     check_float("edge_dropout", edge_dropout, min=0.0, max=1.0, max_open=True)
-    eval_edges = "prune_all" if edge_dropout > 0 else "keep"
+    eval_edges: Scheme = "prune_all" if edge_dropout > 0 else "keep"
     lock = model.config.eval_lock if eval_lock is None else eval_lock
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=0.5, patience=patience)
@@ -190,7 +209,7 @@ def fit(
     for epoch in bar:
         model.train()
         late = epoch >= epochs // 2
-        edge_scheme = "prune_inc" if late and model.config.edge_prune_inc else "prune_all"
+        edge_scheme: Scheme = "prune_inc" if late and model.config.edge_prune_inc else "prune_all"
         model.set_scheme(edge_scheme, "prune_inc" if late else "prune_all")
         opt.zero_grad()
         # DropEdge: PyG's own edge dropout (each edge kept with probability 1 - p, global torch RNG)
@@ -206,6 +225,7 @@ def fit(
             best, best_epoch = val, epoch
             best_state = copy.deepcopy(model.state_dict())
         bar.set_postfix(loss=float(loss.detach()), val=val)
+    assert best_state is not None  # epochs >= 1: the first epoch sets it
     model.load_state_dict(best_state)
     test = _evaluate(model, x, edge_index, y, split.test, lock, eval_edges)
     strict = _evaluate(model, x, edge_index, y, split.test, False, eval_edges)
@@ -291,7 +311,7 @@ def decoupled_runs(
     alpha: float = 0.1,
     mlp_hidden: int = 64,
     mlp_lr: float = 1e-2,
-    push: str = "random",
+    push: Push = "random",
     dense: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Dense vs Unifews propagation (entry mode, ``push`` random or drop) with the same MLP head, one head per split
@@ -301,7 +321,7 @@ def decoupled_runs(
     ``prop_seeds``: the random-push draws; one per split seed (``None``: the split seeds themselves), or fewer,
     reused cyclically (quick mode draws the propagation once and varies the split). ``dense``: an earlier result
     with the same seeds and head, whose dense side is reused instead of recomputed."""
-    x, ei, y = data.x, data.edge_index, data.y
+    x, ei, y = graph_tensors(data)
     prop_seeds = tuple(seeds) if prop_seeds is None or push == "drop" else tuple(prop_seeds)
     if push == "drop":
         prop_seeds = prop_seeds[:1]  # deterministic: one propagation serves every split
@@ -360,15 +380,14 @@ def gcn_runs(
 ) -> list[FitResult]:
     """An iterative Unifews GCN trained by :func:`fit` on the stratified split of each seed (the model seeded
     with the same seed); ``edge_index`` replaces the graph (random-subset baseline), ``edge_dropout`` is DropEdge."""
+    x, ei_data, y = graph_tensors(data)
     runs = []
     for seed in seeds:
-        split = stratified_split(data.y, seed)
+        split = stratified_split(y, seed)
         seed_everything(seed)
-        model = UnifewsGNN(data.num_features, hidden, int(data.y.max()) + 1, num_layers, "gcn", 0.5, cfg)
-        ei = data.edge_index if edge_index is None else edge_index
-        runs.append(
-            fit(model, data.x, ei, data.y, split, epochs=epochs, lr=lr, edge_dropout=edge_dropout, progress=False)
-        )
+        model = UnifewsGNN(x.size(1), hidden, int(y.max()) + 1, num_layers, "gcn", 0.5, cfg)
+        ei = ei_data if edge_index is None else edge_index
+        runs.append(fit(model, x, ei, y, split, epochs=epochs, lr=lr, edge_dropout=edge_dropout, progress=False))
     return runs
 
 
@@ -390,7 +409,7 @@ def hook_macs(model: UnifewsGNN, x: Tensor, edge_index: Tensor) -> int:
         weight = mod.lin.weight * mod.lin_mask
         counts.append(int(torch.count_nonzero(weight)) * args[0].size(0) + out.numel())
 
-    handles = [h for c in model.convs for h in (c.register_message_and_aggregate_forward_pre_hook(on_spmm),
+    handles = [h for c in model.layers() for h in (c.register_message_and_aggregate_forward_pre_hook(on_spmm),
                                                 c.register_forward_hook(on_forward))]  # fmt: skip
     try:
         with torch.no_grad():
@@ -408,11 +427,12 @@ def gcn_hook_run(
 ) -> tuple[FitResult, int, int]:
     """One iterative GCN (2 layers) trained by :func:`fit` on split ``seed``; returns the result, the MACs the hooks
     count (:func:`hook_macs`) and the analytic count of the same strict forward."""
-    split = stratified_split(data.y, seed)
+    x, ei, y = graph_tensors(data)
+    split = stratified_split(y, seed)
     seed_everything(seed)
-    model = UnifewsGNN(data.num_features, hidden, int(data.y.max()) + 1, 2, "gcn", 0.5, cfg, cached=True)
-    res = fit(model, data.x, data.edge_index, data.y, split, epochs=epochs, lr=lr, progress=False)
-    counted = hook_macs(model, data.x, data.edge_index)
+    model = UnifewsGNN(x.size(1), hidden, int(y.max()) + 1, 2, "gcn", 0.5, cfg, cached=True)
+    res = fit(model, x, ei, y, split, epochs=epochs, lr=lr, progress=False)
+    counted = hook_macs(model, x, ei)
     return res, counted, model.macs()
 
 
@@ -425,8 +445,8 @@ def gcn_hook_comparison(
     uf = [gcn_hook_run(data, s, cfg, hidden, epochs, lr) for s in seeds]
     return {
         "seeds": list(seeds),
-        "acc_dense": [100 * r.test_acc_strict for r, _, _ in dense],
-        "acc_unifews": [100 * r.test_acc_strict for r, _, _ in uf],
+        "acc_dense": [100 * r.strict_acc for r, _, _ in dense],
+        "acc_unifews": [100 * r.strict_acc for r, _, _ in uf],
         "hook_macs_dense": [c for _, c, _ in dense],
         "hook_macs_unifews": [c for _, c, _ in uf],
         "analytic_macs_dense": [a for _, _, a in dense],
@@ -450,7 +470,7 @@ def delta_sweep(
             {
                 "delta_a": da,
                 "delta_w": dw,
-                "acc": 100 * r.test_acc_strict,
+                "acc": 100 * r.strict_acc,
                 "edge": r.sparsity["edge_total"],
                 "weight": r.sparsity["weight"],
             }
@@ -463,17 +483,18 @@ def depth_sweep(
 ) -> list[dict[str, float]]:
     """Test accuracy (%) of dense and Unifews SGC (random-push seed 0) for each number of hops L, split seed 0 (the
     shape of the paper's Fig. 11)."""
-    split = stratified_split(data.y, 0)
+    x, ei, y = graph_tensors(data)
+    split = stratified_split(y, 0)
     depth = []
     for L in depths:
-        pd, _ = unifews_propagate(data.x, data.edge_index, L, 0.0, graph=G)
-        pu, _ = unifews_propagate(data.x, data.edge_index, L, delta_a, graph=G, generator=0)
+        pd, _ = unifews_propagate(x, ei, L, 0.0, graph=G)
+        pu, _ = unifews_propagate(x, ei, L, delta_a, graph=G, generator=0)
         kw = {"hidden": mlp_hidden, "epochs": mlp_epochs, "lr": mlp_lr}
         depth.append(
             {
                 "L": L,
-                "dense": 100 * fit_mlp(pd, data.y, split, **kw).test_acc,
-                "unifews": 100 * fit_mlp(pu, data.y, split, **kw).test_acc,
+                "dense": 100 * fit_mlp(pd, y, split, **kw).test_acc,
+                "unifews": 100 * fit_mlp(pu, y, split, **kw).test_acc,
             }
         )
     return depth
@@ -486,7 +507,7 @@ def random_edge_baselines(
     (train and test), and with DropEdge at that rate (a fresh random subset per training epoch, the whole graph at
     test: dense inference)."""
     g = torch.Generator().manual_seed(0)
-    ei = data.edge_index
+    ei = graph_tensors(data)[1]
     keep = torch.rand(ei.size(1), generator=g) >= edge_sparsity
     cfg_w = UnifewsConfig(delta_a=0.0, delta_w=delta_w)
     rnd = gcn_runs(data, seeds, cfg_w, hidden, epochs, lr, edge_index=ei[:, keep])
@@ -542,7 +563,8 @@ def plot_progressive(out_dir: Path, random: dict[str, Any], drop: dict[str, Any]
     a2.plot(hops, [m / 1e6 for m in drop["dense_per_hop"]], "k--", label="dense (non-zero messages)")
     a1.set(xlabel="hop", ylabel="entries in the deterministic regime (M)", title="Progressive sparsification")
     a2.set(xlabel="hop", ylabel="MACs executed (M)", title="SGC on Cora LCC")
-    a1.legend(), a2.legend()
+    a1.legend()
+    a2.legend()
     return str(save_figure(fig, out_dir, "sgc_progressive"))
 
 

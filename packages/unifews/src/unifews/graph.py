@@ -22,6 +22,7 @@ fingerprint differs (a reordered or different edge list of the same size).
 from __future__ import annotations
 
 import warnings
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -30,7 +31,10 @@ from unifews import _fused, _pyg  # noqa: F401  (_pyg imports torch_geometric qu
 from unifews.functional import check_edge_index, check_edge_weight, diffusion_weights
 
 from torch_geometric import EdgeIndex  # isort: skip
-from torch_geometric.typing import SparseTensor  # isort: skip
+import torch_geometric.typing as pyg_typing  # isort: skip
+
+# torch_sparse's SparseTensor when installed, else PyG's placeholder class (which nothing is an instance of)
+SparseTensor: Any = pyg_typing.SparseTensor
 
 __all__ = ["LayerGraph", "as_edge_list", "graph_fingerprint", "is_sparse_adj", "kept_spmm", "kept_spmm_csr"]
 
@@ -71,8 +75,9 @@ def as_edge_list(adj: object, edge_weight: Tensor | None, num_nodes: int) -> tup
     if isinstance(adj, SparseTensor):  # torch_sparse, when installed
         if edge_weight is not None:
             raise ValueError("pass edge weights inside the SparseTensor adj_t, not as edge_weight")
-        row, col, value = adj.coo()
-        _check_square(tuple(adj.sizes()), num_nodes)
+        sp = cast(Any, adj)
+        row, col, value = sp.coo()
+        _check_square(tuple(sp.sizes()), num_nodes)
         return torch.stack([col, row]), value, True
     if isinstance(adj, Tensor) and adj.layout != torch.strided:
         if edge_weight is not None:
@@ -99,9 +104,10 @@ def as_edge_list(adj: object, edge_weight: Tensor | None, num_nodes: int) -> tup
         check_edge_index(ei, num_nodes)
         check_edge_weight(edge_weight, ei.size(1))
         return ei, edge_weight, sorted_by_target
-    check_edge_index(adj, num_nodes)  # raises on anything else
-    check_edge_weight(edge_weight, adj.size(1))
-    return adj, edge_weight, False
+    ei = cast(Tensor, adj)  # check_edge_index raises on anything else
+    check_edge_index(ei, num_nodes)
+    check_edge_weight(edge_weight, ei.size(1))
+    return ei, edge_weight, False
 
 
 def _check_square(shape: tuple, num_nodes: int) -> None:
@@ -256,7 +262,8 @@ def check_cached_graph(
     object to remember as the cache's source."""
     if edge_index is not source:  # not the same object: prove it is the same graph
         ei, _, _ = as_edge_list(edge_index, None, num_nodes)
-        if not torch.equal(graph_fingerprint(ei, num_nodes), graph.fingerprint):
+        fp = graph.fingerprint
+        if fp is None or not torch.equal(graph_fingerprint(ei, num_nodes), fp):
             raise ValueError(
                 f"cached=True: the {owner} cached the graph of its first forward and got a different edge list "
                 f"(other edges or another order); {hint}"

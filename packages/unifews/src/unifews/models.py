@@ -3,7 +3,7 @@ sparsification: each layer sees only the edges the previous one kept)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -14,6 +14,8 @@ from unifews.functional import check_lock, check_x
 from unifews.graph import LayerGraph, as_edge_list, check_cached_graph
 from unifews.macs import Convention, LayerOps, count_macs
 from unifews.nn import UnifewsGATv2Conv, UnifewsGCN2Conv, UnifewsGCNConv, UnifewsSAGEConv
+
+UnifewsConv = UnifewsGCNConv | UnifewsSAGEConv | UnifewsGATv2Conv | UnifewsGCN2Conv
 
 __all__ = ["UnifewsGNN", "CONVS"]
 
@@ -90,7 +92,8 @@ class UnifewsGNN(nn.Module):
         self.conv_type, self.dropout, self.normalize = conv, dropout, normalize
         self.in_channels, self.out_channels, self.num_layers = in_channels, out_channels, num_layers
         cfg = self.config
-        self.lin_in = self.lin_out = None
+        self.lin_in: nn.Linear | None = None
+        self.lin_out: nn.Linear | None = None
         convs: list[nn.Module] = []
         if conv == "gcn2":
             self.lin_in = nn.Linear(in_channels, hidden_channels)
@@ -128,19 +131,23 @@ class UnifewsGNN(nn.Module):
                 m.reset_parameters()
         self._cached_graph = self._cache_source = None
 
+    def layers(self) -> list[UnifewsConv]:
+        """The Unifews convolutions, in order (``self.convs`` as a typed list)."""
+        return cast("list[UnifewsConv]", list(self.convs))
+
     def set_scheme(self, scheme_a: Scheme, scheme_w: Scheme) -> None:
         """Set the edge and weight schemes of every layer (``prune_all`` | ``prune_inc`` | ``keep``)."""
-        for conv in self.convs:
+        for conv in self.layers():
             conv.set_scheme(scheme_a, scheme_w)
 
     def freeze_edge_thresholds(self) -> list[float]:
         """Fix every layer's edge threshold at the absolute ``θ_a`` of the last pruning forward (see the class
         docstring on mini-batches); returns them. ``unfreeze_edge_thresholds`` undoes it."""
-        return [conv.freeze_edge_threshold() for conv in self.convs]
+        return [conv.freeze_edge_threshold() for conv in self.layers()]
 
     def unfreeze_edge_thresholds(self) -> None:
         """Back to the configured rule (``δa`` relative or absolute)."""
-        for conv in self.convs:
+        for conv in self.layers():
             conv.theta_a = None
 
     def _prepare_graph(self, x: Tensor, edge_index: Any, edge_weight: Tensor | None) -> LayerGraph:
@@ -192,6 +199,7 @@ class UnifewsGNN(nn.Module):
         h = x
         if self.conv_type == "gcn2":
             h = F.dropout(h, self.dropout, self.training)
+            assert self.lin_in is not None and self.lin_out is not None  # built for gcn2
             h = x_0 = F.relu(self.lin_in(h))
             for conv, bn in zip(self.convs, self.bns):
                 h = F.dropout(h, self.dropout, self.training)
@@ -210,10 +218,11 @@ class UnifewsGNN(nn.Module):
     def sparsity(self) -> dict[str, Any]:
         """Per-layer and overall weight/edge sparsity of the last forward (edge: removed non-loop input edges of
         each layer; ``edge_total``: removed fraction of the first layer's non-loop edges by the last layer)."""
-        per = [conv.sparsity() for conv in self.convs]
-        wt = sum(c.weight_density() * sum(getattr(c, f"{n}_mask").numel() for n in c._pruned) for c in self.convs)
-        total = sum(sum(getattr(c, f"{n}_mask").numel() for n in c._pruned) for c in self.convs)
-        first, last = self.convs[0].last_stats, self.convs[-1].last_stats
+        convs = self.layers()
+        per = [conv.sparsity() for conv in convs]
+        wt = sum(c.weight_density() * sum(getattr(c, f"{n}_mask").numel() for n in c._pruned) for c in convs)
+        total = sum(sum(getattr(c, f"{n}_mask").numel() for n in c._pruned) for c in convs)
+        first, last = convs[0].last_stats, convs[-1].last_stats
         m0 = first.get("edges_in_nonloop", 0)
         return {
             "layers": per,
@@ -223,10 +232,11 @@ class UnifewsGNN(nn.Module):
 
     def layer_ops(self) -> list[LayerOps]:
         """The per-layer quantities of the MAC count recorded by the last forward (for :func:`count_macs`)."""
-        if not self.convs[0].last_stats:
+        convs = self.layers()
+        if not convs[0].last_stats:
             raise RuntimeError("run a forward pass before asking for operation counts")
         ops = []
-        for conv in self.convs:
+        for conv in convs:
             s = conv.last_stats
             ops.append(
                 LayerOps(

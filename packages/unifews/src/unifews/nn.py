@@ -27,7 +27,7 @@ computed on (same fingerprint, :func:`~unifews.graph.graph_fingerprint`).
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -57,6 +57,11 @@ from torch_geometric.utils import remove_self_loops, softmax  # isort: skip
 
 _Uninit = nn.parameter.UninitializedParameter
 
+if TYPE_CHECKING:  # the mixin is only ever mixed into MessagePassing layers: type it as one
+    _MixinBase = MessagePassing
+else:
+    _MixinBase = object
+
 __all__ = ["UnifewsConvMixin", "UnifewsGCNConv", "UnifewsGATv2Conv", "UnifewsSAGEConv", "UnifewsGCN2Conv"]
 
 
@@ -79,7 +84,7 @@ def check_active(active: Tensor | None, num_edges: int, device: torch.device) ->
     return active.to(device)
 
 
-class UnifewsConvMixin:
+class UnifewsConvMixin(_MixinBase):
     """Mask state, schemes, graph cache and statistics shared by the Unifews layers.
 
     Subclasses list their pruned linear maps in ``_pruned`` (attribute names whose ``.weight`` is pruned) and call
@@ -109,12 +114,12 @@ class UnifewsConvMixin:
         self.register_buffer("edge_keep", None)
         self.register_buffer("edge_fingerprint", None)
         self._kept: Tensor | tuple[Tensor, Tensor] | None = None
-        self.last_stats: dict[str, float] = {}
+        self.last_stats: dict[str, Any] = {}
 
     # ---- state ----------------------------------------------------------------------------------------------
     def _get_weight(self, name: str) -> Tensor:
         mod = getattr(self, name)
-        return mod.weight if isinstance(mod, nn.Module) else mod
+        return cast(Tensor, mod.weight if isinstance(mod, nn.Module) else mod)
 
     def set_scheme(self, scheme_a: Scheme, scheme_w: Scheme) -> None:
         """Set the edge scheme and the weight scheme, each one of ``prune_all``, ``prune_inc``, ``keep``."""
@@ -399,7 +404,12 @@ class UnifewsConvMixin:
                     keep = torch.ge(scores, theta_t).logical_or_(is_loop)
                     keep = keep if active is None else keep.logical_and_(active)
             if self.scheme_a == "prune_inc" and self.edge_keep is not None:
-                same = self.edge_fingerprint is not None and torch.equal(self.edge_fingerprint.cpu(), graph.fingerprint)
+                fp = graph.fingerprint
+                same = (
+                    self.edge_fingerprint is not None
+                    and fp is not None
+                    and torch.equal(self.edge_fingerprint.cpu(), fp)
+                )
                 if same and self.edge_keep.numel() == graph.m:
                     keep = keep & self.edge_keep.to(keep.device)
                 elif self.kept_edge_index is not None:
@@ -535,7 +545,7 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
         active: Tensor | None = None,
         batch: Tensor | None = None,
         return_graph: bool = False,
-    ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
+    ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor | None]]:
         """Propagate ``x`` ([n, in_channels]) over ``edge_index`` with pruning.
 
         ``lock``: bool mask [n] or int64 indices of nodes whose incoming messages are all aggregated in this
@@ -655,7 +665,7 @@ class UnifewsSAGEConv(UnifewsConvMixin, MessagePassing):
         active: Tensor | None = None,
         batch: Tensor | None = None,
         return_graph: bool = False,
-    ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
+    ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor | None]]:
         """See :class:`UnifewsGCNConv.forward` (no self-loops are added; an ``adj_t``'s values are replaced by the
         mean weights); the returned graph carries the mean weights ``w_e``. ``x`` may be a pair ``(x_src, x_dst)``
         (bipartite: ``edge_index`` from source rows to target rows; ``lock`` then indexes target nodes)."""
@@ -848,6 +858,7 @@ class UnifewsGATv2Conv(UnifewsConvMixin, MessagePassing):
         src, dst = edge_index
         e = x_l[src] + x_r[dst]  # GATv2 logits need m × H × C
         if edge_attr is not None:
+            assert self.lin_edge is not None  # checked above: edge_attr needs edge_dim
             e = e + self.lin_edge(edge_attr).view(-1, H, C)
         e = F.leaky_relu(e, self.negative_slope)
         alpha = softmax((e * self.att).sum(-1), dst, num_nodes=n_dst)  # [m, H]
@@ -940,7 +951,7 @@ class UnifewsGCN2Conv(UnifewsConvMixin, MessagePassing):
         active: Tensor | None = None,
         batch: Tensor | None = None,
         return_graph: bool = False,
-    ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
+    ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor | None]]:
         """``x``, ``x_0``: [n, channels]; the rest as :meth:`UnifewsGCNConv.forward`."""
         self._check_dtype(x)
         self._check_dtype(x_0, "x_0")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -126,7 +126,7 @@ class PropGraph:
         self.keys = self.src.to(torch.float64) + (1.0 - self.g64) * 0.5  # segmented search keys, in [v, v + 0.5)
         self.edge_index = torch.stack([self.src, self.nbr])
         self._mats: dict = {}
-        self._kernel_csr = None  # icml25_shared.kernels.CSR of the non-loop edges (row mode on the kernel path)
+        self._kernel_csr: Any = None  # icml25_shared.kernels.CSR of the non-loop edges (row mode on the kernel path)
 
     def matrices(self, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
         """CSR matrices, built once per dtype: ``(T_off, S_dst, S_src)`` with ``T_off[u, v] = T[u, v]`` over the
@@ -484,6 +484,7 @@ def _row(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, tail, sta
     SpMM kernel: the same edges removed at the same hops, nothing compacted or re-sorted."""
     n, f = x.shape
     masked = spmm_impl != "auto" or x.is_cuda
+    csr: Any = None
     if masked:
         from icml25_shared.kernels import CSR, masked_spmm
 
@@ -521,7 +522,7 @@ def _row(x, G: PropGraph, hops, delta_a, coef, kind, alpha, threshold, tail, sta
         stats.macs.append(kept * f)
         if acc is not None and (hop < hops - 1 or tail):
             acc = acc + (p if hop == hops - 1 else alpha * p)
-    return (acc if kind == "appnp" else p), stats
+    return (p if acc is None else acc), stats  # acc is set exactly for APPNP
 
 
 def propagate_entry_reference(
@@ -564,4 +565,4 @@ def propagate_entry_reference(
         p = nxt
         if acc is not None and (hop < hops - 1 or appnp_tail):
             acc = acc + (p if hop == hops - 1 else alpha * p)
-    return acc if kind == "appnp" else p
+    return p if acc is None else acc  # acc is set exactly for APPNP

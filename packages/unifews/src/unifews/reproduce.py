@@ -21,7 +21,7 @@ from icml25_shared.seed import seed_everything
 from icml25_shared.verdict import FAILS, HOLDS, combine, seed_list
 from unifews import experiments as ex
 from unifews.config import UnifewsConfig
-from unifews.prop import PropGraph
+from unifews.prop import Kind, PropGraph
 
 __all__ = ["reproduce", "QUICK", "FULL"]
 
@@ -48,7 +48,7 @@ def _sd(xs: list[float]) -> float:
     return stdev(xs) if len(xs) > 1 else 0.0
 
 
-def _decoupled(data: Any, G: PropGraph, kind: str, delta_a: float, epochs: int, prop_seeds: Any = None,
+def _decoupled(data: Any, G: PropGraph, kind: Kind, delta_a: float, epochs: int, prop_seeds: Any = None,
                seeds: Any = QUICK["seeds"]) -> dict:  # fmt: skip
     mlp = {"alpha": QUICK["alpha"], "mlp_hidden": QUICK["mlp_hidden"], "mlp_lr": QUICK["mlp_lr"]}
     return ex.decoupled_runs(data, G, kind, delta_a, seeds, QUICK["hops"], epochs, prop_seeds, **mlp)
@@ -108,7 +108,7 @@ def _gcn_hook_claim(data: Any, seeds: Any) -> Claim:
 
 
 def _gcn_claim(proto: str, key: str, dense: list, uf: list, seeds: list) -> Claim:
-    acc_d, acc_u = [100 * r.test_acc_strict for r in dense], [100 * getattr(r, key) for r in uf]
+    acc_d, acc_u = [100 * r.strict_acc for r in dense], [100 * getattr(r, key) for r in uf]
     ratio = fmean([u.macs / d.macs for u, d in zip(uf, dense)])
     details = {"acc_dense": acc_d, f"acc_unifews_{proto}": acc_u, "macs_dense": [d.macs for d in dense],
                "macs_unifews": [u.macs for u in uf], "edge_sparsity": [r.sparsity["edge_total"] for r in uf],
@@ -162,7 +162,7 @@ def _full(data: Any, G: PropGraph, out_dir: Path, claims: list, artifacts: list,
     target = fmean([r.sparsity["edge_total"] for r in uf])  # random edges / DropEdge at Unifews's edge sparsity
     rnd, drop = ex.random_edge_baselines(data, target, seeds, hidden, epochs, lr)
     runs = {"unifews": uf, "random": rnd, "dropedge": drop}
-    acc = {k: [100 * r.test_acc_strict for r in v] for k, v in runs.items()}
+    acc = {k: [100 * r.strict_acc for r in v] for k, v in runs.items()}
     details = {"edge_sparsity": target, **{f"acc_{k}": v for k, v in acc.items()},
                **{f"macs_{k}": [r.macs for r in v] for k, v in runs.items()}}  # fmt: skip
     claims.append(
@@ -194,7 +194,8 @@ def _reproduce(full: bool, out_dir: Path, download: bool, seed: int = 0) -> Repr
     seed_everything(seed)
     seeds = seed_list(seed, len(QUICK["seeds"]))  # split seeds (base seed 0: 0, 1, 2)
     data = ex.load_planetoid_lcc(QUICK["dataset"], download=download)
-    G = PropGraph(data.edge_index, data.num_nodes, 0.5, data.x.dtype)
+    x, ei, _ = ex.graph_tensors(data)
+    G = PropGraph(ei, x.size(0), 0.5, x.dtype)
     epochs = QUICK["mlp_epochs"] if full else QUICK["mlp_epochs_quick"]
     res = _decoupled(data, G, "sgc", QUICK["delta_a_sgc"], epochs, None if full else seeds[:1], seeds)
     mlp = {"alpha": QUICK["alpha"], "mlp_hidden": QUICK["mlp_hidden"], "mlp_lr": QUICK["mlp_lr"]}
@@ -209,7 +210,7 @@ def _reproduce(full: bool, out_dir: Path, download: bool, seed: int = 0) -> Repr
     ]
     artifacts = [ex.plot_decoupled(out_dir, res, "sgc"), ex.plot_progressive(out_dir, res, drop)]
     settings = {**QUICK, "seeds": seeds, "prop_seeds": seeds[:1] if not full else seeds, "gcn_seeds": gcn_seeds,
-                "base_seed": seed, "nodes": data.num_nodes, "edges": data.edge_index.size(1),
+                "base_seed": seed, "nodes": x.size(0), "edges": ei.size(1),
                 "splits": "stratified 50/25/25"}  # fmt: skip
     if full:
         ratio = round(res["time_unifews_s"] / res["time_dense_s"], 2)

@@ -39,9 +39,12 @@ class UnifewsPrecompute(BaseTransform):
         self.last_stats: PropStats | None = None
 
     def forward(self, data: Data) -> Data:
+        x, ei = data.x, data.edge_index
+        if not isinstance(x, torch.Tensor) or not isinstance(ei, torch.Tensor):
+            raise ValueError("UnifewsPrecompute needs data.x and data.edge_index tensors")
         out, stats = unifews_propagate(
-            data.x,
-            data.edge_index,
+            x,
+            ei,
             self.hops,
             self.delta_a,
             generator=torch.Generator().manual_seed(self.seed),
