@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -24,14 +25,21 @@ from icml25_shared.validate import check_choice, check_float, check_tensor
 
 __all__ = [
     "consensus_mask",
+    "consensus_stacked",
     "mask_density",
     "mask_distance",
+    "mask_distance_stacked",
     "context_distance",
     "check_binary",
     "minmax_normalize",
     "personalized_weights",
     "personalized_aggregate",
+    "personalized_mix",
+    "stack_masks",
+    "stack_states",
+    "unstack",
     "weighted_average",
+    "weighted_mean_stacked",
     "StoredMask",
     "DensityBandSelector",
 ]
@@ -69,6 +77,18 @@ def check_binary(name: str, mask: Tensor) -> Tensor:
     return mask
 
 
+def stack_masks(masks: Sequence[MaskDict]) -> dict[str, Tensor]:
+    """Layer name → the C clients' masks of that layer side by side, a ``(C, numel)`` bool matrix (one copy;
+    validated as in :func:`mask_distance`)."""
+    keys = _check_masks(masks)
+    return {k: torch.stack([m[k].reshape(-1).bool() for m in masks]) for k in keys}
+
+
+def consensus_stacked(stacked: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """:func:`consensus_mask` of masks stacked by :func:`stack_masks`: a flat bool mask per layer."""
+    return {k: m.view(torch.uint8).amax(0).bool() for k, m in stacked.items()}  # OR over rows
+
+
 def consensus_mask(masks: Sequence[MaskDict]) -> dict[str, Tensor]:
     """Elementwise OR of the clients' layer masks (Sec. 4.2): a weight is kept if any client keeps it."""
     keys = _check_masks(masks)
@@ -88,29 +108,59 @@ def mask_density(mask: MaskDict) -> float:
     return nnz / numel if numel else 1.0
 
 
-def mask_distance(masks: Sequence[MaskDict]) -> Tensor:
-    r""":math:`D^{mask}_{ij} = \sum_l \mathrm{mean}(M^l_i \ne M^l_j)` (normalised Hamming distance summed over
-    layers), ``(C, C)`` float64, from one matrix product per layer: :math:`|M_i| + |M_j| - 2 M_i \cdot M_j`
-    (exact: integer counts below 2^24 per block of columns are exact in float32)."""
-    keys = _check_masks(masks)
-    c = len(masks)
+_BLOCK = 1 << 23
+"""Columns per float32 product in :func:`_gram_float` (integer counts below 2^24 are exact in float32)."""
+
+
+def _gram_float(rows: Tensor) -> Tensor:
+    """M Mᵀ of a ``(C, n)`` bool matrix, exact, as float32 products of column blocks accumulated in float64."""
+    c, n = rows.shape
+    inter = torch.zeros(c, c, dtype=torch.float64)
+    for lo in range(0, n, _BLOCK):
+        f = rows[:, lo : lo + _BLOCK].to(torch.float32)
+        inter += (f @ f.t()).to(torch.float64)
+    return inter
+
+
+def _gram(rows: Tensor) -> Tensor:
+    """M Mᵀ of a ``(C, n)`` bool matrix (the pairwise counts of common kept entries), exact, float64. One int8
+    product with int32 accumulation (``torch._int_mm``: a bool tensor is read as int8 0/1 without a copy; exact for
+    n < 2^31), else float32 products (:func:`_gram_float`)."""
+    int_mm = getattr(torch, "_int_mm", None)
+    if int_mm is not None and rows.size(1) < 2**31:
+        i8 = rows.contiguous().view(torch.int8)
+        try:
+            return int_mm(i8, i8.t()).to(torch.float64)
+        except (RuntimeError, NotImplementedError):  # a build without the CPU int8 kernel
+            pass
+    return _gram_float(rows)
+
+
+def mask_distance_stacked(stacked: Mapping[str, Tensor]) -> Tensor:
+    """:func:`mask_distance` of masks stacked by :func:`stack_masks` (``(C, numel)`` bool per layer)."""
+    if not stacked:
+        raise ValueError("stacked must hold at least one layer's (C, numel) masks, got none")
+    c = next(iter(stacked.values())).size(0)
     d = torch.zeros(c, c, dtype=torch.float64)
-    block = 1 << 23
-    for k in keys:
-        n = masks[0][k].numel()
+    for k, rows in stacked.items():
+        check_tensor(f"stacked[{k!r}]", rows, ndim=2, dtype=torch.bool)
+        if rows.size(0) != c:
+            raise ValueError(f"stacked[{k!r}] must have {c} rows (one per client), got {rows.size(0)}")
+        n = rows.size(1)
         if n == 0:
             continue
-        inter = torch.zeros(c, c, dtype=torch.float64)
-        for lo in range(0, n, block):
-            hi = min(n, lo + block)
-            f = torch.empty(c, hi - lo, dtype=torch.float32)  # 0/1 rows, converted while copied
-            for i, m in enumerate(masks):
-                f[i].copy_(m[k].reshape(-1)[lo:hi])
-            inter += (f @ f.t()).to(torch.float64)
+        inter = _gram(rows)
         cnt = inter.diagonal().clone()  # |M_i| = M_i · M_i
         d += (cnt[:, None] + cnt[None, :] - 2 * inter) / n
     d.fill_diagonal_(0.0)
     return d
+
+
+def mask_distance(masks: Sequence[MaskDict]) -> Tensor:
+    r""":math:`D^{mask}_{ij} = \sum_l \mathrm{mean}(M^l_i \ne M^l_j)` (normalised Hamming distance summed over
+    layers), ``(C, C)`` float64, from one matrix product per layer: :math:`|M_i| + |M_j| - 2 M_i \cdot M_j` with
+    exact integer counts (an int8 product, or float32 products of blocks below 2^24 columns)."""
+    return mask_distance_stacked(stack_masks(masks))
 
 
 def context_distance(gates: Sequence[Tensor]) -> Tensor:
@@ -125,10 +175,15 @@ def context_distance(gates: Sequence[Tensor]) -> Tensor:
         flat.append(g.detach().reshape(-1).to(torch.float64))
     if any(f.numel() != flat[0].numel() for f in flat):
         raise ValueError(f"gates must all have {flat[0].numel()} entries, got {[f.numel() for f in flat]}")
-    s = torch.stack([f.sort().values for f in flat])  # sort each client once
-    d = torch.stack([((s - s[i]) ** 2).mean(1) for i in range(len(flat))])
-    d = (d + d.t()) / 2  # exact symmetry
-    d.fill_diagonal_(0.0)
+    s = torch.from_numpy(np.sort(torch.stack(flat).numpy(), axis=1))  # every client's sorted weights, at once
+    c = len(flat)
+    d = torch.zeros(c, c, dtype=torch.float64)
+    buf = torch.empty_like(s)  # one work buffer for every row (no allocation per row)
+    for i in range(c - 1):  # the upper triangle; (a − b)² = (b − a)² makes the mirror exact
+        diff = torch.sub(s[i + 1 :], s[i], out=buf[: c - 1 - i])
+        row = diff.square_().mean(1)
+        d[i, i + 1 :] = row
+        d[i + 1 :, i] = row
     return d
 
 
@@ -174,12 +229,20 @@ def _float_keys(states: Sequence[Mapping[str, Tensor]]) -> list[str]:
     return keys
 
 
-def personalized_aggregate(states: Sequence[Mapping[str, Tensor]], weights: Tensor) -> list[dict[str, Tensor]]:
-    r""":math:`\theta_i = \sum_j A_{ij}\theta_j` for every floating tensor (one matrix product per tensor, in the
-    tensor's dtype, float32 at least); integer and bool tensors keep the client's own value. Returns one state
-    dict per client."""
+def stack_states(states: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
+    """Key → the C clients' tensors of that key side by side, a ``(C, numel)`` matrix (one copy; keys and shapes
+    checked as in :func:`personalized_aggregate`)."""
     keys = _float_keys(states)
-    c = len(states)
+    return {k: torch.stack([st[k].reshape(-1) for st in states]) for k in keys}
+
+
+def unstack(stacked: Mapping[str, Tensor], shapes: Mapping[str, Sequence[int]]) -> list[dict[str, Tensor]]:
+    """One dict per row of :func:`stack_states`-shaped matrices, each tensor a view of its row in ``shapes``."""
+    c = next(iter(stacked.values())).size(0) if stacked else 0
+    return [{k: m[i].view(tuple(shapes[k])) for k, m in stacked.items()} for i in range(c)]
+
+
+def _check_weights(weights: Tensor, c: int) -> Tensor:
     check_tensor("weights", weights, shape=(c, c), dtype="floating", finite=True)
     a = weights.to(torch.float64)
     if bool((a < 0).any()):
@@ -190,37 +253,61 @@ def personalized_aggregate(states: Sequence[Mapping[str, Tensor]], weights: Tens
             f"weights must be row-stochastic (every row sums to 1, so that θ_i is a weighted mean), got row sums "
             f"{[round(float(r), 6) for r in rows]}"
         )
-    out: list[dict[str, Tensor]] = [{} for _ in range(c)]
-    for k in keys:
-        t0 = states[0][k]
-        if not t0.is_floating_point():
-            for i in range(c):
-                out[i][k] = states[i][k].clone()
+    return a
+
+
+def personalized_mix(stacked: Mapping[str, Tensor], weights: Tensor) -> dict[str, Tensor]:
+    r""":math:`\Theta \leftarrow A\,\Theta` on :func:`stack_states`-shaped ``(C, numel)`` matrices: one matrix
+    product per floating key (in its dtype, float32 at least); integer and bool rows stay the clients' own."""
+    if not stacked:
+        raise ValueError("stacked must hold at least one (C, numel) matrix, got none")
+    c = next(iter(stacked.values())).size(0)
+    for k, m in stacked.items():
+        check_tensor(f"stacked[{k!r}]", m, ndim=2)
+        if m.size(0) != c:
+            raise ValueError(f"stacked[{k!r}] must have {c} rows (one per client), got {m.size(0)}")
+    a = _check_weights(weights, c)
+    out = {}
+    for k, m in stacked.items():
+        if not m.is_floating_point():
+            out[k] = m.clone()
             continue
-        dt = torch.promote_types(t0.dtype, torch.float32)
-        stacked = torch.stack([st[k].reshape(-1).to(dt) for st in states])  # (C, P)
-        mixed = (a.to(dt) @ stacked).to(t0.dtype)
-        for i in range(c):
-            out[i][k] = mixed[i].reshape(t0.shape)
+        dt = torch.promote_types(m.dtype, torch.float32)
+        out[k] = (a.to(dt) @ m.to(dt)).to(m.dtype)
     return out
+
+
+def personalized_aggregate(states: Sequence[Mapping[str, Tensor]], weights: Tensor) -> list[dict[str, Tensor]]:
+    r""":math:`\theta_i = \sum_j A_{ij}\theta_j` for every floating tensor (one matrix product per tensor, in the
+    tensor's dtype, float32 at least); integer and bool tensors keep the client's own value. Returns one state
+    dict per client."""
+    stacked = stack_states(states)
+    _check_weights(weights, len(states))
+    return unstack(personalized_mix(stacked, weights), {k: t.shape for k, t in states[0].items()})
+
+
+def weighted_mean_stacked(stacked: Mapping[str, Tensor], sizes: Sequence[float]) -> dict[str, Tensor]:
+    """Size-weighted mean of the rows of :func:`stack_states`-shaped matrices (float64 accumulation), a flat
+    tensor per key in its dtype; non-floating keys take the first row."""
+    if not stacked:
+        raise ValueError("stacked must hold at least one (C, numel) matrix, got none")
+    c = next(iter(stacked.values())).size(0)
+    w = torch.tensor([check_float(f"sizes[{i}]", s, min=0.0) for i, s in enumerate(sizes)], dtype=torch.float64)
+    if w.numel() != c or float(w.sum()) <= 0:
+        raise ValueError(f"sizes must hold one non-negative weight per state with a positive sum, got {list(sizes)}")
+    w = w / w.sum()
+    return {
+        k: (w @ m.to(torch.float64)).to(m.dtype) if m.is_floating_point() else m[0].clone() for k, m in stacked.items()
+    }
 
 
 def weighted_average(states: Sequence[Mapping[str, Tensor]], sizes: Sequence[float]) -> dict[str, Tensor]:
     """Size-weighted FedAvg of floating tensors (float64 accumulation); other tensors from the first client."""
-    keys = _float_keys(states)
-    w = torch.tensor([check_float(f"sizes[{i}]", s, min=0.0) for i, s in enumerate(sizes)], dtype=torch.float64)
-    if w.numel() != len(states) or float(w.sum()) <= 0:
+    stacked = stack_states(states)
+    if len(sizes) != len(states):
         raise ValueError(f"sizes must hold one non-negative weight per state with a positive sum, got {list(sizes)}")
-    w = w / w.sum()
-    out = {}
-    for k in keys:
-        t0 = states[0][k]
-        if not t0.is_floating_point():
-            out[k] = t0.clone()
-            continue
-        stacked = torch.stack([st[k].reshape(-1).to(torch.float64) for st in states])
-        out[k] = (w @ stacked).to(t0.dtype).reshape(t0.shape)
-    return out
+    mean = weighted_mean_stacked(stacked, sizes)
+    return {k: v.reshape(states[0][k].shape) for k, v in mean.items()}
 
 
 @dataclass

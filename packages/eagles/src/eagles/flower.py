@@ -23,8 +23,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
@@ -45,7 +46,7 @@ from eagles.client import (
     state_of,
 )
 from eagles.config import EaglesConfig
-from eagles.server import ClientReply, EaglesServer
+from eagles.server import ClientReply, EaglesServer, StackedReplies
 from icml25_shared.flower import LocalGrid as _SharedLocalGrid
 from icml25_shared.validate import check_choice, check_int, check_tensor
 
@@ -59,6 +60,7 @@ __all__ = [
     "mean_metrics",
     "pack_mask",
     "split_arrays",
+    "stack_replies",
     "unpack_mask",
 ]
 
@@ -110,6 +112,76 @@ def split_arrays(rec: ArrayRecord) -> tuple[dict[str, Tensor], dict[str, Tensor]
                 raise ValueError(f"mask entry {k!r} must name a parameter of the reply, got no {name!r}")
             masks[name] = unpack_mask(v, state[name].shape)
     return state, masks
+
+
+def _npy_layout(arr: Array) -> tuple[np.dtype, int, bytes | None]:
+    """(dtype, value bytes, ``.npy`` header) of a Flower ``Array``; the header is None unless the values follow it
+    in C order (then they can be read in place)."""
+    dt = np.dtype(arr.dtype)
+    nbytes = int(np.prod([int(d) for d in arr.shape], dtype=np.int64)) * dt.itemsize
+    data = arr.data
+    off = len(data) - nbytes
+    head = bytes(data[: max(off, 0)])
+    descr = f"'descr': '{np.lib.format.dtype_to_descr(dt)}'".encode()
+    ok = off > 0 and head.startswith(b"\x93NUMPY") and b"'fortran_order': False" in head and descr in head
+    return dt, nbytes, head if ok else None
+
+
+def stack_replies(replies: Sequence[Message], arrays_key: str = "arrays") -> StackedReplies:
+    """Train replies (one ``ArrayRecord`` under ``arrays_key``, one ``MetricRecord`` with ``partition-id``) as
+    :class:`eagles.server.StackedReplies`, in partition order: each array is read once, in place from its
+    ``.npy`` bytes straight into its row of a ``(C, numel)`` matrix (``Array.numpy()`` would copy it first), and
+    every client's bit-packed masks are unpacked together. The same tensors as :func:`split_arrays` per reply."""
+    if not replies:
+        raise ValueError("replies must hold at least one train reply, got none")
+    parsed = []
+    for msg in replies:
+        metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
+        parsed.append((int(metrics["partition-id"]), metrics, msg.content[arrays_key]))
+    parsed.sort(key=lambda p: p[0])
+    c = len(parsed)
+    first = parsed[0][2]
+    keys = list(first.keys())
+    shapes = {k: tuple(int(d) for d in first[k].shape) for k in keys}
+    layout = {k: _npy_layout(first[k]) for k in keys}
+    bufs = {}
+    for k in keys:
+        numel = int(np.prod(shapes[k], dtype=np.int64))
+        bufs[k] = torch.from_numpy(np.empty((c, numel), dtype=layout[k][0].newbyteorder("=")))
+    rows = {k: b.numpy() for k, b in bufs.items()}
+    for i, (pid, _, rec) in enumerate(parsed):
+        if list(rec.keys()) != keys:
+            raise ValueError(
+                f"the reply of partition {pid} must hold the arrays of partition {parsed[0][0]}'s, got "
+                f"{sorted(set(rec.keys()) ^ set(keys))} apart"
+            )
+        for k, arr in rec.items():
+            dt, nbytes, head = layout[k]
+            data = arr.data
+            off = len(data) - nbytes
+            if head is not None and off == len(head) and data[:off] == head:  # same dtype, shape and layout
+                rows[k][i] = np.frombuffer(data, dtype=dt, count=rows[k].shape[1], offset=off)
+                continue
+            if tuple(int(d) for d in arr.shape) != shapes[k] or np.dtype(arr.dtype) != dt:
+                raise ValueError(
+                    f"array {k!r} of partition {pid} must be {dt} of shape {shapes[k]} as in partition "
+                    f"{parsed[0][0]}'s reply, got {arr.dtype} of shape {tuple(arr.shape)}"
+                )
+            rows[k][i] = arr.numpy().reshape(-1)
+    states = {k: v for k, v in bufs.items() if not k.startswith(MASK_PREFIX)}
+    masks = {}
+    for k, packed in bufs.items():
+        if not k.startswith(MASK_PREFIX):
+            continue
+        name = k[len(MASK_PREFIX) :]
+        if name not in states:
+            raise ValueError(f"mask entry {k!r} must name a parameter of the reply, got no {name!r}")
+        numel = states[name].size(1)
+        check_tensor(f"packed {k!r}", packed, ndim=2, shape=(c, (numel + 7) // 8), dtype=torch.uint8)
+        masks[name] = ((packed[:, :, None] & _BITS) != 0).reshape(c, -1)[:, :numel]
+    for k in [k for k in shapes if k.startswith(MASK_PREFIX)]:
+        del shapes[k]
+    return StackedReplies([p[0] for p in parsed], [p[1] for p in parsed], states, shapes, masks)
 
 
 def mean_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
@@ -295,19 +367,17 @@ class EaglesStrategy(FedAvg):
         valid = self._checked(server_round, replies, True)
         if not valid:
             return None, None
-        parsed = []
+        pids = []
         for msg in valid:
-            metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
-            pid, node = int(metrics["partition-id"]), msg.metadata.src_node_id
+            pid, node = int(msg.content["metrics"]["partition-id"]), msg.metadata.src_node_id
             if self.node_to_pid.get(node) != pid:
                 raise ValueError(
                     f"node {node} replied for partition {pid} but was sent partition {self.node_to_pid.get(node)}'s "
                     "model (a node's partition-id must not change during a run)"
                 )
-            self.server.count_down(server_round, pid, self._sent[pid])
-            state, masks = split_arrays(msg.content[self.arrayrecord_key])
-            parsed.append(ClientReply(pid, state, masks, metrics))
-        record = self.server.aggregate_train(server_round, parsed)
+            pids.append(pid)
+        self.server.count_down_many(server_round, {pid: self._sent[pid] for pid in pids})
+        record = self.server.aggregate_train(server_round, stack_replies(valid, self.arrayrecord_key))
         return None, MetricRecord(record)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:

@@ -15,12 +15,22 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+import torch
 from torch import Tensor
 
 from eagles.fl import check_binary
 from icml25_shared.validate import check_choice, check_int
 
-__all__ = ["TRAIN_FACTOR", "payload_bytes", "CommMeter", "FlopsMeter", "gnn_macs", "sparsifier_macs"]
+__all__ = [
+    "TRAIN_FACTOR",
+    "payload_bytes",
+    "payload_bytes_rows",
+    "CommMeter",
+    "FlopsMeter",
+    "gnn_macs",
+    "sparsifier_macs",
+]
 
 TRAIN_FACTOR = 3
 """Forward-pass equivalents of one training step (forward + backward ≈ 3 × forward)."""
@@ -51,6 +61,37 @@ def payload_bytes(
             b = t.numel() * t.element_size()
         out["sparsifier" if k.startswith("sparsifier.") else "gnn"] += b
     return out
+
+
+def payload_bytes_rows(
+    states: Mapping[str, Tensor], masks: Mapping[str, Tensor] | None = None, *, mask_known: bool = False
+) -> list[dict[str, int]]:
+    """:func:`payload_bytes` of every client at once: ``states`` maps each key to a ``(C, numel)`` matrix (one
+    row per client, :func:`eagles.fl.stack_states`), ``masks`` each masked key to a ``(C, numel)`` bool matrix or
+    to one mask shared by every client (the re-train's fixed mask, any shape of ``numel`` entries)."""
+    masks = masks or {}
+    unknown = sorted(set(masks) - set(states))
+    if unknown:
+        raise ValueError(f"masks must name tensors of state, got {unknown} which state does not hold")
+    c = next(iter(states.values())).size(0) if states else 0
+    out = {"gnn": torch.zeros(c, dtype=torch.int64), "sparsifier": torch.zeros(c, dtype=torch.int64)}
+    for k, t in states.items():
+        numel, size = t.size(1), t.element_size()
+        if k in masks:
+            m = check_binary(f"masks[{k!r}]", masks[k])
+            if tuple(m.shape) != (c, numel):  # one mask shared by every client
+                if m.numel() != numel:
+                    raise ValueError(
+                        f"masks[{k!r}] must be ({c}, {numel}) or hold {numel} entries (state[{k!r}]), got "
+                        f"{tuple(m.shape)}"
+                    )
+                m = m.reshape(1, numel).expand(c, numel)
+            nnz = torch.from_numpy(np.count_nonzero(m.bool().numpy(), axis=1).astype(np.int64))  # per client
+            b = size * nnz + (0 if mask_known else math.ceil(numel / 8))
+        else:
+            b = torch.full((c,), numel * size, dtype=torch.int64)
+        out["sparsifier" if k.startswith("sparsifier.") else "gnn"] += b
+    return [{"gnn": int(g), "sparsifier": int(s)} for g, s in zip(out["gnn"].tolist(), out["sparsifier"].tolist())]
 
 
 @dataclass

@@ -17,18 +17,21 @@ from torch import Tensor
 from eagles.config import EaglesConfig
 from eagles.fl import (
     DensityBandSelector,
-    consensus_mask,
+    consensus_stacked,
     context_distance,
     mask_density,
-    mask_distance,
-    personalized_aggregate,
+    mask_distance_stacked,
+    personalized_mix,
     personalized_weights,
     select_score,
-    weighted_average,
+    stack_masks,
+    stack_states,
+    unstack,
+    weighted_mean_stacked,
 )
-from eagles.metrics import CommMeter, FlopsMeter, payload_bytes
+from eagles.metrics import CommMeter, FlopsMeter, payload_bytes, payload_bytes_rows
 
-__all__ = ["ClientReply", "EaglesServer", "GATE_KEY"]
+__all__ = ["ClientReply", "EaglesServer", "GATE_KEY", "StackedReplies"]
 
 GATE_KEY = "sparsifier.router.w_gate"
 """The router weights the context distance compares."""
@@ -42,6 +45,40 @@ class ClientReply:
     state: dict[str, Tensor]
     masks: dict[str, Tensor]
     metrics: dict[str, float]
+
+
+@dataclass
+class StackedReplies:
+    """One round's replies side by side, in partition order: every state key and every layer mask as a
+    ``(C, numel)`` matrix (one row per client), built once and shared by the metering, the consensus, the
+    distances and the mixing. :meth:`of` stacks :class:`ClientReply` objects; the Flower strategy fills the
+    matrices straight from the reply payloads (:func:`eagles.flower.stack_replies`)."""
+
+    partition_ids: list[int]
+    metrics: list[dict[str, float]]
+    states: dict[str, Tensor]
+    """Key → ``(C, numel)`` (the state's dtype)."""
+    shapes: dict[str, tuple[int, ...]]
+    """Key → the tensor's shape (state keys and mask keys)."""
+    masks: dict[str, Tensor]
+    """Layer weight name → ``(C, numel)`` bool; empty when the clients send no masks."""
+
+    @classmethod
+    def of(cls, replies: list[ClientReply]) -> StackedReplies:
+        if not replies:
+            raise ValueError("replies must hold at least one client's reply, got none")
+        replies = sorted(replies, key=lambda r: r.partition_id)
+        shapes = {k: tuple(t.shape) for k, t in replies[0].state.items()}
+        has_masks = bool(replies[0].masks)
+        if has_masks:
+            shapes.update({k: tuple(m.shape) for k, m in replies[0].masks.items()})
+        return cls(
+            [r.partition_id for r in replies],
+            [r.metrics for r in replies],
+            stack_states([r.state for r in replies]),
+            shapes,
+            stack_masks([r.masks for r in replies]) if has_masks else {},
+        )
 
 
 def _mean(vals: list[float]) -> float:
@@ -81,6 +118,8 @@ class EaglesServer:
         self.flops = FlopsMeter()
         self.history: list[dict[str, float]] = []
         self.last_weights: Tensor | None = None
+        self._stacked: tuple[list[int], dict[str, Tensor]] | None = None
+        """(partition ids, key → (C, numel)) of the last personalised states, which ``personal`` holds as views."""
         self.failures: list[tuple[int, int, str | None]] = []
         """(round, node id, reason) of each client that failed (Flower engines: an error reply)."""
 
@@ -99,53 +138,87 @@ class EaglesServer:
         return out
 
     def count_down(self, server_round: int, partition_id: int, state: Mapping[str, Tensor]) -> None:
+        """Meter the download of ``state`` to one client."""
         parts = payload_bytes(state, self.masks_of(state), mask_known=self.fixed_mask is not None)
         self.comm.add_payload(server_round, partition_id, "down", parts)
 
-    def aggregate_train(self, server_round: int, replies: list[ClientReply]) -> dict[str, float]:
-        """One round of server work; returns the round's record (also appended to ``history``)."""
-        replies = sorted(replies, key=lambda r: r.partition_id)
-        cfg = self.config
-        for r in replies:
-            masks = self.fixed_mask if self.fixed_mask is not None else r.masks
-            parts = payload_bytes(r.state, masks, mask_known=self.fixed_mask is not None)
-            self.comm.add_payload(server_round, r.partition_id, "up", parts)
-            self.flops.add(server_round, "gnn", int(r.metrics["macs-gnn"]), cfg.local_epochs)
-            self.flops.add(server_round, "sparsifier", int(r.metrics["macs-sparsifier"]), cfg.local_epochs)
-        states = [r.state for r in replies]
-        masks = [r.masks for r in replies]
-        has_masks = bool(masks[0])
-        if cfg.aggregation == "fedavg":
-            avg = weighted_average(states, [r.metrics["num-examples"] for r in replies])
-            new = [avg] * len(replies)
-            self.last_weights = None
+    def count_down_many(self, server_round: int, sent: Mapping[int, Mapping[str, Tensor]]) -> None:
+        """:meth:`count_down` of several clients at once (partition id → the state sent), the same bytes. When the
+        states sent are this server's personalised states of the last round, their stacked matrices are read as
+        they are (no copy); otherwise the states are stacked once."""
+        if not sent:
+            return
+        pids = sorted(sent)
+        last = self._stacked
+        if last is not None and last[0] == pids and all(sent[p] is self.personal.get(p) for p in pids):
+            states = last[1]
         else:
-            d_mask = mask_distance(masks) if has_masks and cfg.distance in ("both", "mask") else None
-            has_gate = GATE_KEY in states[0]
-            d_ctx = context_distance([s[GATE_KEY] for s in states]) if has_gate and cfg.distance != "mask" else None
+            states = stack_states([sent[p] for p in pids])
+        if self.fixed_mask is not None:
+            masks: dict[str, Tensor] = dict(self.fixed_mask)
+        else:
+            masks = {}
+            shape0 = {k: tuple(t.shape) for k, t in sent[pids[0]].items()}
+            for k, w in states.items():
+                t = states.get(k[: -len("weight")] + "threshold") if k.endswith(".weight") else None
+                if t is None:
+                    continue
+                if len(shape0[k]) == 2:  # |W| > t per output row, every client at once
+                    masks[k] = (w.view(len(pids), *shape0[k]).abs() > t.unsqueeze(-1)).reshape(len(pids), -1)
+                else:
+                    masks[k] = torch.stack([self.masks_of(sent[p])[k].reshape(-1) for p in pids])
+        rows = payload_bytes_rows(states, masks, mask_known=self.fixed_mask is not None)
+        for pid, parts in zip(pids, rows, strict=True):
+            self.comm.add_payload(server_round, pid, "down", parts)
+
+    def aggregate_train(self, server_round: int, replies: list[ClientReply] | StackedReplies) -> dict[str, float]:
+        """One round of server work; returns the round's record (also appended to ``history``). Each reply's
+        tensors are stacked once (:class:`StackedReplies`): every step below works on ``(C, numel)`` matrices."""
+        st = replies if isinstance(replies, StackedReplies) else StackedReplies.of(replies)
+        cfg = self.config
+        fixed = self.fixed_mask
+        up = payload_bytes_rows(st.states, fixed if fixed is not None else st.masks, mask_known=fixed is not None)
+        for pid, parts, m in zip(st.partition_ids, up, st.metrics, strict=True):
+            self.comm.add_payload(server_round, pid, "up", parts)
+            self.flops.add(server_round, "gnn", int(m["macs-gnn"]), cfg.local_epochs)
+            self.flops.add(server_round, "sparsifier", int(m["macs-sparsifier"]), cfg.local_epochs)
+        has_masks = bool(st.masks)
+        c = len(st.partition_ids)
+        if cfg.aggregation == "fedavg":
+            avg = weighted_mean_stacked(st.states, [m["num-examples"] for m in st.metrics])
+            avg = {k: v.view(st.shapes[k]) for k, v in avg.items()}
+            new = [avg] * c
+            self.last_weights = None
+            self._stacked = None
+        else:
+            d_mask = mask_distance_stacked(st.masks) if has_masks and cfg.distance in ("both", "mask") else None
+            has_gate = GATE_KEY in st.states
+            d_ctx = context_distance(list(st.states[GATE_KEY])) if has_gate and cfg.distance != "mask" else None
             if d_mask is None and d_ctx is None:  # nothing to compare: unweighted FedAvg
-                a = torch.full((len(states), len(states)), 1.0 / len(states), dtype=torch.float64)
+                a = torch.full((c, c), 1.0 / c, dtype=torch.float64)
             else:
                 a = personalized_weights(d_mask, d_ctx)
             self.last_weights = a
-            new = personalized_aggregate(states, a)
+            mixed = personalized_mix(st.states, a)
+            new = unstack(mixed, st.shapes)
+            self._stacked = (list(st.partition_ids), mixed)
         record = {
             "round": float(server_round),
-            "val-acc": _mean([r.metrics["val-acc"] for r in replies]),
-            "test-acc": _mean([r.metrics["test-acc"] for r in replies]),
-            "kept-edges": _mean([r.metrics["kept-edges"] for r in replies]),
+            "val-acc": _mean([m["val-acc"] for m in st.metrics]),
+            "test-acc": _mean([m["test-acc"] for m in st.metrics]),
+            "kept-edges": _mean([m["kept-edges"] for m in st.metrics]),
             "density": 1.0,
         }
-        if has_masks and self.fixed_mask is None:
-            cons = consensus_mask(masks)
+        if has_masks and fixed is None:
+            cons = {k: v.view(st.shapes[k]) for k, v in consensus_stacked(st.masks).items()}
             record["density"] = mask_density(cons)
-            self.selector.update(server_round, cons, select_score([r.metrics for r in replies], cfg.select_on))
+            self.selector.update(server_round, cons, select_score(st.metrics, cfg.select_on))
             if self.stop_band is not None and self.selector.has(self.stop_band):
                 self.stopped = True
-        elif self.fixed_mask is not None:
-            record["density"] = mask_density(self.fixed_mask)
-        for r, st in zip(replies, new, strict=True):
-            self.personal[r.partition_id] = st
+        elif fixed is not None:
+            record["density"] = mask_density(fixed)
+        for pid, state in zip(st.partition_ids, new, strict=True):
+            self.personal[pid] = state
         self.history.append(record)
         return record
 
