@@ -177,7 +177,13 @@ def ablation_specs(lr: float) -> dict[str, RunSpec]:
 
 class Runs:
     """Training runs of one :class:`Setup` on several seeds; with ``parts`` every (run, seed) is stored when it
-    finishes and reused by a later call (a killed ``--full`` resumes where it stopped)."""
+    finishes and reused by a later call (a killed ``--full`` resumes where it stopped).
+
+    Args:
+        setup: the sizes; its ``seed`` is replaced by the seed of each run.
+        parts: where finished runs are stored (:class:`icml25_shared.parts.Parts`), or ``None`` to keep nothing.
+        download: passed to :mod:`icml25_shared.data` when Tiny Shakespeare is not on the machine.
+    """
 
     def __init__(self, setup: Setup, *, parts: Parts | None = None, download: bool = False) -> None:
         self.setup, self.parts, self.download = setup, parts, download
@@ -191,7 +197,15 @@ class Runs:
         return self._tasks[seed]
 
     def run(self, spec: RunSpec, seed: int) -> RunResult:
-        """``spec`` trained on the task of ``seed`` (loaded from its part when it finished before)."""
+        """``spec`` trained on the task of ``seed``.
+
+        Args:
+            spec: optimizer, learning rates and SWAN options.
+            seed: the task's seed (initial model and training windows).
+
+        Returns:
+            The run: loaded from its part when it finished before under the same sizes, else trained (and stored).
+        """
 
         def train() -> dict[str, Any]:
             r = train_tiny_llama(spec, self.task(seed))

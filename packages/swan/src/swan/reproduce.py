@@ -56,8 +56,18 @@ def _final(r: RunResult) -> float:
 def reproduce(
     full: bool, out_dir: Path, *, download: bool = False, seed: int = 0, setup: Setup | None = None
 ) -> ReproResult:
-    """Run the experiments of the module docstring and judge the claims; ``setup`` overrides the mode's sizes
-    (the tests run a few steps); ``seed`` picks the seeds, added to the setup's seed (initialisation, batches)."""
+    """Run the experiments of the module docstring and judge the claims.
+
+    Args:
+        full: the ``--full`` experiment (lr sweep, 3 seeds, ablation; resumable parts in ``out_dir/parts``).
+        out_dir: where the plot (and, with ``full``, the parts) go.
+        download: passed to :mod:`icml25_shared.data` when Tiny Shakespeare is not on the machine.
+        seed: picks the seeds (:func:`icml25_shared.verdict.seed_list`), added to the setup's seed.
+        setup: overrides the mode's sizes (the tests run a few steps).
+
+    Returns:
+        The claims, the settings (every run's validation curve) and the plot.
+    """
     setup = setup or (FULL if full else QUICK)
     seeds = [setup.seed + s for s in seed_list(seed, 3 if full else 1)]
     fingerprint = {**setup.to_dict(), "seed": None, "torch": torch.__version__}
