@@ -72,8 +72,13 @@ def test_performance_rows_merge_by_source_and_render(tmp_path):
         ("step, N=64", 0.7, "bench_a.json"),
     ]
     table = readme.performance_table_md(pkg)
-    assert "| step, N=64 | peft | time | **0.70×** | 0.75–0.85 | - | - | 1.1 | [bench_a.json]" in table
-    assert "A note." in table
+    # columns nobody filled (limit, goal) are left out; two sources: a source column
+    assert "| case | peer | metric | ours / peer | spread | load | source |" in table
+    assert "| step, N=64 | peft | time | **0.70×** | 0.75–0.85 | 1.1 | [bench_a.json]" in table
+    assert "A note." in table and "limit:" not in table
+    bench.write_performance(res, "bench_b.json", [{**row, "limit": 0.5, "goal": "≤ 0.6×"}])
+    table = readme.performance_table_md(pkg)
+    assert "| spread | limit | goal | load |" in table and "| 0.50 | ≤ 0.6× |" in table and "limit: the best" in table
     with pytest.raises(ValueError, match="missing"):
         bench.write_performance(res, "c.json", [{"case": "x", "peer": "y", "metric": "time", "ratio": 1.0}])
     with pytest.raises(ValueError, match="unknown"):

@@ -148,23 +148,37 @@ def performance_table_md(pkg_dir: str | Path) -> str:
     if not path.is_file():
         return "*No committed benchmark result.*\n"
     data = json.loads(path.read_text(encoding="utf-8"))
-    lines = [
-        _PERF_NOTE,
-        "",
-        "| case | peer | metric | ours / peer | spread | limit | goal | load | source |",
-        "|---|---|---|---|---|---|---|---|---|",
+    rows = data["rows"]
+    sources = list(dict.fromkeys(r["source"] for r in rows))
+    cols: list[tuple[str, Any]] = [
+        ("case", lambda r: _cell(r["case"])),
+        ("peer", lambda r: _cell(r["peer"])),
+        ("metric", lambda r: _cell(r["metric"])),
+        ("ours / peer", lambda r: f"**{_num(r['ratio'])}×**"),
     ]
-    for r in data["rows"]:
-        spread = f"{_num(r.get('lo'))}–{_num(r.get('hi'))}" if r.get("lo") is not None else "-"
-        src = r["source"]
-        lines.append(
-            f"| {_cell(r['case'])} | {_cell(r['peer'])} | {_cell(r['metric'])} | **{_num(r['ratio'])}×** | {spread} | "
-            f"{_num(r.get('limit'))} | {_cell(r.get('goal') or '-')} | {_num(r.get('load'), '{:.1f}')} | "
-            f"[{src}](benchmarks/results/{src}) |"
+    if any(r.get("lo") is not None for r in rows):
+        cols.append(
+            ("spread", lambda r: f"{_num(r.get('lo'))}–{_num(r.get('hi'))}" if r.get("lo") is not None else "-")
         )
+    if any(r.get("limit") is not None for r in rows):
+        cols.append(("limit", lambda r: _num(r.get("limit"))))
+    if any(r.get("goal") for r in rows):
+        cols.append(("goal", lambda r: _cell(r.get("goal") or "-")))
+    cols.append(("load", lambda r: _num(r.get("load"), "{:.1f}")))
+    if len(sources) > 1:
+        cols.append(("source", lambda r: f"[{r['source']}](benchmarks/results/{r['source']})"))
+    lines = [_PERF_NOTE, "", "| " + " | ".join(c for c, _ in cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(f(r) for _, f in cols) + " |" for r in rows]
+    src = "" if len(sources) != 1 else f" From [{sources[0]}](benchmarks/results/{sources[0]})."
     lines.append(
-        "\nRatio < 1: ours is cheaper. Limit: the best ratio a perfect implementation of the method could reach on "
-        "this input (the part of the cost the method cannot change is kept); load: the machine's 1-minute load."
+        "\nRatio < 1: ours is cheaper"
+        + (
+            "; limit: the best ratio a perfect implementation of the method could reach on this input"
+            if any(r.get("limit") is not None for r in rows)
+            else ""
+        )
+        + "; load: the machine's 1-minute load during the run."
+        + src
     )
     for note in data.get("notes", []):
         lines.append(f"\n{note}")
