@@ -69,7 +69,7 @@ def test_interpretability_claims_are_judged_over_seeds(monkeypatch, tmp_path):
 
     import softshape.reproduce as rep
 
-    def fake_tasks(tasks, n_jobs=None):
+    def fake_tasks(tasks, n_jobs=None, parts=None):
         outs = []
         for t in tasks:
             if t[0] == "fit":
@@ -113,3 +113,65 @@ def test_claim_1_accuracy_part_is_judged_on_the_interval_over_folds(soft, verdic
             for f in (0, 1) for v, a in (("soft", soft[f]), ("dense", 1.0))]  # fmt: skip
     got, spread = _equal_accuracy(FitRows(rows))
     assert got == verdict and spread.n == 2
+
+
+def _fake_task(kind, *args):
+    """A stand-in for :func:`softshape.experiments.run_task` with the shape of its outputs (no training)."""
+    if kind == "fit":
+        name, fold, variants = args[:3]
+        acc = {"soft": 0.95, "hard": 0.9, "dense": 0.95}
+        return [{"dataset": name, "fold": fold, "variant": v, "accuracy": acc.get(v, 0.9) - 0.01 * fold, "n_test": 40,
+                 "fit_s": 1.0, "expert_utilisation": [0.5, 0.5]} for v in variants]  # fmt: skip
+    if kind == "efficiency":
+        return {"dataset": args[0], "whole": {}, "layers": {}}
+    if kind == "steps":
+        return {"dataset": args[0], **{v: {"ratio_median_of_rounds": 1.0} for v in args[1]}}
+    s = args[2]
+    return {"seed": s, "mean_iou": 0.8 + 0.01 * s, "faithfulness": {"margin": 0.1 + 0.01 * s}, "series": [0.0] * 4,
+            "scores": [0.0, 1.0], "centres": [1, 2], "span": [0, 1], "window": [0, 1], "accuracy": 1.0}  # fmt: skip
+
+
+def test_full_resumes_without_redoing_finished_parts(monkeypatch, tmp_path):
+    """A --full killed after some tasks reuses them when run again (they are not run twice); a resumed run's claims
+    equal an uninterrupted one's; another seed is another fingerprint."""
+    import softshape.experiments as ex
+    import softshape.reproduce as rep
+
+    calls: list[str] = []
+    budget = {"left": 5}
+
+    def counting(*task):
+        if budget["left"] == 0:
+            raise KeyboardInterrupt("killed")
+        budget["left"] -= 1
+        calls.append(ex.task_name(task))
+        return _fake_task(*task)
+
+    monkeypatch.setattr(ex, "run_task", counting)
+    monkeypatch.setattr(rep, "efficiency_ratios", lambda e: {"depth 3: whole model, MoE in every layer": 0.8})
+    for name in ("plot_accuracy", "plot_steps", "plot_interpretability", "plot_rates"):
+        monkeypatch.setattr(rep, name, lambda *a: "x.png")
+    monkeypatch.setattr(rep, "_beside", lambda ratios, d: "")
+    monkeypatch.setattr(rep, "FULL", {**rep.FULL, "datasets": ["GunPoint"], "folds": [0, 1]})
+    with pytest.raises(KeyboardInterrupt):
+        rep.reproduce(True, tmp_path / "run")
+    first = list(calls)
+    assert first == ["fit_GunPoint_fold0_shared", "fit_GunPoint_fold0_no_inception", "fit_GunPoint_fold1_shared",
+                     "fit_GunPoint_fold1_no_inception", "efficiency_GunPoint"]  # fmt: skip
+    calls.clear()
+    budget["left"] = 100
+    res = rep.reproduce(True, tmp_path / "run")
+    assert not set(calls) & set(first) and res.settings["parts"]["reused"] == first
+    assert len(calls) == len(res.settings["parts"]["computed"]) == 11 - 5  # 2 folds x 3 fits, 2 timings, 3 interp
+    calls.clear()
+    fresh = rep.reproduce(True, tmp_path / "fresh")
+    assert len(calls) == 11 and [c.measured for c in fresh.claims] == [c.measured for c in res.claims]
+    assert [c.verdict for c in fresh.claims] == [c.verdict for c in res.claims]
+    by = {c.short: c for c in res.claims}
+    assert (
+        by["soft - hard accuracy (pt)"].verdict == "holds"
+        and by["soft - hard accuracy (pt)"].details["seeds"]["n"] == 2
+    )
+    calls.clear()
+    rep.reproduce(True, tmp_path / "run", seed=1)
+    assert len(calls) == 11

@@ -31,6 +31,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from icml25_shared.device import torch_threads, worker_count
 from icml25_shared.metrics import accuracy
+from icml25_shared.parts import Parts
 from icml25_shared.report import save_figure, subplots
 from icml25_shared.seed import numpy_rng
 from icml25_shared.validate import check_int
@@ -649,15 +650,32 @@ class FitRows:
         return float(np.mean([r["fit_s"] for r in self.select(name, variant)]))
 
 
-def run_tasks(tasks: list[tuple[Any, ...]], n_jobs: int | None = None) -> list[Any]:
-    """Run :func:`run_task` on every task with ``n_jobs`` joblib workers (default
-    :func:`icml25_shared.device.worker_count`), in task order; each finished fit is logged."""
-    from joblib import Parallel, delayed
+def task_name(task: tuple[Any, ...]) -> str:
+    """A file-safe name of one task of :func:`reproduction_tasks` (the part it is stored as in a resumable run)."""
+    kind = task[0]
+    if kind == "fit":
+        variants = list(task[3])
+        return f"fit_{task[1]}_fold{task[2]}_{variants[0] if len(variants) == 1 else 'shared'}"
+    if kind in ("efficiency", "steps"):
+        return f"{kind}_{task[1]}"
+    return f"interp_seed{task[3]}"
 
-    n_jobs = worker_count() if n_jobs is None else n_jobs
+
+def run_tasks(tasks: list[tuple[Any, ...]], n_jobs: int | None = None, parts: Parts | None = None) -> list[Any]:
+    """Run :func:`run_task` on every task with ``n_jobs`` joblib workers (default
+    :func:`icml25_shared.device.worker_count`), in task order; each finished fit is logged. With ``parts`` the tasks
+    run one after the other in this process, each stored as part :func:`task_name` when it finishes and read back
+    instead of run when it finished before (a resumable run); results are then as stored (JSON: lists for arrays,
+    string keys)."""
     outs = []
     with torch_threads(1):  # the main process does no torch work, but keep it to one thread too
-        results = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(run_task)(*t) for t in tasks)
+        if parts is not None:
+            results: Any = (parts.run(task_name(t), functools.partial(run_task, *t)) for t in tasks)
+        else:
+            from joblib import Parallel, delayed
+
+            n_jobs = worker_count() if n_jobs is None else n_jobs
+            results = Parallel(n_jobs=n_jobs, return_as="generator")(delayed(run_task)(*t) for t in tasks)
         for t, o in zip(tasks, results, strict=True):
             outs.append(o)
             if t[0] == "fit":
