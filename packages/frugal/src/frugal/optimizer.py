@@ -16,6 +16,7 @@ optimizer's random generator are kept as tensors/group entries, so ``state_dict(
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Callable, Iterable
 from itertools import chain
@@ -32,7 +33,6 @@ from frugal.selectors import (
     coordinate_selection,
     gather,
     project_down,
-    project_up,
     projection_rank,
     random_projection,
     resolve_side,
@@ -83,6 +83,7 @@ DEFAULT_TARGET_MODULES = (
 _PROJECTIONS = ("svd", "random")
 _MATRIX_ONLY = ("svd", "random", "randperm", "columns", "rows")
 _INDEX_KEYS = ("rows", "cols", "flat")
+_SELECTION_KEYS = frozenset(("left", "right", *_INDEX_KEYS))
 _MOMENT_KEYS = ("exp_avg", "exp_avg_sq", "momentum_buffer", "step")
 _GALORE_KEYS = {"update_proj_gap": "update_gap", "scale": "state_full_lr_scale", "proj_type": "proj_side"}
 
@@ -181,6 +182,8 @@ class FRUGAL(torch.optim.Optimizer):
         check_int("seed", seed, min=0)
         self.seed = int(seed)
         self._generator = torch.Generator().manual_seed(self.seed)
+        self._buffers: dict[tuple[torch.dtype, torch.device], Tensor] = {}
+        self._views: dict[tuple[torch.dtype, torch.device, tuple[int, ...]], Tensor] = {}
         super().__init__(params, defaults)
         if not any(g["projectable"] for g in self.param_groups):
             logger.warning("FRUGAL: no group has projectable=True, every parameter runs AdamW (see param_groups)")
@@ -441,50 +444,81 @@ class FRUGAL(torch.optim.Optimizer):
         refreshed = []
         # a transposed group (transformers Conv1D, weight stored (in, out)) is optimised as the (out, in) matrix
         t = group["transposed"]
-        for _, p in items:
-            state = self.state[p]
-            if refresh or not any(key in state for key in ("left", "right", *_INDEX_KEYS)):
+        states = [self.state[p] for _, p in items]
+        for (_, p), state in zip(items, states, strict=True):
+            if refresh or not _SELECTION_KEYS.intersection(state):
                 self._choose_subspace(p, p.grad.mT if t else p.grad, state, group)
                 refreshed.append(p)
         if refreshed and group["selector"] == "svd" and group["sync_selectors"]:
             self._broadcast_projectors(refreshed)
-        for _, param in items:
-            state = self.state[param]
+        if group["selector"] in _PROJECTIONS:
+            self._projection_group(group, [p for _, p in items], states, lr_p, lr_f)
+            return
+        for (_, param), state in zip(items, states, strict=True):
             p, g = (param.mT, param.grad.mT) if t else (param, param.grad)
             if wd != 0:
                 p.mul_(1 - lr * wd)
-            if group["selector"] in _PROJECTIONS:
-                left, right = state.get("left"), state.get("right")
-                low = project_down(g, left, right)
-                update_low = self._state_full_step(low, state, group, lr_p)
-                # a full-rank projection leaves a residual of pure round-off: its sign would be noise
-                full_rank = (left is None or left.shape[1] == left.shape[0]) and (
-                    right is None or right.shape[0] == right.shape[1]
-                )
-                if group["state_free"] == "none" or full_rank:
-                    p.add_(project_up(update_low, left, right))
-                    continue
-                # the residual G - up(down(G)) (one fused addmm) and its state-free update share one m×n buffer
-                if right is not None:
-                    u = torch.addmm(g, low if left is None else left @ low, right, alpha=-1)
+            sel = {key: state[key] for key in _INDEX_KEYS if key in state}
+            update_low = self._state_full_step(gather(g, sel), state, group, lr_p)
+            # at selected entries the residual is exactly 0, so its state-free update is 0 there too
+            u = state_free_update(g, group["state_free"], lr_f)
+            if u is None:
+                u = torch.zeros(p.shape, dtype=p.dtype, device=p.device)
+            p.add_(scatter(update_low, sel, u.contiguous()))
+
+    def _projection_group(
+        self, group: dict[str, Any], params: list[Tensor], states: list[dict[str, Any]], lr_p: float, lr_f: float
+    ) -> None:
+        """``svd`` / ``random``: per matrix ``W ← W(1 − ηλ) − η_f·sign(G − up(down(G))) + up(StateFull(down(G)))``.
+
+        The work is three m×n×r products (down, the residual, up), the state-full rule on r dimensions and one
+        m×n pass for the state-free rule; GaLore does the first and the last product. The residual is written into
+        one scratch buffer reused by every matrix (no m×n allocation per step), its sign is added to ``W`` with
+        ``alpha = −η_f`` and the up-projection is accumulated into ``W`` by ``addmm_``; the state-full AdamW runs
+        on every matrix of the group at once (``torch._foreach_*``, the same arithmetic as
+        :func:`frugal.functional.adamw_update`)."""
+        t, lr, wd = group["transposed"], group["lr"], group["weight_decay"]
+        mats = [(q.mT, q.grad.mT) if t else (q, q.grad) for q in params]
+        lows = [project_down(g, st.get("left"), st.get("right")) for st, (_, g) in zip(states, mats, strict=True)]
+        updates = self._state_full_steps(lows, states, group, lr_p)
+        for state, (p, g), low, update_low in zip(states, mats, lows, updates, strict=True):
+            left, right = state.get("left"), state.get("right")
+            if wd != 0:
+                p.mul_(1 - lr * wd)
+            # a full-rank projection leaves a residual of pure round-off: its sign would be noise
+            full_rank = (left is None or left.shape[1] == left.shape[0]) and (
+                right is None or right.shape[0] == right.shape[1]
+            )
+            if group["state_free"] != "none" and not full_rank:
+                r = self._scratch(g)
+                if right is not None:  # G - up(down(G)), one fused addmm into the scratch buffer
+                    torch.addmm(g, low if left is None else left @ low, right, alpha=-1, out=r)
                 else:
-                    u = torch.addmm(g, left, low, alpha=-1)
-                state_free_update(u, group["state_free"], lr_f, out=u)
-                if left is not None and right is not None:
-                    u.addmm_(left @ update_low, right)
-                elif right is not None:
-                    u.addmm_(update_low, right)
-                else:
-                    u.addmm_(left, update_low)
-                p.add_(u)
+                    torch.addmm(g, left, low, alpha=-1, out=r)
+                if group["state_free"] == "signsgd":
+                    r.sign_()
+                p.add_(r, alpha=-lr_f)  # -η_f·sign(R) is exact, so adding with alpha is the product's sum
+            if left is not None and right is not None:
+                p.addmm_(left @ update_low, right)
+            elif right is not None:
+                p.addmm_(update_low, right)
             else:
-                sel = {key: state[key] for key in _INDEX_KEYS if key in state}
-                update_low = self._state_full_step(gather(g, sel), state, group, lr_p)
-                # at selected entries the residual is exactly 0, so its state-free update is 0 there too
-                u = state_free_update(g, group["state_free"], lr_f)
-                if u is None:
-                    u = torch.zeros(p.shape, dtype=p.dtype, device=p.device)
-                p.add_(scatter(update_low, sel, u.contiguous()))
+                p.addmm_(left, update_low)
+
+    def _scratch(self, like: Tensor) -> Tensor:
+        """A reusable buffer shaped as ``like`` (one flat buffer per dtype and device, grown to the largest matrix,
+        and a cached view per shape; scratch space, not optimizer state: it is not in ``state_dict`` and holds
+        nothing between steps)."""
+        key = (like.dtype, like.device, tuple(like.shape))
+        view = self._views.get(key)
+        if view is None:
+            flat_key = (like.dtype, like.device)
+            buf = self._buffers.get(flat_key)
+            if buf is None or buf.numel() < like.numel():
+                buf = self._buffers[flat_key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
+                self._views = {k: v for k, v in self._views.items() if k[:2] != flat_key}  # views of the old one
+            view = self._views[key] = buf[: like.numel()].view(like.shape)
+        return view
 
     def _choose_subspace(self, p: Tensor, grad: Tensor, state: dict[str, Any], group: dict[str, Any]) -> None:
         """New selection for ``p`` from its gradient ``grad`` (as a matrix, transposed for a transposed group;
@@ -552,6 +586,36 @@ class FRUGAL(torch.optim.Optimizer):
         if rule == "sgdm":
             return sgdm_update(g, state["momentum_buffer"], lr, beta1)
         return lion_update(g, state["exp_avg"], lr, beta1, beta2)
+
+    def _state_full_steps(
+        self, grads: list[Tensor], states: list[dict[str, Any]], group: dict[str, Any], lr: float
+    ) -> list[Tensor]:
+        """:meth:`_state_full_step` for several tensors; AdamW runs as one ``torch._foreach_*`` sequence over all of
+        them (each op the same per-tensor arithmetic as :func:`frugal.functional.adamw_update`)."""
+        if group["state_full"] != "adamw" or len(grads) < 2:
+            return [self._state_full_step(g, st, group, lr) for g, st in zip(grads, states, strict=True)]
+        for g, st in zip(grads, states, strict=True):
+            if "exp_avg" not in st or st["exp_avg"].shape != g.shape:
+                for k in _MOMENT_KEYS:
+                    st.pop(k, None)
+                st["exp_avg"] = torch.zeros_like(g, memory_format=torch.preserve_format)
+                st["exp_avg_sq"] = torch.zeros_like(g, memory_format=torch.preserve_format)
+                st["step"] = torch.tensor(0.0, dtype=_get_scalar_dtype())
+        beta1, beta2 = group["betas"]
+        exp_avgs = [st["exp_avg"] for st in states]
+        exp_avg_sqs = [st["exp_avg_sq"] for st in states]
+        steps = [st["step"] for st in states]
+        torch._foreach_add_(steps, 1)
+        counts = [int(s.item()) for s in steps]
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        denom = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denom, [math.sqrt(1 - beta2**k) for k in counts])
+        torch._foreach_add_(denom, group["eps"])
+        updates = torch._foreach_div(exp_avgs, denom)
+        torch._foreach_mul_(updates, [-lr / (1 - beta1**k) for k in counts])
+        return list(updates)
 
     def _block_group(
         self, group: dict[str, Any], items: list[tuple[int, Tensor]], refresh: bool, lr_p: float, lr_f: float
