@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -20,7 +21,7 @@ import eagles._pyg  # noqa: F401  (before torch_geometric)
 from eagles.config import EaglesConfig
 from eagles.graph import temperature, topological_edge_scores
 from eagles.metrics import gnn_macs, sparsifier_macs
-from eagles.nn import EaglesModel, build_model, masked_layers
+from eagles.nn import EaglesGCN, EaglesModel, ThresholdMaskedLinear, build_model, masked_layers
 from icml25_shared.validate import check_tensor
 
 __all__ = [
@@ -46,15 +47,16 @@ class ClientGraph:
     """A client's graph prepared for training: float32 features (sparse COO when sparse enough), int64 labels."""
 
     def __init__(self, data: Data) -> None:
-        from eagles.partition import check_data
+        from eagles.partition import check_data, graph_tensors
 
         n = check_data(data)
-        x = data.x.to_dense() if data.x.layout != torch.strided else data.x
+        x, edge_index, y = graph_tensors(data)
+        x = x.to_dense() if x.layout != torch.strided else x
         x = x.to(torch.float32)
         self.n, self.num_features = n, x.size(1)
         self.x = x.to_sparse().coalesce() if float((x != 0).float().mean()) < SPARSE_BELOW else x
-        self.edge_index = data.edge_index.long()
-        self.y = data.y.long()
+        self.edge_index = edge_index.long()
+        self.y = y.long()
         self.masks = {}
         for split in ("train", "val", "test"):
             mask = getattr(data, f"{split}_mask", None)
@@ -143,11 +145,11 @@ def _accuracy(logp: Tensor, y: Tensor, mask: Tensor) -> float:
 def forward_macs(model: EaglesModel, g: ClientGraph, kept_edges: int, *, training: bool) -> dict[str, int]:
     """Forward MACs of one pass on ``g`` (dense counting), GNN and sparsifier apart."""
     shapes, dens = [], []
-    for conv in model.gnn.convs:
+    for conv in cast(EaglesGCN, model.gnn).layers:
         shapes.append((conv.in_channels, conv.out_channels))
         rho = []
         for lin in (conv.lin_l, conv.lin_r):
-            rho.append(float(lin.hard_mask().float().mean()) if lin in masked_layers(model).values() else 1.0)
+            rho.append(float(lin.hard_mask().float().mean()) if isinstance(lin, ThresholdMaskedLinear) else 1.0)
         dens.append((rho[0], rho[1]))
     out = {"gnn": gnn_macs(shapes, dens, g.n, kept_edges), "sparsifier": 0}
     sp = model.sparsifier

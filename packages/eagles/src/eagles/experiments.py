@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ from torch_geometric.data import Data
 
 import eagles._pyg  # noqa: F401  (before torch_geometric)
 from eagles.config import EaglesConfig
-from eagles.partition import make_clients
+from eagles.partition import graph_tensors, make_clients
 from eagles.sim import FederatedRun, run_federated, run_inprocess
 
 __all__ = ["Setup", "PartStore", "load_planetoid", "part_plan", "run_parts", "run_protocol", "setup_hash", "summarise"]
@@ -87,8 +87,8 @@ def load_planetoid(name: str = "Cora", *, download: bool = False) -> Data:
 
     with tempfile.TemporaryDirectory(prefix="eagles-") as tmp:
         shared_data.copy_to(name, tmp, download=download)
-        data = Planetoid(tmp, name)[0]
-    return Data(x=data.x, edge_index=data.edge_index, y=data.y)
+        x, edge_index, y = graph_tensors(cast(Data, Planetoid(tmp, name)[0]))
+    return Data(x=x, edge_index=edge_index, y=y)
 
 
 def base_config(setup: Setup, seed: int, **kw: Any) -> EaglesConfig:
@@ -459,8 +459,9 @@ def cost_tradeoff(setup: Setup, res: dict[str, Any], data: Data) -> dict[str, An
         }
     }
     # expert width: parameter counts of real states (affine in h: two widths give every width exactly)
-    f_data = int(data.x.size(1))
-    num_classes = max(2, int(data.y.max()) + 1)
+    x_data, _, y_data = graph_tensors(data)
+    f_data = int(x_data.size(1))
+    num_classes = max(2, int(y_data.max()) + 1)
     widths = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     ratios = setup.keep_ratios_b
     cfg = base_config(setup, 0, keep_ratios=ratios)
@@ -479,8 +480,8 @@ def cost_tradeoff(setup: Setup, res: dict[str, Any], data: Data) -> dict[str, An
     out["width"] = width
     # degree: MACs the sparsifier adds minus those its dropped edges save, per training step (factor 3 cancels)
     clients = make_clients(data, setup.num_clients, setup.split, setup.seeds[0])
-    n = sum(c.num_nodes for c in clients)
-    m = sum(int(c.edge_index.size(1)) for c in clients)
+    n = sum(int(graph_tensors(c)[0].size(0)) for c in clients)
+    m = sum(int(graph_tensors(c)[1].size(1)) for c in clients)
     shapes = [(f_data if i == 0 else setup.hidden_channels, setup.hidden_channels) for i in range(setup.num_layers)]
     shapes[-1] = (shapes[-1][0], num_classes)
     sum_out = sum(fo for _, fo in shapes)

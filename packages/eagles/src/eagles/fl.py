@@ -208,7 +208,10 @@ def personalized_weights(d_mask: Tensor | None, d_ctx: Tensor | None) -> Tensor:
             check_tensor(name, d, shape=(c, c), dtype="floating", finite=True)
             if bool((d < 0).any()):
                 raise ValueError(f"{name} must hold distances ≥ 0, got a minimum of {float(d.min())!r}")
-    dn = sum(minmax_normalize(d.to(torch.float64)) for d in ds) / len(ds)
+    dn = minmax_normalize(ds[0].to(torch.float64))
+    for d in ds[1:]:
+        dn = dn + minmax_normalize(d.to(torch.float64))
+    dn = dn / len(ds)
     s = (1 - dn).clamp(0, 1)
     return s / s.sum(1, keepdim=True)
 

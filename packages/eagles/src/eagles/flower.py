@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -73,6 +73,15 @@ MASK_PREFIX = "mask/"
 LocalGrid = _SharedLocalGrid
 """``num_nodes`` virtual SuperNodes in this process with Flower's failure semantics (a raising ``ClientApp``
 becomes an error reply and its node's state is kept): :class:`icml25_shared.flower.LocalGrid`, re-exported."""
+
+
+def _metrics(msg: Message) -> dict[str, float]:
+    """A reply's ``metrics`` record as floats."""
+    return {k: float(cast(float, v)) for k, v in cast(MetricRecord, msg.content["metrics"]).items()}
+
+
+def _arrays(msg: Message, key: str = "arrays") -> ArrayRecord:
+    return cast(ArrayRecord, msg.content[key])
 
 
 def _to_record(state: Mapping[str, Tensor]) -> ArrayRecord:
@@ -136,8 +145,8 @@ def stack_replies(replies: Sequence[Message], arrays_key: str = "arrays") -> Sta
         raise ValueError("replies must hold at least one train reply, got none")
     parsed = []
     for msg in replies:
-        metrics = {k: float(v) for k, v in msg.content["metrics"].items()}
-        parsed.append((int(metrics["partition-id"]), metrics, msg.content[arrays_key]))
+        metrics = _metrics(msg)
+        parsed.append((int(metrics["partition-id"]), metrics, _arrays(msg, arrays_key)))
     parsed.sort(key=lambda p: p[0])
     c = len(parsed)
     first = parsed[0][2]
@@ -188,7 +197,7 @@ def mean_metrics(records: list[RecordDict], weighting_key: str) -> MetricRecord:
     """Unweighted mean over clients of every metric (the paper's "mean client accuracy")."""
     mrs = [next(iter(rd.metric_records.values())) for rd in records]
     keys = [k for k in mrs[0] if k != "partition-id"]
-    return MetricRecord({k: sum(float(m[k]) for m in mrs) / len(mrs) for k in keys})
+    return MetricRecord({k: sum(float(cast(float, m[k])) for m in mrs) / len(mrs) for k in keys})
 
 
 def make_client_app(
@@ -215,7 +224,7 @@ def make_client_app(
     def _setup(msg: Message, context: Context):
         pid = _partition(context)
         model = initial_model(f, k, config, fixed_mask)
-        state, _ = split_arrays(msg.content["arrays"])
+        state, _ = split_arrays(_arrays(msg))
         load_state(model, state)
         return pid, model
 
@@ -224,15 +233,15 @@ def make_client_app(
         pid, model = _setup(msg, context)
         opt = make_optimizer(model, config)
         if "eagles" in context.state.config_records:
-            load_optimizer(opt, context.state.config_records["eagles"]["optimizer"])
-        server_round = int(msg.content["config"]["server-round"])
+            load_optimizer(opt, cast(bytes, context.state.config_records["eagles"]["optimizer"]))
+        server_round = int(cast(int, cast(ConfigRecord, msg.content["config"])["server-round"]))
         metrics = local_train(model, opt, graphs[pid], config, pid, server_round)
         context.state["eagles"] = ConfigRecord({"optimizer": optimizer_bytes(opt)})
         arrays = state_of(model)
         for name, m in model.masks().items():
             arrays[MASK_PREFIX + name] = pack_mask(m)
         metrics["partition-id"] = pid
-        content = RecordDict({"arrays": _to_record(arrays), "metrics": MetricRecord(metrics)})
+        content = RecordDict({"arrays": _to_record(arrays), "metrics": MetricRecord(cast(dict[str, Any], metrics))})
         return Message(content=content, reply_to=msg)
 
     @app.query()
@@ -274,7 +283,11 @@ class EaglesStrategy(FedAvg):
         **kwargs: Any,
     ) -> None:
         num_clients = check_int("num_clients", num_clients, min=1)
-        kw = {"min_train_nodes": num_clients, "min_evaluate_nodes": num_clients, "min_available_nodes": num_clients}
+        kw: dict[str, Any] = {
+            "min_train_nodes": num_clients,
+            "min_evaluate_nodes": num_clients,
+            "min_available_nodes": num_clients,
+        }
         kw.update(kwargs)
         kw.setdefault("train_metrics_aggr_fn", mean_metrics)
         kw.setdefault("evaluate_metrics_aggr_fn", mean_metrics)
@@ -369,7 +382,7 @@ class EaglesStrategy(FedAvg):
             return None, None
         pids = []
         for msg in valid:
-            pid, node = int(msg.content["metrics"]["partition-id"]), msg.metadata.src_node_id
+            pid, node = int(_metrics(msg)["partition-id"]), msg.metadata.src_node_id
             if self.node_to_pid.get(node) != pid:
                 raise ValueError(
                     f"node {node} replied for partition {pid} but was sent partition {self.node_to_pid.get(node)}'s "
@@ -378,13 +391,13 @@ class EaglesStrategy(FedAvg):
             pids.append(pid)
         self.server.count_down_many(server_round, {pid: self._sent[pid] for pid in pids})
         record = self.server.aggregate_train(server_round, stack_replies(valid, self.arrayrecord_key))
-        return None, MetricRecord(record)
+        return None, MetricRecord(cast(dict[str, Any], record))
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         valid = self._checked(server_round, replies, False)
         if not valid:
             return None
-        metrics = [{k: float(v) for k, v in m.content["metrics"].items()} for m in valid]
+        metrics = [_metrics(m) for m in valid]
         self.server.record_evaluate(server_round, sorted(metrics, key=lambda m: m["partition-id"]))
         return mean_metrics([m.content for m in valid], self.weighted_by_key)
 
@@ -419,12 +432,13 @@ class _FedAvgRecorder(FedAvg):
         # partition, the weighted sums (and the run) are the same bit for bit every time
         replies = sorted(replies, key=_partition_of)
         arrays, metrics = super().aggregate_train(server_round, replies)
+        assert self._arrays is not None, "configure_train runs before aggregate_train"
         sent = self._arrays.to_torch_state_dict()
         parsed = []
         for msg in (m for m in replies if not m.has_error()):  # Flower's FedAvg leaves failed clients out
-            m = {k: float(v) for k, v in msg.content["metrics"].items()}
+            m = _metrics(msg)
             self.server.count_down(server_round, int(m["partition-id"]), sent)
-            state, masks = split_arrays(msg.content["arrays"])
+            state, masks = split_arrays(_arrays(msg))
             parsed.append(ClientReply(int(m["partition-id"]), state, masks, m))
         self.server.aggregate_train(server_round, parsed)  # records and meters; its average is discarded
         return arrays, metrics
@@ -434,13 +448,13 @@ class _FedAvgRecorder(FedAvg):
         self._log_failures(server_round, replies)
         self.server.record_evaluate(
             server_round,
-            [{k: float(v) for k, v in m.content["metrics"].items()} for m in replies if not m.has_error()],
+            [_metrics(m) for m in replies if not m.has_error()],
         )
         return super().aggregate_evaluate(server_round, replies)
 
 
 def _partition_of(msg: Message) -> int:
-    return -1 if msg.has_error() else int(msg.content["metrics"]["partition-id"])
+    return -1 if msg.has_error() else int(_metrics(msg)["partition-id"])
 
 
 def run_server(

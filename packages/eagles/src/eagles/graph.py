@@ -12,6 +12,7 @@ pass; :class:`BinaryStep`'s surrogate gradient trains the experts and the router
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -175,14 +176,24 @@ class EdgeExpert(nn.Module):
         )
         self.reset_parameters()
 
+    @property
+    def lin1(self) -> nn.Linear:
+        """The first linear map of the MLP (input ``[x_u, x_v, a_e]``, output ``h``)."""
+        return cast(nn.Linear, self.mlp[0])
+
+    @property
+    def lin2(self) -> nn.Linear:
+        """The second linear map of the MLP (``h`` to one score)."""
+        return cast(nn.Linear, self.mlp[2])
+
     def reset_parameters(self) -> None:
-        for lin in (self.mlp[0], self.mlp[2]):
+        for lin in (self.lin1, self.lin2):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
 
     def edge_term(self, edge_attr: Tensor | None, m: int) -> Tensor:
         """:math:`C a_e + b_1` for every edge (``a_e = 1`` without edge features)."""
-        lin1 = self.mlp[0]
+        lin1 = self.lin1
         c = lin1.weight[:, 2 * self.in_channels :]
         if edge_attr is None:
             return (c.sum(1) + lin1.bias).expand(m, -1)
@@ -194,10 +205,10 @@ class EdgeExpert(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor | None = None) -> Tensor:
         """Scores ``(m,)`` of every edge, factorised."""
         f = self.in_channels
-        w = self.mlp[0].weight
+        w = self.lin1.weight
         ab = matmul(x, torch.cat([w[:, :f].t(), w[:, f : 2 * f].t()], 1))
         h = self.hidden(ab[:, : self.hidden_channels], ab[:, self.hidden_channels :], edge_index, edge_attr)
-        return self.mlp[2](h).squeeze(-1)
+        return self.lin2(h).squeeze(-1)
 
 
 class NoisyTopKRouter(nn.Module):
@@ -254,17 +265,22 @@ class MixtureGraphSparsifier(nn.Module):
         self.router = NoisyTopKRouter(in_channels, k, self.config.top_s)
         self.register_buffer("keep_ratios", torch.tensor(self.config.keep_ratios, dtype=torch.float64), False)
 
+    @property
+    def expert_list(self) -> list[EdgeExpert]:
+        """The K edge experts, typed."""
+        return cast(list[EdgeExpert], list(self.experts))
+
     def expert_scores(self, x: Tensor, edge_index: Tensor, edge_attr: Tensor | None = None) -> Tensor:
         """Raw scores ``(m, K)`` of every expert: their node projections stacked in one GEMM of width 2Kh."""
         f, h = self.in_channels, self.config.expert_hidden
         w_t = torch.cat(
-            [p.t() for e in self.experts for p in (e.mlp[0].weight[:, :f], e.mlp[0].weight[:, f : 2 * f])], 1
+            [p.t() for e in self.expert_list for p in (e.lin1.weight[:, :f], e.lin1.weight[:, f : 2 * f])], 1
         )
         ab = matmul(x, w_t)  # (n, 2Kh); the (F, 2Kh) operand is built row-major in one copy
         cols = []
-        for i, e in enumerate(self.experts):
+        for i, e in enumerate(self.expert_list):
             xa, xb = ab[:, 2 * i * h : (2 * i + 1) * h], ab[:, (2 * i + 1) * h : (2 * i + 2) * h]
-            cols.append(e.mlp[2](e.hidden(xa, xb, edge_index, edge_attr)).squeeze(-1))
+            cols.append(e.lin2(e.hidden(xa, xb, edge_index, edge_attr)).squeeze(-1))
         return torch.stack(cols, 1)
 
     def forward(

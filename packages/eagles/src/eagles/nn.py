@@ -10,6 +10,7 @@ sparsifier plus GNN.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -270,15 +271,20 @@ class EaglesGCN(nn.Module):
             for i in range(num_layers)
         )
 
+    @property
+    def layers(self) -> list[EaglesConv]:
+        """The message-passing layers, typed."""
+        return cast(list[EaglesConv], list(self.convs))
+
     def reset_parameters(self) -> None:
-        for conv in self.convs:
+        for conv in self.layers:
             conv.reset_parameters()
 
     def forward(
         self, x: Tensor, edge_index: Tensor, edge_mask: Tensor | None = None, execute_sparsity: bool | None = None
     ) -> Tensor:
         check_graph(x, edge_index)
-        dtype = self.convs[0].lin_l.weight.dtype
+        dtype = self.layers[0].lin_l.weight.dtype
         if x.dtype != dtype:
             raise ValueError(f"x must have the model's dtype {dtype}, got {x.dtype} (cast x or the model)")
         if edge_mask is not None:

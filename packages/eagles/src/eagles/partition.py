@@ -21,18 +21,27 @@ from icml25_shared.validate import check_choice, check_float, check_int, check_t
 __all__ = ["check_data", "louvain_clients", "random_clients", "metis_clients", "make_clients", "split_clients"]
 
 
+def graph_tensors(data: Data) -> tuple[Tensor, Tensor, Tensor]:
+    """(x, edge_index, y) of a graph :func:`check_data` accepted."""
+    x, ei, y = getattr(data, "x", None), getattr(data, "edge_index", None), getattr(data, "y", None)
+    if not isinstance(x, Tensor) or not isinstance(ei, Tensor) or not isinstance(y, Tensor):
+        raise TypeError("data must hold tensors x, edge_index and y (see check_data)")
+    return x, ei, y
+
+
 def check_data(data: Data) -> int:
     """Validate a node-classification graph (x, edge_index, y); returns the number of nodes."""
     if not isinstance(data, Data):
         raise TypeError(f"data must be a torch_geometric.data.Data, got {type(data).__name__}")
     x, ei, y = getattr(data, "x", None), getattr(data, "edge_index", None), getattr(data, "y", None)
     check_tensor("data.x", x, ndim=2, dtype="floating")
+    check_tensor("data.edge_index", ei, ndim=2, dtype="integer")
+    check_tensor("data.y", y, ndim=1, dtype="integer")
+    x, ei, y = graph_tensors(data)
     if x.layout == torch.strided:
         check_tensor("data.x", x, finite=True)
     elif not bool(torch.isfinite(x.coalesce().values() if x.layout == torch.sparse_coo else x.values()).all()):
         raise ValueError("data.x must be finite (no NaN or inf), got non-finite entries")
-    check_tensor("data.edge_index", ei, ndim=2, dtype="integer")
-    check_tensor("data.y", y, ndim=1, dtype="integer")
     n = x.size(0)
     if n == 0:
         raise ValueError("data must have at least one node, got 0")
@@ -72,7 +81,7 @@ def louvain_clients(data: Data, num_clients: int, seed: int = 0, delta: float = 
     delta = check_float("delta", delta, min=0.0)
     g = nx.Graph()
     g.add_nodes_from(range(n))
-    g.add_edges_from((u, v) for u, v in data.edge_index.t().tolist() if u != v)
+    g.add_edges_from((u, v) for u, v in graph_tensors(data)[1].t().tolist() if u != v)
     comms = [sorted(cm) for cm in nx.community.louvain_communities(g, seed=seed)]
     target = n / c
     piece = max(1, math.floor(target))
@@ -112,7 +121,7 @@ def metis_clients(data: Data, num_clients: int, seed: int = 0) -> list[Data]:
     if c == 1:
         return split_clients(data, np.zeros(n, dtype=np.int64), seed)
     adj: list[set[int]] = [set() for _ in range(n)]
-    for u, v in data.edge_index.t().tolist():
+    for u, v in graph_tensors(data)[1].t().tolist():
         if u != v:
             adj[u].add(v)
             adj[v].add(u)
@@ -143,12 +152,13 @@ def split_clients(
     if int(a.min()) < 0 or bool((sizes == 0).any()):
         empty = [i for i in range(c) if int(sizes[i]) == 0]
         raise ValueError(f"every client must hold at least one node; clients {empty} have none")
-    x = data.x.to_dense() if data.x.layout != torch.strided else data.x
+    x, edge_index, y = graph_tensors(data)
+    x = x.to_dense() if x.layout != torch.strided else x
     clients = []
     for i in range(c):
         nodes = torch.nonzero(a == i).view(-1)
-        ei, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=n)
-        labelled = torch.nonzero(data.y[nodes] >= 0).view(-1)  # every node, in order, when all are labelled
+        ei, _ = subgraph(nodes, edge_index, relabel_nodes=True, num_nodes=n)
+        labelled = torch.nonzero(y[nodes] >= 0).view(-1)  # every node, in order, when all are labelled
         k = labelled.numel()
         perm = labelled[torch.from_numpy(np.random.default_rng([seed, i]).permutation(k))]
         n_tr, n_va = round(fractions[0] * k), round(fractions[1] * k)
@@ -160,7 +170,7 @@ def split_clients(
             Data(
                 x=x[nodes],
                 edge_index=ei,
-                y=data.y[nodes].long(),
+                y=y[nodes].long(),
                 train_mask=masks[0],
                 val_mask=masks[1],
                 test_mask=masks[2],
