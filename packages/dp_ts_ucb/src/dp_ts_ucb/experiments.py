@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -184,11 +184,14 @@ class _Noise:
         self, env: BernoulliBandit, pol_rng: np.random.Generator | None, env_rng: np.random.Generator, r: int, k: int
     ):
         self.env, self.pol_rng, self.env_rng, self.r, self.k = env, pol_rng, env_rng, r, k
-        self._z = self._u = None
+        self._z: np.ndarray = np.empty((0, r, k))
+        self._u: np.ndarray = np.empty((0, r))
         self._iz = self._iu = _BLOCK
 
     def z(self) -> np.ndarray:
         if self._iz == _BLOCK:
+            if self.pol_rng is None:
+                raise RuntimeError("this noise source was built without a policy generator (pol_rng=None)")
             self._z, self._iz = self.pol_rng.standard_normal((_BLOCK, self.r, self.k)), 0
         self._iz += 1
         return self._z[self._iz - 1]
@@ -392,7 +395,7 @@ def simulate(
     n_runs: int,
     seed: Any = 0,
     n_jobs: int = 1,
-    checkpoints: Sequence[int] | None = None,
+    checkpoints: Sequence[int] | np.ndarray | None = None,
     return_arms: bool = False,
 ) -> SimResult:
     """Run ``n_runs`` independent runs of ``policy_cls(**params)`` on ``env`` for ``horizon`` rounds.
@@ -409,6 +412,7 @@ def simulate(
     probe = policy_cls(n_arms=env.n_arms, horizon=horizon, **params)  # validates everything once
     if checkpoints is None:
         checkpoints = np.unique(np.linspace(horizon / 20, horizon, 20).astype(np.int64))
+    assert checkpoints is not None
     cps = np.asarray(sorted({int(c) for c in checkpoints}), dtype=np.int64)
     if cps.size == 0 or cps[0] < 1 or cps[-1] > horizon:
         raise ValueError(f"checkpoints must lie in [1, horizon={horizon}], got {list(checkpoints)}")
@@ -418,8 +422,8 @@ def simulate(
     else:
         from joblib import Parallel, delayed
 
-        outs = Parallel(n_jobs=n_jobs, backend="loky")(delayed(_run_chunk)(*j) for j in jobs)
-    cat = [np.concatenate([o[i] for o in outs]) for i in range(5)]
+        outs = cast(list, Parallel(n_jobs=n_jobs, backend="loky")(delayed(_run_chunk)(*j) for j in jobs))
+    cat = [np.concatenate([cast(np.ndarray, o[i]) for o in outs]) for i in range(5)]
     eps = getattr(probe.ledger, "epsilon_dp", None)
     return SimResult(
         policy=probe.name,
@@ -433,7 +437,7 @@ def simulate(
         mu_bound=float(probe.ledger.mu_bound),
         mu_realized=cat[4],
         epsilon_dp=eps,
-        arms=np.concatenate([o[5] for o in outs]) if return_arms else None,
+        arms=np.concatenate([cast(np.ndarray, o[5]) for o in outs]) if return_arms else None,
     )
 
 

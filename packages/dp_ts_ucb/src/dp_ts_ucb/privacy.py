@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -76,7 +77,15 @@ def gdp_epsilon(*, mu: float, delta: float) -> float:
     hi = max(1.0, mu)
     while gdp_delta(mu=mu, epsilon=hi) > delta:
         hi *= 2.0
-    return float(optimize.brentq(lambda e: gdp_delta(mu=mu, epsilon=e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12))
+    # scipy's stub types rtol as a numpy float and the result as a union with the full_output tuple form
+    root = optimize.brentq(
+        lambda e: float(gdp_delta(mu=mu, epsilon=e)) - delta,
+        0.0,
+        hi,
+        xtol=1e-12,
+        rtol=1e-12,  # pyright: ignore[reportArgumentType]
+    )
+    return float(cast(float, root))
 
 
 def gdp_tradeoff(mu: float, alpha: float | np.ndarray) -> float | np.ndarray:
