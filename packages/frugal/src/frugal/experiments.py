@@ -22,7 +22,7 @@ import multiprocessing as mp
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -93,6 +93,8 @@ FULL_LRS: dict[str, tuple[float, ...]] = {"AdamW": (3e-3, 1e-2), "GaLore": (1e-2
 
 class Task(CharLMTask):
     """What every run shares: corpus, initial model, validation windows (:class:`icml25_shared.charlm.CharLMTask`)."""
+
+    setup: Setup
 
     @classmethod
     def build(cls, setup: Setup = QUICK, *, download: bool = False) -> Task:  # type: ignore[override]
@@ -186,12 +188,13 @@ def _build_optimizer(model: nn.Module, spec: RunSpec, setup: Setup) -> torch.opt
         from galore_torch import GaLoreAdamW
 
         groups = galore_groups(model, setup.density, setup.update_gap, spec.kwargs.get("scale", 0.25))
-        return GaLoreAdamW(groups, lr=spec.lr, weight_decay=0.0, no_deprecation_warning=True)
+        # GaLoreAdamW takes parameter groups (its rank keys live there); its annotation says parameters only
+        return GaLoreAdamW(cast(Any, groups), lr=spec.lr, weight_decay=0.0, no_deprecation_warning=True)
     # no weight decay, as the AdamW and GaLore runs above (FRUGAL's own default is AdamW's 0.01)
     kwargs = {"density": setup.density, "update_gap": setup.update_gap, "weight_decay": 0.0, **spec.kwargs}
     if not spec.state_free_head:
         return FRUGAL(param_groups(model), lr=spec.lr, **kwargs)
-    head = model.get_output_embeddings().weight
+    head = cast(Any, model).get_output_embeddings().weight  # a transformers PreTrainedModel
     regular, proj = param_groups(model, state_full_modules=("embed_tokens", "norm"))
     proj["params"] = [p for p in proj["params"] if p is not head]
     head_group = {"params": [head], "projectable": True, "density": 0.0}
@@ -275,7 +278,8 @@ def _final(r: RunResult) -> float:
 def main_spec(kind: str, lr: float) -> RunSpec:
     """The run of ``kind`` (``"AdamW"``, ``"GaLore"`` or ``"FRUGAL-SVD"``) at ``lr``."""
     check_choice("kind", kind, tuple(FULL_LRS))
-    optimizer = {"AdamW": "adamw", "GaLore": "galore", "FRUGAL-SVD": "frugal"}[kind]
+    names: dict[str, OptimizerName] = {"AdamW": "adamw", "GaLore": "galore", "FRUGAL-SVD": "frugal"}
+    optimizer = names[kind]
     return RunSpec(f"{kind} lr={lr:g}", optimizer, lr, {"selector": "svd"} if kind == "FRUGAL-SVD" else {})
 
 

@@ -9,6 +9,7 @@ These functions count bytes from shapes alone, so a test can compare them with w
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from frugal.selectors import projection_rank, resolve_side
 
@@ -76,14 +77,14 @@ def model_state_bytes(
     selector: str,
     density: float,
     active: Iterable[bool] | None = None,
-    **kwargs: object,
+    **kwargs: Any,
 ) -> int:
     """Sum of :func:`matrix_state_bytes` over ``projectable`` shapes and :func:`adamw_bytes` over ``other`` ones
     (``active``: which blocks are active, for the block selector)."""
     shapes = list(projectable)
     flags = [True] * len(shapes) if active is None else list(active)
     total = sum(
-        matrix_state_bytes(s, selector=selector, density=density, active=a, **kwargs)  # type: ignore[arg-type]
+        matrix_state_bytes(s, selector=selector, density=density, active=a, **kwargs)
         for s, a in zip(shapes, flags, strict=True)
     )
     for s in other:

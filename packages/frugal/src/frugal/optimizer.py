@@ -47,6 +47,10 @@ __all__ = ["FRUGAL", "param_groups", "DEFAULT_TARGET_MODULES"]
 
 logger = logging.getLogger(__name__)
 
+#: torch's multi-tensor kernels (``torch._foreach_*``, what ``torch.optim``'s ``foreach`` paths run): real, stable
+#: functions that torch's type stubs do not re-export, so they are reached through an untyped alias
+_mt: Any = torch
+
 try:  # the dtype torch.optim.AdamW uses for its ``step`` counters
     from torch.optim.optimizer import _get_scalar_dtype
 except ImportError:  # pragma: no cover - older/newer torch
@@ -378,10 +382,10 @@ class FRUGAL(torch.optim.Optimizer):
         for group in self.param_groups:
             # maximize: the whole update (AdamW, state-full and state-free parts) on -G, as torch.optim.AdamW does;
             # negation is exact, so the gradients are restored bit for bit
-            grads = [p.grad for p in group["params"] if p.grad is not None and not p.grad.is_sparse]
+            grads = [g for g in (p.grad for p in group["params"]) if g is not None and not g.is_sparse]
             flipped = grads if group["maximize"] else []
             if flipped:
-                torch._foreach_neg_(flipped)
+                _mt._foreach_neg_(flipped)
             try:
                 if group["projectable"]:
                     self._projectable_group(group)
@@ -389,7 +393,7 @@ class FRUGAL(torch.optim.Optimizer):
                     self._adamw_group(group)
             finally:
                 if flipped:
-                    torch._foreach_neg_(flipped)
+                    _mt._foreach_neg_(flipped)
         return loss
 
     def _adamw_group(self, group: dict[str, Any], params: list[Tensor] | None = None, lr: float | None = None) -> None:
@@ -447,7 +451,7 @@ class FRUGAL(torch.optim.Optimizer):
         states = [self.state[p] for _, p in items]
         for (_, p), state in zip(items, states, strict=True):
             if refresh or not _SELECTION_KEYS.intersection(state):
-                self._choose_subspace(p, p.grad.mT if t else p.grad, state, group)
+                self._choose_subspace(p, _grad(p).mT if t else _grad(p), state, group)
                 refreshed.append(p)
         if refreshed and group["selector"] == "svd" and group["sync_selectors"]:
             self._broadcast_projectors(refreshed)
@@ -455,7 +459,7 @@ class FRUGAL(torch.optim.Optimizer):
             self._projection_group(group, [p for _, p in items], states, lr_p, lr_f)
             return
         for (_, param), state in zip(items, states, strict=True):
-            p, g = (param.mT, param.grad.mT) if t else (param, param.grad)
+            p, g = (param.mT, _grad(param).mT) if t else (param, _grad(param))
             if wd != 0:
                 p.mul_(1 - lr * wd)
             sel = {key: state[key] for key in _INDEX_KEYS if key in state}
@@ -478,7 +482,7 @@ class FRUGAL(torch.optim.Optimizer):
         on every matrix of the group at once (``torch._foreach_*``, the same arithmetic as
         :func:`frugal.functional.adamw_update`)."""
         t, lr, wd = group["transposed"], group["lr"], group["weight_decay"]
-        mats = [(q.mT, q.grad.mT) if t else (q, q.grad) for q in params]
+        mats = [(q.mT, _grad(q).mT) if t else (q, _grad(q)) for q in params]
         lows = [project_down(g, st.get("left"), st.get("right")) for st, (_, g) in zip(states, mats, strict=True)]
         updates = self._state_full_steps(lows, states, group, lr_p)
         for state, (p, g), low, update_low in zip(states, mats, lows, updates, strict=True):
@@ -494,6 +498,7 @@ class FRUGAL(torch.optim.Optimizer):
                 if right is not None:  # G - up(down(G)), one fused addmm into the scratch buffer
                     torch.addmm(g, low if left is None else left @ low, right, alpha=-1, out=r)
                 else:
+                    assert left is not None  # a projection has at least one side
                     torch.addmm(g, left, low, alpha=-1, out=r)
                 if group["state_free"] == "signsgd":
                     r.sign_()
@@ -503,6 +508,7 @@ class FRUGAL(torch.optim.Optimizer):
             elif right is not None:
                 p.addmm_(update_low, right)
             else:
+                assert left is not None
                 p.addmm_(left, update_low)
 
     def _scratch(self, like: Tensor) -> Tensor:
@@ -565,7 +571,8 @@ class FRUGAL(torch.optim.Optimizer):
             if key in self.state[p]
         ]
         for w in works:
-            w.wait()
+            if w is not None:  # async_op=True returns a work handle
+                w.wait()
 
     def _state_full_step(self, g: Tensor, state: dict[str, Any], group: dict[str, Any], lr: float) -> Tensor:
         """The state-full optimizer on ``g`` (moments created, or re-created when ``g``'s shape changed)."""
@@ -605,16 +612,16 @@ class FRUGAL(torch.optim.Optimizer):
         exp_avgs = [st["exp_avg"] for st in states]
         exp_avg_sqs = [st["exp_avg_sq"] for st in states]
         steps = [st["step"] for st in states]
-        torch._foreach_add_(steps, 1)
+        _mt._foreach_add_(steps, 1)
         counts = [int(s.item()) for s in steps]
-        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
-        denom = torch._foreach_sqrt(exp_avg_sqs)
-        torch._foreach_div_(denom, [math.sqrt(1 - beta2**k) for k in counts])
-        torch._foreach_add_(denom, group["eps"])
-        updates = torch._foreach_div(exp_avgs, denom)
-        torch._foreach_mul_(updates, [-lr / (1 - beta1**k) for k in counts])
+        _mt._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        _mt._foreach_mul_(exp_avg_sqs, beta2)
+        _mt._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        denom = _mt._foreach_sqrt(exp_avg_sqs)
+        _mt._foreach_div_(denom, [math.sqrt(1 - beta2**k) for k in counts])
+        _mt._foreach_add_(denom, group["eps"])
+        updates = _mt._foreach_div(exp_avgs, denom)
+        _mt._foreach_mul_(updates, [-lr / (1 - beta1**k) for k in counts])
         return list(updates)
 
     def _block_group(
@@ -632,7 +639,7 @@ class FRUGAL(torch.optim.Optimizer):
         active = set(group["active_blocks"])
         lr, wd = group["lr"], group["weight_decay"]
         if wd != 0 and items:
-            torch._foreach_mul_([p for _, p in items], 1 - lr * wd)
+            _mt._foreach_mul_([p for _, p in items], 1 - lr * wd)
         on = [p for i, p in items if i in active]
         if group["state_full"] == "adamw":
             self._adamw_group(group, on, lr=lr_p)
@@ -641,14 +648,21 @@ class FRUGAL(torch.optim.Optimizer):
                 state = self.state[p]
                 if not state and group["state_full"] == "sgdm" and group["legacy_block_momentum_init"]:
                     state["momentum_buffer"] = p.detach().clone()  # the authors' code: a copy of the parameter
-                p.add_(self._state_full_step(p.grad, state, group, lr_p))
+                p.add_(self._state_full_step(_grad(p), state, group, lr_p))
         off = [p for i, p in items if i not in active]
         if not off or group["state_free"] == "none":
             return
         # -lr_f·sign(G) is exact, so adding it with alpha is bit-identical to adding the product
-        grads = [p.grad for p in off]
-        direction = torch._foreach_sign(grads) if group["state_free"] == "signsgd" else grads
-        torch._foreach_add_(off, direction, alpha=-lr_f)
+        grads = [_grad(p) for p in off]
+        direction = _mt._foreach_sign(grads) if group["state_free"] == "signsgd" else grads
+        _mt._foreach_add_(off, direction, alpha=-lr_f)
+
+
+def _grad(p: Tensor) -> Tensor:
+    """``p.grad`` of a tensor that :meth:`FRUGAL._checked` kept (so it has one)."""
+    g = p.grad
+    assert g is not None
+    return g
 
 
 def _matrix_shape(p: Tensor, group: dict[str, Any]) -> tuple[int, ...]:
