@@ -119,6 +119,11 @@ def _is_sorted(t: Tensor) -> bool:
     return t.numel() < 2 or bool((t[1:] >= t[:-1]).all())
 
 
+def _index_dtype(n: int, m: int) -> torch.dtype:
+    """int32 CSR indices when they fit (what MKL's sparse kernels take: no conversion per SpMM), else int64."""
+    return torch.int32 if max(n, m) < 2**31 - 1 else torch.long
+
+
 def _ptr(sorted_rows: Tensor, n: int) -> Tensor:
     ptr = torch.zeros(n + 1, dtype=torch.long, device=sorted_rows.device)
     ptr[1:] = torch.bincount(sorted_rows, minlength=n).cumsum(0)
@@ -188,17 +193,21 @@ class LayerGraph:
         """``(perm, ptr, col)``: edges sorted by target (``perm`` None when already sorted), row pointer, sources."""
         if self._fwd is None:
             src, dst = self.edge_index
+            idt = _index_dtype(self.n, self.m)
             perm = None if self._sorted_by_target else torch.argsort(dst, stable=True)
             rows = dst if perm is None else dst[perm]
-            self._fwd = (perm, _ptr(rows, self.n), src if perm is None else src[perm])
+            col = src if perm is None else src[perm]
+            perm = None if perm is None else perm.to(idt)
+            self._fwd = (perm, _ptr(rows, self.n).to(idt), col.to(idt))
         return self._fwd
 
     def backward_order(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(perm, ptr, col)``: edges sorted by source (the transposed CSR), row pointer, targets."""
         if self._bwd is None:
             src, dst = self.edge_index
+            idt = _index_dtype(self.n, self.m)
             perm = torch.argsort(src, stable=True)
-            self._bwd = (perm, _ptr(src[perm], self.n), dst[perm])
+            self._bwd = (perm.to(idt), _ptr(src[perm], self.n).to(idt), dst[perm].to(idt))
         return self._bwd
 
     def _sorted_values(self, w: Tensor, perm: Tensor | None, transposed: bool) -> Tensor:
@@ -238,7 +247,8 @@ class LayerGraph:
             csum = torch.empty(sel.numel() + 1, dtype=torch.long, device=sel.device)
             csum[0] = 0
             torch.cumsum(sel, 0, out=csum[1:])
-            ptr, col, vals = csum.index_select(0, ptr), col.index_select(0, idx), vals.index_select(0, idx)
+            ptr = csum.index_select(0, ptr).to(ptr.dtype)
+            col, vals = col.index_select(0, idx), vals.index_select(0, idx)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
             out = torch.sparse_csr_tensor(ptr, col, vals, (self.n, self.n), check_invariants=False)
