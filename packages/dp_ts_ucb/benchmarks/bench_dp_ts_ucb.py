@@ -5,12 +5,16 @@ predict/partial_fit loop (the peer as its users run it), and Gaussian draws per 
 
 Each pair is timed interleaved (``icml25_shared.bench.compare``: a, b, b, a, ...) and reported as a ratio of
 rounds per second (each side runs a different number of rounds, so the ratio is of rates, not of times). Writes
-``benchmarks/results/bench_dp_ts_ucb.json`` and the printed lines to ``bench_dp_ts_ucb.log`` beside it.
+``benchmarks/results/bench_dp_ts_ucb.json`` and the printed lines to ``bench_dp_ts_ucb.log`` beside it, with the
+1-minute load before and after, and merges its rows into ``benchmarks/results/performance.json`` (the README's
+performance table); ``--performance-from FILE`` does only that, from a committed result, without timing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import platform
 import time
 import warnings
@@ -19,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from dp_ts_ucb import DPTSUCB, BernoulliBandit, TSGaussian, simulate
-from icml25_shared.bench import Log, compare, save_results
+from icml25_shared.bench import Log, compare, save_results, write_performance
 
 MEANS = [0.75, 0.625, 0.5, 0.375, 0.25]
 RESULTS = Path(__file__).parent / "results"
@@ -59,12 +63,40 @@ def _rates(fn_a, rounds_a: int, fn_b, rounds_b: int, names: tuple[str, str], rep
     return {**c.to_dict(), **rates, "rate_ratio_a_over_b": rate_a / rate_b}
 
 
+def performance_rows(result: dict) -> list[dict]:
+    """The rows of ``performance.json`` from one result of this script: time per round against the mabwiser loop
+    (ours / peer) and Gaussian draws against TS-Gaussian. Needs the load the result recorded."""
+    load = max(result["meta"]["load_before"], result["meta"]["load_after"])
+    rows = []
+    for key, case in (
+        ("simulate_vs_mabwiser", "vectorised simulate, 50 runs x 1e4 rounds, 5 arms"),
+        ("streaming_vs_mabwiser", "streaming select/update loop, 5 arms"),
+    ):
+        if key in result:
+            r = result[key]
+            rows.append({"case": case, "peer": "mabwiser ThompsonSampling predict/partial_fit loop",
+                         "metric": "time per round", "ratio": 1 / r["rate_ratio_a_over_b"], "load": load})  # fmt: skip
+    d = result["draws_T1e5"]
+    rows.append({"case": "Gaussian draws per run, T = 1e5, alpha = 1", "peer": "TS-Gaussian", "metric": "draws",
+                 "ratio": d["ratio"], "load": load})  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS / "bench_dp_ts_ucb.json")
+    ap.add_argument("--performance-from", type=Path, default=None, help="only write performance.json from FILE")
     args = ap.parse_args(argv)
+    if args.performance_from is not None:
+        result = json.loads(args.performance_from.read_text())
+        if "load_before" not in result.get("meta", {}):
+            raise SystemExit(f"{args.performance_from} records no load: rerun the benchmark")
+        path = write_performance(args.out.parent, args.performance_from.name, performance_rows(result))
+        print(f"wrote {path}")
+        return 0
     say = Log()
+    load_before = os.getloadavg()[0]
 
     out: dict = {}
     out["simulate_vs_streaming"] = _rates(
@@ -98,9 +130,13 @@ def main(argv: list[str] | None = None) -> int:
         "time": time.strftime("%Y-%m-%d %H:%M:%S"),
         "numpy": np.__version__,
         "python": platform.python_version(),
+        "load_before": load_before,
+        "load_after": os.getloadavg()[0],
     }
+    say(f"1-minute load {load_before:.1f} -> {out['meta']['load_after']:.1f}")
     save_results(args.out, out, say)
     print(f"wrote {args.out}")
+    print(f"wrote {write_performance(args.out.parent, args.out.name, performance_rows(out))}")
     return 0
 
 
