@@ -8,8 +8,9 @@ import dataclasses
 import pytest
 
 import frugal.experiments as exp
+import frugal.reproduce as rep
 from frugal.experiments import FULL_LRS, QUICK
-from frugal.reproduce import N_SEEDS_FULL, reproduce
+from frugal.reproduce import reproduce
 from icml25_shared.data import DataNotFoundError
 
 pytest.importorskip("transformers")
@@ -19,8 +20,9 @@ SMALL = dataclasses.replace(
     QUICK, hidden_size=16, num_hidden_layers=1, intermediate_size=32, seq_len=8, batch_size=2, steps=3,
     update_gap=2, val_batches=1,
 )  # fmt: skip
+N_SEEDS = 2  # instead of the 5 of --full, to keep the test short
 N_SWEEP = sum(len(v) for v in FULL_LRS.values())
-N_RUNS = N_SWEEP + 4 + (N_SEEDS_FULL - 1) * 7  # first seed: sweep + 4 extras; others: 3 main + 4 extras
+N_RUNS = N_SWEEP + 4 + (N_SEEDS - 1) * 7  # first seed: sweep + 4 extras; others: 3 main + 4 extras
 
 
 REAL_TRAIN = exp.train_tiny_llama
@@ -50,8 +52,10 @@ def _finals(result) -> dict[str, float]:
 
 def test_full_interrupted_then_resumed_reuses_finished_parts(tmp_path, monkeypatch):
     """Killed inside the second seed, the rerun loads the finished runs and trains only the others; it ends where
-    an uninterrupted run ends (five seeds, the two extra claims over them)."""
+    an uninterrupted run ends (the seeds, the two extra claims over them)."""
     monkeypatch.setenv("ICML25_WORKERS", "1")  # in-process runs, so the patch sees every training call
+    monkeypatch.setattr(rep, "N_SEEDS_FULL", N_SEEDS)
+    monkeypatch.setattr(rep, "plot_val_loss", lambda *a, **k: tmp_path / "p.png")  # plotting: tested in quick mode
     killed_at = N_SWEEP + 5  # inside the second seed
     calls = _counting(monkeypatch, stop_after=killed_at)
     try:
@@ -75,10 +79,10 @@ def test_full_interrupted_then_resumed_reuses_finished_parts(tmp_path, monkeypat
     assert _finals(resumed) == _finals(fresh)
     assert [c.verdict for c in resumed.claims] == [c.verdict for c in fresh.claims]
     assert resumed.settings["best_lr (first seed)"] == fresh.settings["best_lr (first seed)"]
-    assert fresh.settings["seeds"] == [0, 1, 2, 3, 4] and len(fresh.settings["runs"]) == N_RUNS
+    assert fresh.settings["seeds"] == [0, 1] and len(fresh.settings["runs"]) == N_RUNS
     assert [c.short for c in fresh.claims[-2:]] == ["FRUGAL-block vs BAdam", "ablation: lm_head needs state"]
-    assert all(c.details["seeds"]["n"] == N_SEEDS_FULL for c in fresh.claims[-2:])
-    assert fresh.claims[0].details["seeds"]["margin_vs_galore"]["n"] == N_SEEDS_FULL
+    assert all(c.details["seeds"]["n"] == N_SEEDS for c in fresh.claims[-2:])
+    assert fresh.claims[0].details["seeds"]["margin_vs_galore"]["n"] == N_SEEDS
 
     # another setup is another fingerprint: the first run is trained again, not loaded
     _counting(monkeypatch, stop_after=0)
