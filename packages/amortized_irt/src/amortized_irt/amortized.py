@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import Any, Literal
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 import torch
@@ -74,9 +74,10 @@ class HashingFeaturizer:
         from scipy.sparse.linalg import svds
 
         X = self.counts(texts)
-        k = min(self.n_components, min(X.shape) - 1)
-        v0 = np.random.default_rng(self.seed).standard_normal(min(X.shape))
-        _, s, vt = svds(X, k=k, v0=v0, solver="arpack")
+        n_rows, n_cols = cast(tuple[int, int], X.shape)
+        k = min(self.n_components, min(n_rows, n_cols) - 1)
+        v0 = np.random.default_rng(self.seed).standard_normal(min(n_rows, n_cols))
+        _, s, vt = cast(Any, svds(X, k=k, v0=v0, solver="arpack"))  # (u, s, vt): the stubs allow None
         order = np.argsort(-s)
         vt = vt[order]
         vt *= np.sign(vt[np.arange(k), np.abs(vt).argmax(1)])[:, None]  # a deterministic sign
@@ -90,6 +91,7 @@ class HashingFeaturizer:
         texts = list(texts)
         if self.components_ is None:
             self.fit(texts)
+        assert self.components_ is not None
         return np.asarray(self.counts(texts) @ self.components_.T)
 
 
@@ -129,7 +131,7 @@ class TransformersFeaturizer:
         if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
             from transformers import AutoModel, AutoTokenizer
 
-            path = model
+            path = model.decode() if isinstance(model, bytes) else model
             model = AutoModel.from_pretrained(path, local_files_only=True)
             if tokenizer is None:
                 tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
@@ -137,7 +139,7 @@ class TransformersFeaturizer:
             raise ValueError(f"model must be a transformers model or a local directory, got {type(model).__name__}")
         if tokenizer is None or not callable(tokenizer):
             raise ValueError(f"tokenizer must be a callable transformers tokenizer, got {tokenizer!r}")
-        self.model, self.tokenizer = model, tokenizer
+        self.model, self.tokenizer = model, cast(Any, tokenizer)
         self.layer = check_int("layer", layer)
         self.pooling = check_choice("pooling", pooling, ("mean", "last"))
         self.batch_size = check_int("batch_size", batch_size, min=1)
@@ -191,7 +193,8 @@ class TransformersFeaturizer:
                         out[i] = pooled[r].cpu().numpy()
         finally:
             self.model.train(was_training)
-        return np.stack(out)
+        assert all(o is not None for o in out)  # every text position was filled by its length bucket
+        return np.stack(cast(list[np.ndarray], out))
 
 
 def _gp_classes():
@@ -207,7 +210,8 @@ def _gp_classes():
             self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
 
         def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+            mean: Any = self.mean_module(x)  # a tensor (gpytorch's stubs type module calls as a union)
+            return gpytorch.distributions.MultivariateNormal(mean, self.covar_module(x))
 
     class _Sparse(gpytorch.models.ApproximateGP):
         def __init__(self, inducing):
@@ -218,7 +222,8 @@ def _gp_classes():
             self.covar_module = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel())
 
         def forward(self, x):
-            return gpytorch.distributions.MultivariateNormal(self.mean_module(x), self.covar_module(x))
+            mean: Any = self.mean_module(x)  # a tensor (gpytorch's stubs type module calls as a union)
+            return gpytorch.distributions.MultivariateNormal(mean, self.covar_module(x))
 
     return gpytorch, _Exact, _Sparse
 
@@ -557,13 +562,17 @@ class AmortizedDifficulty:
             warnings.simplefilter("ignore", category=gpytorch.utils.warnings.NumericalWarning)
             # predicting at the training inputs (the joint fit's own items) is intended here
             warnings.simplefilter("ignore", category=gpytorch.utils.warnings.GPInputWarning)
-            f = self.gp_(Xt)
+            f: Any = self.gp_(Xt)  # a gpytorch MultivariateNormal (the stubs type the call as a union)
             lik = self.gp_likelihood_
             extra = lik.second_noise if hasattr(lik, "second_noise") else lik.noise
             var = f.variance + extra.reshape(-1)[0]  # latent variance + the residual (unexplained) variance
         return f.mean.numpy(), var.numpy()
 
-    def predict(self, x: Any, return_var: bool = False):
+    @overload
+    def predict(self, x: Any, return_var: Literal[False] = False) -> np.ndarray: ...
+    @overload
+    def predict(self, x: Any, return_var: Literal[True]) -> tuple[np.ndarray, np.ndarray]: ...
+    def predict(self, x: Any, return_var: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         """Predicted difficulty of new items from their content (embeddings [M, d] or texts); with
         ``return_var=True`` also the predictive variance (0 for the linear and MLP predictors)."""
         if not hasattr(self, "n_features_in_"):
@@ -571,4 +580,6 @@ class AmortizedDifficulty:
         X = self._features(x, None)
         with torch_threads(1):
             mu, var = self._predict(X, return_var)
-        return (mu, var) if return_var else mu
+        if not return_var:
+            return mu
+        return mu, var if var is not None else np.zeros_like(mu)

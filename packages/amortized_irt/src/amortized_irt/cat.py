@@ -41,22 +41,25 @@ class ItemBank:
     def __post_init__(self) -> None:
         self.b = check_array("bank.b", self.b, ndim=1, dtype="numeric", finite=True, nonempty=True).astype(np.float64)
         m = len(self.b)
-        self.a = (
+        a = (
             np.ones(m)
             if self.a is None
             else check_array("bank.a", self.a, shape=(m,), dtype="numeric", finite=True).astype(np.float64)
         )
-        if (self.a <= 0).any():
-            raise ValueError(f"bank.a must be > 0, got min {self.a.min():g}")
+        if (a <= 0).any():
+            raise ValueError(f"bank.a must be > 0, got min {a.min():g}")
+        self.a = a
         if self.c is not None:
-            self.c = check_array("bank.c", self.c, shape=(m,), dtype="numeric", finite=True).astype(np.float64)
-            if ((self.c < 0) | (self.c >= 1)).any():
-                bad = self.c[(self.c < 0) | (self.c >= 1)][0]
+            c = check_array("bank.c", self.c, shape=(m,), dtype="numeric", finite=True).astype(np.float64)
+            if ((c < 0) | (c >= 1)).any():
+                bad = c[(c < 0) | (c >= 1)][0]
                 raise ValueError(f"bank.c must lie in [0, 1), got {bad:g}")
+            self.c = c
         if self.var is not None:
-            self.var = check_array("bank.var", self.var, shape=(m,), dtype="numeric", finite=True).astype(np.float64)
-            if (self.var < 0).any():
+            var = check_array("bank.var", self.var, shape=(m,), dtype="numeric", finite=True).astype(np.float64)
+            if (var < 0).any():
                 raise ValueError("bank.var must be >= 0")
+            self.var = var
 
     @classmethod
     def from_any(cls, bank: Any) -> ItemBank:
@@ -144,9 +147,8 @@ class AdaptiveTest:
         θ̂₀ = 0 in information), cap min(400, bank size)."""
         bank = ItemBank.from_any(bank)
         if first_item is None:
-            info = irtF.item_information(
-                torch.zeros(()), *(torch.as_tensor(v) if v is not None else None for v in (bank.a, bank.b, bank.c))
-            )
+            c = None if bank.c is None else torch.as_tensor(bank.c)
+            info = irtF.item_information(torch.zeros(()), torch.as_tensor(bank.a), torch.as_tensor(bank.b), c)
             first_item = int(torch.argmax(info))
         return cls(bank, "max_info", "mle", Stop(max_items=min(max_items, len(bank))), first_item=first_item)
 
@@ -352,7 +354,8 @@ class AdaptiveTest:
         """Responses [B, M] of takers with true abilities ``thetas`` drawn from the bank's model (with μ_j)."""
         thetas = check_array("thetas", thetas, ndim=1, dtype="numeric", finite=True).astype(np.float64)
         bank = self.bank
-        p = 1.0 / (1.0 + np.exp(-bank.a * (thetas[:, None] - bank.b)))
+        a = np.ones_like(bank.b) if bank.a is None else bank.a  # never None after ItemBank's __post_init__
+        p = 1.0 / (1.0 + np.exp(-a * (thetas[:, None] - bank.b)))
         if bank.c is not None:
             p = bank.c + (1 - bank.c) * p
         return (numpy_rng(seed).random(p.shape) < p).astype(np.float64)

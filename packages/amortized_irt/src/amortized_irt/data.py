@@ -108,9 +108,9 @@ class ResponseMatrix:
         Y: Any,
         missing: float = np.nan,
         *,
-        taker_ids: Sequence[Any] | None = None,
-        item_ids: Sequence[Any] | None = None,
-        scenario: Sequence[Any] | None = None,
+        taker_ids: Sequence[Any] | np.ndarray | None = None,
+        item_ids: Sequence[Any] | np.ndarray | None = None,
+        scenario: Sequence[Any] | np.ndarray | None = None,
         drop_empty: bool = False,
         mask: Any = None,
     ) -> ResponseMatrix:
@@ -135,20 +135,20 @@ class ResponseMatrix:
                 raise ValueError(f"mask must be a bool array, got dtype {mask.dtype}")
             observed = observed & mask
         n, m = Y.shape
-        taker_ids, item_ids = _labels("taker_ids", taker_ids, n), _labels("item_ids", item_ids, m)
+        tids, iids = _labels("taker_ids", taker_ids, n), _labels("item_ids", item_ids, m)
         scen = None if scenario is None else _labels("scenario", scenario, m)
         keep_r, keep_c = observed.any(axis=1), observed.any(axis=0)
         if not (keep_r.all() and keep_c.all()):
             what = f"{int((~keep_r).sum())} taker(s) and {int((~keep_c).sum())} item(s) have no observed response"
             if not drop_empty:
-                first = f"taker {taker_ids[~keep_r][0]!r}" if (~keep_r).any() else f"item {item_ids[~keep_c][0]!r}"
+                first = f"taker {tids[~keep_r][0]!r}" if (~keep_r).any() else f"item {iids[~keep_c][0]!r}"
                 raise ValueError(f"Y: {what} (first: {first}); pass drop_empty=True to drop them")
             warnings.warn(f"Y: {what}; dropped (drop_empty=True)", stacklevel=2)
             Y, observed = Y[keep_r][:, keep_c], observed[keep_r][:, keep_c]
-            taker_ids, item_ids = taker_ids[keep_r], item_ids[keep_c]
+            tids, iids = tids[keep_r], iids[keep_c]
             scen = None if scen is None else scen[keep_c]
         r, c = np.nonzero(observed)
-        return cls(r, c, Y[r, c], Y.shape, taker_ids, item_ids, scen)
+        return cls(r, c, Y[r, c], Y.shape, tids, iids, scen)
 
     @classmethod
     def from_long(

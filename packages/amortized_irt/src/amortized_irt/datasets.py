@@ -76,7 +76,8 @@ def simulate_helm_like(
         rr, cc = np.meshgrid(takers, items, indexing="ij")
         rows.append(rr.ravel()), cols.append(cc.ravel()), vals.append(y.ravel())
     Y = ResponseMatrix(np.concatenate(rows), np.concatenate(cols), np.concatenate(vals), (n_models, n_items))
-    Y.scenario = np.array([f"s{k:02d}" for k in scenario])
+    labels = np.array([f"s{k:02d}" for k in scenario])
+    Y.scenario = labels
     # a model that answers no scenario would be an empty row: give it the first scenario's responses
     per_taker, _ = Y.counts()
     if (per_taker == 0).any():
@@ -87,9 +88,9 @@ def simulate_helm_like(
             extra_v.append(draw_responses(theta_s[i, 0], b[items], rng))
         Y = ResponseMatrix(
             np.concatenate([Y.rows, *extra_r]), np.concatenate([Y.cols, *extra_c]),
-            np.concatenate([Y.values, *extra_v]), Y.shape, scenario=Y.scenario,
+            np.concatenate([Y.values, *extra_v]), Y.shape, scenario=labels,
         )  # fmt: skip
-    return HelmLike(Y, theta, theta_s, b, Y.scenario, emb, w)
+    return HelmLike(Y, theta, theta_s, b, labels, emb, w)
 
 
 TEMPLATE_KINDS = ("add", "sub", "mul", "sort", "count", "mod")

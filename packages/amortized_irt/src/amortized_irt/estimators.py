@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 import torch
@@ -94,7 +94,7 @@ def _allreduce(t: torch.Tensor, distributed: bool) -> torch.Tensor:
 class _IRTModel:
     """Shared implementation of :class:`Rasch`, :class:`TwoPL` and :class:`ThreePL`."""
 
-    _model: ClassVar[str] = "rasch"
+    _model: ClassVar[Literal["rasch", "2pl", "3pl"]] = "rasch"
 
     def __init__(self, config: IRTConfig | None = None, **overrides: Any) -> None:
         base = config.to_dict() if config is not None else {}
@@ -112,7 +112,7 @@ class _IRTModel:
         del deep
         return self.config.to_dict()
 
-    def set_params(self, **params: Any) -> _IRTModel:
+    def set_params(self, **params: Any) -> Self:
         """Replace configuration fields (validated again)."""
         self.__init__(self.config, **params)  # type: ignore[misc]
         return self
@@ -142,12 +142,12 @@ class _IRTModel:
         zero = torch.zeros((P.shape[0], 1), dtype=DTYPE)
         return float(irtF.item_objective(P, zero, zero, torch.zeros(1, dtype=DTYPE), *self._priors()).sum())
 
-    def _priors(self) -> tuple[float | None, float | None]:
+    def _priors(self) -> tuple[float | None, tuple[float, float] | None]:
         cfg = self.config
         return cfg.log_a_prior_sd, (cfg.c_prior if self._model == "3pl" else None)
 
     # ------------------------------------------------------------------ fit
-    def fit(self, Y: Any, *, distributed: bool = False, init: dict[str, Any] | None = None) -> _IRTModel:
+    def fit(self, Y: Any, *, distributed: bool = False, init: dict[str, Any] | None = None) -> Self:
         """Calibrate the items of ``Y`` (a :class:`ResponseMatrix` or a dense array with NaN for missing).
 
         ``distributed=True``: this process holds one contiguous shard of the takers of the same ``Y`` (its rank
@@ -203,7 +203,7 @@ class _IRTModel:
             logit_c = torch.log(cc / (1 - cc))
         return self._pack(b, log_a, logit_c)
 
-    def _fit(self, Y: ResponseMatrix, distributed: bool, init: dict[str, Any] | None) -> _IRTModel:
+    def _fit(self, Y: ResponseMatrix, distributed: bool, init: dict[str, Any] | None) -> Self:
         cfg = self.config
         P = self._init_params(Y, init)
         self.prior_sd_ = cfg.prior_sd
@@ -494,7 +494,8 @@ class _IRTModel:
                 raise ValueError(f"theta is needed: Y has {Y.n_takers} takers, the fit had {len(self.theta_)}")
             theta = self.theta_
         theta = check_array("theta", theta, shape=(Y.n_takers,), dtype="numeric").astype(np.float64)
-        a, b, c = (t if t is None else t.numpy() for t in self._tensors())
+        at, bt, ct = self._tensors()
+        a, b, c = at.numpy(), bt.numpy(), (None if ct is None else ct.numpy())
         z = a[Y.cols] * (theta[Y.rows] - b[Y.cols])
         p = 1.0 / (1.0 + np.exp(-z))
         return p if c is None else c[Y.cols] + (1 - c[Y.cols]) * p
@@ -536,7 +537,7 @@ class _IRTModel:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> _IRTModel:
+    def load(cls, path: str | Path) -> Self:
         """Read a file written by :meth:`save` (the class must match)."""
         from safetensors import safe_open
 

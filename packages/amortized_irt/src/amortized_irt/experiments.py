@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -61,10 +61,14 @@ QUICK = Setup()
 FULL = replace(QUICK, cat_scenarios=22, recovery_seeds=5)
 
 
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    return float(cast(Any, spearmanr(x, y)).statistic)
+
+
 def recovery(data: HelmLike) -> tuple[Rasch, dict[str, float]]:
     """C1: Rasch MML-EM on the whole matrix; Spearman(b̂, b) and RMSE(θ̂_EAP, θ)."""
     model = Rasch().fit(data.Y)
-    rho = float(spearmanr(model.difficulty_, data.b)[0])
+    rho = _spearman(model.difficulty_, data.b)
     rmse = float(np.sqrt(np.mean((model.theta_ - data.theta) ** 2)))
     per_item = np.bincount(data.Y.cols, minlength=data.Y.n_items)
     oracle = _oracle_spearman(data)
@@ -94,7 +98,7 @@ def _oracle_spearman(data: HelmLike) -> float:
         g = np.bincount(Y.cols, Y.values - p, Y.n_items)
         h = np.bincount(Y.cols, p * (1 - p), Y.n_items)
         b = np.clip(b - g / np.maximum(h, 1e-12), -8.0, 8.0)
-    return float(spearmanr(b, data.b)[0])
+    return _spearman(b, data.b)
 
 
 def heldout_auc(data: HelmLike, frac: float = 0.2, seed: int = 0) -> dict[str, float]:
@@ -126,7 +130,7 @@ def template_matrix(setup: Setup) -> tuple[list[str], np.ndarray, ResponseMatrix
     return texts, b, ResponseMatrix.from_dense(Y, drop_empty=False), theta
 
 
-def amortized_templates(setup: Setup, regressor: str = "linear") -> dict[str, float]:
+def amortized_templates(setup: Setup, regressor: Literal["linear", "mlp", "gp"] = "linear") -> dict[str, float]:
     """C3: hold out 20% of the template items; their b comes from text only (joint linear predictor on hashed
     character n-grams); AUC on their entries with predicted b vs the oracle b (fitted on their responses) vs the
     mean b, all with the abilities fitted on the training items."""

@@ -42,6 +42,7 @@ def reproduce(
         fit, rec = ex.recovery(data)
         recs.append(rec)
         first = first or (fit, data)
+    assert first is not None  # seeds is never empty
     model, data = first
     st = replace(st, seed=seeds[0])
     aucs = ex.heldout_auc(data, st.heldout_frac, st.seed)
@@ -130,7 +131,7 @@ def cat_claim(cat: dict) -> Claim:
         details={"per_scenario": rows, **{k: v for k, v in cat.items() if k != "per_scenario"}},
     )
     claim.measured = (
-        f"ratio {claim.measured.replace('seeds', 'banks')} (mean cut {cat['mean_reduction']:.0%}, "
+        f"ratio {str(claim.measured).replace('seeds', 'banks')} (mean cut {cat['mean_reduction']:.0%}, "
         f"max {cat['max_reduction']:.0%})"
     )
     return claim
