@@ -5,6 +5,8 @@ All map a window (B, T, C) to a forecast (B, H, C), channel-independently.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -64,9 +66,11 @@ class DLinear(nn.Module):
         seasonal, trend = (x - trend).transpose(1, 2), trend.transpose(1, 2)  # (B, C, T)
         if not self.individual:
             return (self.linear_seasonal[0](seasonal) + self.linear_trend[0](trend)).transpose(1, 2)
-        ws = torch.stack([m.weight for m in self.linear_seasonal])  # (C, H, T)
-        wt = torch.stack([m.weight for m in self.linear_trend])
-        bias = torch.stack([m.bias for m in self.linear_seasonal]) + torch.stack([m.bias for m in self.linear_trend])
+        seas = cast("list[nn.Linear]", list(self.linear_seasonal))
+        trnd = cast("list[nn.Linear]", list(self.linear_trend))
+        ws = torch.stack([m.weight for m in seas])  # (C, H, T)
+        wt = torch.stack([m.weight for m in trnd])
+        bias = torch.stack([m.bias for m in seas]) + torch.stack([m.bias for m in trnd])
         y = torch.einsum("bct,cht->bch", seasonal, ws) + torch.einsum("bct,cht->bch", trend, wt) + bias
         return y.transpose(1, 2)
 
@@ -100,7 +104,7 @@ class DLinear(nn.Module):
             g, m, n = sliding_moments(s, width)
             coef, icpt = solve_affine(g, m, n, self.seq_len, ridge)  # (T, H), (H,)
             w = torch.as_tensor(np.ascontiguousarray(coef.T))
-            for layer in (self.linear_seasonal[k], self.linear_trend[k]):
+            for layer in cast("tuple[nn.Linear, nn.Linear]", (self.linear_seasonal[k], self.linear_trend[k])):
                 layer.weight.copy_(w.to(layer.weight))
                 layer.bias.copy_(torch.as_tensor(icpt / 2).to(layer.bias))
         return self

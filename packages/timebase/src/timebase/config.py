@@ -6,7 +6,7 @@ Every field is validated in ``__post_init__``; errors name the field, the value 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
@@ -89,7 +89,9 @@ class TimeBaseConfig:
         """(N*R + R) + (R*M + M), times C when ``individual`` (the paper's Thm 3.1)."""
         n, m, r = self.seg_num_x, self.seg_num_y, self.basis_num
         per_channel = n * r + r + r * m + m
-        return per_channel * (self.n_channels if self.individual else 1)
+        channels = self.n_channels if self.individual else 1
+        assert channels is not None  # individual=True requires n_channels (validated)
+        return per_channel * channels
 
     def macs(self, n_channels: int) -> int:
         """Multiply-accumulates per sample of the two linear maps, as ``thop`` counts them: C*P*(N*R + R*M)."""
@@ -146,7 +148,7 @@ class TrainingPreset:
 
 
 def _ett(rows: dict[int, tuple[float, int, float] | tuple[float, int, float, int]]) -> dict[int, TrainingPreset]:
-    return {h: TrainingPreset(*v) for h, v in rows.items()}
+    return {h: TrainingPreset(*cast("tuple[Any, ...]", v)) for h, v in rows.items()}
 
 
 # (lambda_orth, batch, lr[, R]) from the official scripts/*.sh.

@@ -236,4 +236,4 @@ def dominant_period(train_rows: Any, k: int = 1, max_period: int | None = None) 
         amp[periods > max_period] = 0.0
     order = np.argsort(-amp, kind="stable")
     k = check_int("k", k, min=1, max=len(order) - 1)
-    return int(round(periods[order[k - 1]]))
+    return int(round(float(periods[order[k - 1]])))

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -161,7 +161,7 @@ def ett_table(setup: Setup = Setup(), *, download: bool = False, part: Part = _c
     table: dict[str, dict[str, Any]] = {}
     for name in setup.datasets:
         for h in setup.horizons:
-            splits = ett(name, seq_len=720, pred_len=h, download=download)
+            splits = ett(cast(Any, name), seq_len=720, pred_len=h, download=download)
             cell = {
                 "timebase": [
                     part(_run_name("timebase", name, h, s), partial(train_timebase, splits, name, h, s, setup.epochs))

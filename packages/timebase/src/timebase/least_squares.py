@@ -11,9 +11,11 @@ split under MSE has a closed form:
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from timebase.data import WindowDataset
 from timebase.model import TimeBase
@@ -143,14 +145,20 @@ def fit_timebase_least_squares(
             b2[k] = mean[n_seg:] - mean[:n_seg] @ coef @ v @ v.T
     p = next(model.parameters())
     as_t = lambda a: torch.as_tensor(a, dtype=p.dtype, device=p.device)  # noqa: E731
+    (w1_param, b1_param), (w2_param, b2_param) = _weight_bias(model.basis_extract), _weight_bias(model.segment_forecast)
     if cfg.individual:
-        model.basis_extract.weight.copy_(as_t(w1))
-        model.basis_extract.bias.zero_()
-        model.segment_forecast.weight.copy_(as_t(w2))
-        model.segment_forecast.bias.copy_(as_t(b2))
+        w1_param.copy_(as_t(w1))
+        b1_param.zero_()
+        w2_param.copy_(as_t(w2))
+        b2_param.copy_(as_t(b2))
     else:
-        model.basis_extract.weight.copy_(as_t(w1[0]))
-        model.basis_extract.bias.zero_()
-        model.segment_forecast.weight.copy_(as_t(w2[0]))
-        model.segment_forecast.bias.copy_(as_t(b2[0]))
+        w1_param.copy_(as_t(w1[0]))
+        b1_param.zero_()
+        w2_param.copy_(as_t(w2[0]))
+        b2_param.copy_(as_t(b2[0]))
     return model
+
+
+def _weight_bias(layer: nn.Module) -> tuple[Tensor, Tensor]:
+    """The ``weight`` and ``bias`` of an ``nn.Linear`` or a per-channel linear layer."""
+    return cast(Tensor, layer.weight), cast(Tensor, layer.bias)

@@ -21,7 +21,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import torch
 from torch import Tensor, nn
@@ -337,7 +337,7 @@ class MultiSeasonalTimeBase(nn.Module):
         total: Tensor | None = None
         orth = x.new_zeros(())
         bases = []
-        for i, comp in enumerate(self.components):
+        for i, comp in enumerate(self._timebases()):
             if return_aux:
                 y, aux = comp(x, return_aux=True)
                 orth = orth + aux.orth_loss
@@ -363,7 +363,10 @@ class MultiSeasonalTimeBase(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def macs(self, n_channels: int) -> int:
-        return sum(c.config.macs(n_channels) for c in self.components)
+        return sum(c.config.macs(n_channels) for c in self._timebases())
+
+    def _timebases(self) -> list[TimeBase]:
+        return cast("list[TimeBase]", list(self.components))
 
     def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
         """Write ``config.json`` (the shared config, the periods and each component's R) and

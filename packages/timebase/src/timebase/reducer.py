@@ -9,6 +9,8 @@ same reducer into Hugging Face ``transformers.PatchTSTForPrediction``.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -161,7 +163,7 @@ class _ReducedPatchify(nn.Module):
     def __init__(self, patchifier: nn.Module, basis_num: int) -> None:
         super().__init__()
         self.patchifier = patchifier
-        self.reducer = BasisReducer(patchifier.num_patches, basis_num)
+        self.reducer = BasisReducer(int(cast(int, patchifier.num_patches)), basis_num)
         self.num_patches = basis_num
 
     def forward(self, past_values: Tensor) -> Tensor:
@@ -193,7 +195,8 @@ def add_basis_reducer(model: nn.Module, basis_num: int) -> nn.Module:
     if config.do_mask_input:
         raise ValueError("add_basis_reducer is for forecasting models (config.do_mask_input=False)")
     ref = next(model.parameters())
-    core.patchifier = _ReducedPatchify(core.patchifier, basis_num).to(ref.device, ref.dtype)
+    # transformers annotates the attribute with its own patchifier class; ours has the same call and num_patches
+    core.patchifier = _ReducedPatchify(core.patchifier, basis_num).to(ref.device, ref.dtype)  # pyright: ignore[reportAttributeAccessIssue]
     core.encoder.positional_encoder = PatchTSTPositionalEncoding(config, basis_num).to(ref.device, ref.dtype)
     model.head = PatchTSTPredictionHead(config, basis_num, distribution_output=model.distribution_output).to(
         ref.device, ref.dtype

@@ -177,7 +177,7 @@ def _table_claims(table: dict, setup: Setup) -> list[Claim]:
                 }
                 | ({"dlinear_trained_mse": mean(cell["dlinear"], "mse")} if "dlinear" in cell else {}),
             )
-            c.measured += f" (MSE {mean(cell['timebase'], 'mse'):.4f} vs {ls:.4f})"
+            c.measured = f"{c.measured} (MSE {mean(cell['timebase'], 'mse'):.4f} vs {ls:.4f})"
             claims.append(c)
         if len(setup.horizons) == 4:
             p2 = PAPER_TABLE2[name]
@@ -195,7 +195,7 @@ def _table_claims(table: dict, setup: Setup) -> list[Claim]:
             )
             tb = sum(a for v in per_seed.values() for a, _ in v) / sum(len(v) for v in per_seed.values())
             dl = sum(b for _, b in next(iter(per_seed.values()))) / len(setup.horizons)
-            c.measured += f" (means {tb:.4f} vs {dl:.4f})"
+            c.measured = f"{c.measured} (means {tb:.4f} vs {dl:.4f})"
             claims.append(c)
     return claims
 

@@ -13,7 +13,7 @@ import logging
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -95,7 +95,7 @@ def _model_dtype(model: nn.Module) -> torch.dtype:
 def _loss(model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     train_loss = getattr(model, "training_loss", None)
     if callable(train_loss):
-        return train_loss(x, y)[0]
+        return cast("tuple[Tensor, Tensor]", train_loss(x, y))[0]
     return nn.functional.mse_loss(model(x), y)
 
 
