@@ -204,7 +204,7 @@ def _run_seed(setup: Setup, seed: int, models: dict[str, Any] | None = None) -> 
             m.score_head = _score_head(m, seed, setup)
     train = _scenes(setup.train_prompts, "target", seed + 1000, setup)
     test = _scenes(setup.test_prompts, "target", seed + 2000, setup)
-    kw = dict(token_model="large", dense_prompt=setup.dense_prompt, seed=seed)
+    kw: dict[str, Any] = {"token_model": "large", "dense_prompt": setup.dense_prompt, "seed": seed}
     tr = extract_rows(models, train.pixel_values(), train.gt_masks, entropies=False, **kw)
     te = extract_rows(models, test.pixel_values(), test.gt_masks, entropies=True, **kw)
 

@@ -113,7 +113,7 @@ class USAMHeads(nn.Module):
                 f"head: expected in_features {self.in_features} and hidden {self.hidden}, "
                 f"got {head.in_features} and {head.hidden}"
             )
-        l0, l1, l2 = head.layers
+        l0, l1, l2 = _linears(head)
         self.w1[i].copy_(l0.weight.T)
         self.b1[i, 0].copy_(l0.bias)
         self.w2[i].copy_(l1.weight.T)
@@ -126,7 +126,7 @@ class USAMHeads(nn.Module):
         i = self.index(name)
         h = USAMHead(self.in_features, self.hidden).to(device=self.w1.device, dtype=self.w1.dtype)
         with torch.no_grad():
-            l0, l1, l2 = h.layers
+            l0, l1, l2 = _linears(h)
             l0.weight.copy_(self.w1[i].T)
             l0.bias.copy_(self.b1[i, 0])
             l1.weight.copy_(self.w2[i].T)
@@ -161,3 +161,9 @@ class USAMHeads(nn.Module):
             for k, v in self.head(name).state_dict().items():
                 out[f"{name}.{k}"] = v.detach().contiguous()
         return out
+
+
+def _linears(head: USAMHead) -> tuple[nn.Linear, nn.Linear, nn.Linear]:
+    """The three linear layers of a head (``layers.{0,1,2}``, the released state-dict names)."""
+    l0, l1, l2 = (m for m in head.layers if isinstance(m, nn.Linear))
+    return l0, l1, l2

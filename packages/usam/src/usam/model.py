@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers.utils import ModelOutput
+from transformers.utils.generic import ModelOutput
 
 from icml25_shared.validate import check_bool, check_finite
 from usam.config import GAP_PAIRS, GAP_TARGETS, OFFICIAL_HEAD_NAMES, USAMConfig
@@ -98,10 +98,10 @@ class UncertainSAM(nn.Module):
         config = config if config is not None else USAMConfig()
         if not isinstance(config, USAMConfig):
             raise TypeError(f"config must be a USAMConfig, got {type(config).__name__}")
-        self.model = model
+        self.model: Any = model  # a SamModel / Sam2Model: its sub-modules are read by name
         self.config = config
         self.iou_index, self.mask_index = token_layout(model)
-        self.d = int(model.mask_decoder.iou_token.weight.shape[-1])
+        self.d = int(self.model.mask_decoder.iou_token.weight.shape[-1])
         param = next(model.parameters())
         if heads is None:
             heads = USAMHeads(config.trained_heads, self.in_features, config.hidden)
@@ -110,7 +110,7 @@ class UncertainSAM(nn.Module):
         self._tokens: torch.Tensor | None = None
         self._upscaled: torch.Tensor | None = None
         self._active = False
-        dec = model.mask_decoder
+        dec = self.model.mask_decoder
         self._hooks = [
             dec.transformer.register_forward_hook(self._capture_tokens),
             dec.activation.register_forward_hook(self._capture_upscaled),
@@ -181,6 +181,7 @@ class UncertainSAM(nn.Module):
         mask_tok = q[:, :, self.mask_index : self.mask_index + n_masks]
         hyper = torch.stack([dec.output_hypernetworks_mlps[i](mask_tok[:, :, i]) for i in range(n_masks)], 2)
         up = self._upscaled
+        assert up is not None  # captured by the forward hook during this call
         all_masks = (hyper @ up.reshape(b, p, up.shape[1], -1)).reshape(b, p, n_masks, *up.shape[-2:])
         stability = dec._get_stability_scores(all_masks[:, :, 0])
         scores = dec.iou_prediction_head(q[:, :, self.iou_index])

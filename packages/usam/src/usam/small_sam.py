@@ -103,11 +103,13 @@ def sam_init_(model: SamModel, pe_scale: float = 1.0) -> SamModel:
         if isinstance(module, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d, nn.LayerNorm, nn.Embedding)):
             module.reset_parameters()
         elif hasattr(module, "weight") and hasattr(module, "bias") and type(module).__name__.endswith("LayerNorm"):
+            norm: Any = module  # transformers' own LayerNorm classes
             with torch.no_grad():
-                module.weight.fill_(1.0)
-                module.bias.zero_()
+                norm.weight.fill_(1.0)
+                norm.bias.zero_()
+    encoder: Any = model.vision_encoder  # its pos_embed exists (SamVisionConfig.use_abs_pos)
     with torch.no_grad():
-        model.vision_encoder.pos_embed.zero_()
+        encoder.pos_embed.zero_()
         for name, p in model.vision_encoder.named_parameters():
             if "rel_pos" in name:
                 p.zero_()
@@ -241,7 +243,8 @@ def evaluate_small_sam(model: SamModel, n_scenes: int = 100, seed: int = 10_000,
     pairwise IoU between them; 1 = identical)."""
     from usam.toy import make_scenes
 
-    scenes = make_scenes(n_scenes, size=model.config.vision_config.image_size, domain=domain, seed=seed)
+    size = int(getattr(model.config.vision_config, "image_size"))  # noqa: B009 (a SamVisionConfig)
+    scenes = make_scenes(n_scenes, size=size, domain=domain, seed=seed)
     best, sel, pair = [], [], []
     px = scenes.pixel_values()
     with torch_threads(1):

@@ -268,7 +268,7 @@ def _extract(
     add: Any,
 ) -> int:
     """The loop of :func:`extract_rows` over images ``indices``; returns the number of skipped empty GT masks."""
-    size = tuple(images.shape[-2:])
+    size = (int(images.shape[-2]), int(images.shape[-1]))
     skipped = 0
     for i in indices:
         masks_i = [check_gt_mask(f"gt_masks[{i}][{k}]", m, size) for k, m in enumerate(gt_masks[i])]

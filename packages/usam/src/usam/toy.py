@@ -22,7 +22,7 @@ entropies, heads, training and metrics on a toy stand-in for SAM:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -248,7 +248,7 @@ class ToySegmenter:
         """(raw, smoothed) image at the working resolution."""
         if self.downsample == 2:
             image = ndimage.gaussian_filter(image, sigma=(1.0, 1.0, 0))[::2, ::2]
-        return image, ndimage.uniform_filter(image, size=(3, 3, 1), mode="nearest")
+        return image, ndimage.uniform_filter(image, size=cast(Any, (3, 3, 1)), mode="nearest")  # per-axis sizes
 
     def _one(self, raw: np.ndarray, smooth: np.ndarray, points: np.ndarray, noise: float) -> tuple[np.ndarray, ...]:
         h, w = smooth.shape[:2]
@@ -257,7 +257,7 @@ class ToySegmenter:
         d = np.min(np.linalg.norm(smooth[None] - clicked[:, None, None], axis=-1), axis=0)
         logits, comps = [], []
         for tau in self.tolerances:
-            lab, _ = ndimage.label(d <= tau)
+            lab = cast(tuple[np.ndarray, int], ndimage.label(d <= tau))[0]
             keep = np.zeros(lab.max() + 1, bool)
             keep[lab[pts[:, 1], pts[:, 0]]] = True
             keep[0] = False
