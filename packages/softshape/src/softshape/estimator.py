@@ -11,7 +11,7 @@ import os
 import warnings
 import weakref
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -67,7 +67,7 @@ def to_3d(X: Any, *, allow_nan: bool, length: int | None = None) -> tuple[np.nda
     """
     was_2d = False
     if _is_ragged(X):
-        arrs = [check_array(x, dtype=np.float32, ensure_all_finite="allow-nan", input_name="X") for x in X]
+        arrs = [check_array(x, dtype="float32", ensure_all_finite="allow-nan", input_name="X") for x in X]
         channels = {a.shape[0] for a in arrs}
         if len(channels) != 1:
             raise ValueError(f"X: every series of a list must have the same channel count, got {sorted(channels)}")
@@ -90,7 +90,7 @@ def to_3d(X: Any, *, allow_nan: bool, length: int | None = None) -> tuple[np.nda
                 f"X must be (n_cases, n_timepoints), (n_cases, n_channels, n_timepoints) or a list of 2-D arrays, "
                 f"got an array with {ndim} dimensions (shape {shape}){hint}"
             )
-        X3 = check_array(X, dtype=np.float32, allow_nd=True, ensure_all_finite="allow-nan", input_name="X")
+        X3 = check_array(X, dtype="float32", allow_nd=True, ensure_all_finite="allow-nan", input_name="X")
         if X3.ndim == 2:
             X3 = X3[:, None, :]
             was_2d = True
@@ -183,6 +183,9 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         model, in its inference mode; NaN where no layer runs the MoE), nan_fill_ (with ``fill_nan``),
         n_features_in_ (2-D input only).
     """
+
+    n_features_in_: int  # set by fit on 2-D input (sklearn convention), absent otherwise
+    _defer_training: bool  # set only while fit_shared_warmup builds the variants (fit stops after the warm-up)
 
     def __init__(
         self,
@@ -319,9 +322,9 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
             sparse_rate=self.sparse_rate,
             n_experts=n_experts,
             top_k=self.top_k,
-            gating=self.gating,
+            gating=cast(Gating, self.gating),
             dropout=self.dropout,
-            sparsify=self.sparsification,
+            sparsify=cast(Sparsify, self.sparsification),
             use_moe=self.use_moe,
             use_inception=self.use_inception,
         )
@@ -695,7 +698,7 @@ def fit_shared_warmup(
             f"random_state must be an int to share the warm-up (same seed for every variant), got "
             f"{estimator.random_state!r}"
         )
-    ests = {name: clone(estimator).set_params(**params) for name, params in variants.items()}
+    ests = {name: cast(SoftShapeClassifier, clone(estimator)).set_params(**params) for name, params in variants.items()}
     warm = estimator.warmup_epochs
     if warm == 0 or estimator.epochs <= warm:  # nothing to share (validation starts at epoch 0)
         return {name: est.fit(X, y) for name, est in ests.items()}

@@ -21,7 +21,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -183,7 +183,7 @@ def cv_protocol(
     else:
         from joblib import Parallel, delayed
 
-        outs = Parallel(n_jobs=n_jobs)(delayed(run)(f) for f in chosen)
+        outs = cast(list, Parallel(n_jobs=n_jobs)(delayed(run)(f) for f in chosen))
     return CVResult([o[0] for o in outs], [o[1] for o in outs], [o[2] for o in outs], chosen)
 
 
@@ -238,8 +238,9 @@ def bump_dataset(
 def load_ucr(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     from aeon.datasets import load_classification
 
-    X, y = load_classification(name, split="train")
-    Xt, yt = load_classification(name, split="test")
+    # aeon's annotation allows a third element (the metadata) only returned when return_metadata=True
+    X, y = cast("tuple[np.ndarray, np.ndarray]", load_classification(name, split="train"))
+    Xt, yt = cast("tuple[np.ndarray, np.ndarray]", load_classification(name, split="test"))
     return X, y, Xt, yt
 
 

@@ -7,6 +7,7 @@ Shapes: B batch, N tokens (shapes), D embedding width, E experts.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -299,6 +300,6 @@ class InceptionExpert(nn.Module):
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         x = z.transpose(1, 2)  # [B, D, N]
         b = self.bottleneck(x)
-        branches = [capped_same_conv1d(b, conv.weight) for conv in self.convs]
+        branches = [capped_same_conv1d(b, conv.weight) for conv in cast("list[nn.Conv1d]", list(self.convs))]
         branches.append(self.pool_conv(F.max_pool1d(x, 3, stride=1, padding=1)))
         return F.gelu(instance_norm(torch.cat(branches, dim=1))).transpose(1, 2)

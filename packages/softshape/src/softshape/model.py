@@ -55,6 +55,7 @@ class SoftShapeNet(nn.Module):
         self.pos = nn.Parameter(torch.zeros(1, c.n_shapes, d))
         self.dropout = nn.Dropout(c.dropout)
         self.scorer = ContributionScorer(d, c.scorer_hidden)
+        assert c.n_experts is not None  # resolved by SoftShapeConfig (default: the class count)
         self.moe = SharedMoE(d, c.n_experts, c.top_k, c.dropout, gating=c.gating)
         self.rms1 = nn.ModuleList(RMSNorm(d) for _ in range(c.depth))
         self.rms2 = nn.ModuleList(RMSNorm(d) for _ in range(c.depth))
@@ -99,6 +100,7 @@ class SoftShapeNet(nn.Module):
         # original shape index of every current token (-1: the fused token)
         positions = torch.arange(m, device=x.device).expand(b, m)
         per_layer = []
+        assert c.n_experts is not None
         counts = torch.zeros(c.n_experts, dtype=torch.long, device=x.device) if return_scores else None
         aux = z.new_zeros(())
         ratios = c.keep_ratios if sparse else [1.0] * c.depth
@@ -110,7 +112,7 @@ class SoftShapeNet(nn.Module):
                 real = positions >= 0
                 at_layer[real.nonzero(as_tuple=True)[0], positions[real]] = a.squeeze(-1)[real].detach()
                 per_layer.append(at_layer)
-                if layer_counts is not None:
+                if layer_counts is not None and counts is not None:
                     counts = counts + layer_counts
             if kept_idx is not None:
                 positions = positions.gather(1, kept_idx)
