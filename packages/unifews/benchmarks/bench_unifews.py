@@ -189,6 +189,8 @@ def prop_bench(x: torch.Tensor, ei: torch.Tensor, hops: int, delta_a: float, rep
         "pushes / dense SpMM multiply-adds (limit)": round(limit, 4),
         "pushes per hop": st.macs, "dense non-zero messages per hop": st0.macs, "dense SpMM MACs": st.full_macs,
         "time / dense": res, "goal": PROP_GOAL,
+        "ns per dense SpMM multiply-add": round(1e9 * t[peer].median / st.full_macs, 3),
+        "ns per executed push (auto)": round(1e9 * t["unifews auto"].median / st.total_macs, 3),
         "median_ms": {k: round(1e3 * v.median, 2) for k, v in t.items()}, "rounds": repeats,
     }  # fmt: skip
     _say(f"decoupled SGC, Cora, {hops} hops, δa={delta_a}: {row['pushes / dense non-zero messages']:.2f}x the "
