@@ -20,6 +20,7 @@ writes ``benchmarks/results/bench_supercollapse.json`` and ``.log`` (the README'
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from icml25_shared.bench import compare, measure, save_results
+from icml25_shared.bench import compare, measure, save_results, write_performance
 from icml25_shared.device import torch_threads
 from supercollapse import GradNoiseTracker, Runs, collapse_report, fit_scaling_law, normalize
 from supercollapse.models import ResidualMLP
@@ -125,11 +126,36 @@ def bench_report() -> dict:
             "mean_ratio": rep.mean("ratio", 0.2)}  # fmt: skip
 
 
+def performance_rows(res: dict) -> list[dict]:
+    """The README's rows (ours / peer) from a benchmark result."""
+    tr, fit = res["trace"], res["fit"]
+    load = res["load_average_end"]
+    return [
+        {"case": "noise trace, D = 64, 8 x 128 examples", "peer": "Welford over batches (the official estimator)",
+         "metric": "time x variance", "ratio": 1.0 / tr["equal_variance_cost_ratio"], "goal": "≤ 0.2×", "load": load},
+        {"case": "fit_scaling_law, 1,000 starts", "peer": "a loop of scipy.optimize.minimize",
+         "metric": "time", "ratio": fit["time_s"]["vectorised"] / fit["time_s"]["loop"], "goal": "≤ 0.1×",
+         "load": load},
+    ]  # fmt: skip
+
+
+NOTES = [
+    "The noise-trace cost is time × estimator variance over 12 draws (the variance ratio is known to ± 40 %); the "
+    "fit reaches the same optimum (relative objective difference 2e-14). normalize + collapse_report of 100 runs × "
+    "1,000 points takes 0.44 s (no peer)."
+]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--draws", type=int, default=12)
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--summarize", action="store_true", help="rebuild performance.json from the committed result")
     args = ap.parse_args()
+    if args.summarize:
+        out = Path(args.out)
+        write_performance(out.parent, out.name, performance_rows(json.loads(out.read_text())), notes=NOTES)
+        return
     with torch_threads(1):
         res = {"load_average": os.getloadavg()[0], "torch_threads": 1}
         res["trace"] = bench_trace(args.draws)
@@ -155,7 +181,8 @@ def main() -> None:
         f"(c) normalize + collapse_report, 100 runs x 1,000 points: {rep['median_total_s']:.3f} s (aim < 1 s)",
     ]
     print("\n".join(lines))
-    save_results(args.out, res, lines)
+    out = save_results(args.out, res, lines)
+    write_performance(out.parent, out.name, performance_rows(res), notes=NOTES)
 
 
 if __name__ == "__main__":
