@@ -21,10 +21,12 @@ T = TypeVar("T")
 class Silent(Generic[T]):
     """The no-bar stand-in for a tqdm bar: iterates ``iterable``; ``set_postfix``, ``update``, ``close`` do nothing."""
 
-    def __init__(self, iterable: Iterable[T], total: int | None = None) -> None:
+    def __init__(self, iterable: Iterable[T] | None, total: int | None = None) -> None:
         self.iterable, self.total, self.n = iterable, total, 0
 
     def __iter__(self) -> Iterator[T]:
+        if self.iterable is None:
+            raise TypeError("a bar made with iterable=None is advanced by update(n), not iterated")
         for x in self.iterable:
             self.n += 1
             yield x
@@ -63,10 +65,11 @@ def progress_enabled(disable: bool | None = None) -> bool:
 
 
 def track(
-    iterable: Iterable[T], description: str = "", total: int | None = None, disable: bool | None = None, **kw: Any
+    iterable: Iterable[T] | None, description: str = "", total: int | None = None, disable: bool | None = None, **kw: Any
 ) -> Any:
     """A ``tqdm`` bar over ``iterable`` with the project's defaults (see module docstring); iterate it, and call
-    ``set_postfix`` on it to show running metrics. Without tqdm installed, or with bars off and tqdm absent, a
+    ``set_postfix`` on it to show running metrics. With ``iterable=None`` and a ``total`` it is a manual bar,
+    advanced by ``update(n)`` (usable as a context manager). Without tqdm installed, or with bars off and tqdm absent, a
     :class:`Silent` iterator."""
     try:
         from tqdm.auto import tqdm
