@@ -16,6 +16,7 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def _l0(runs: Runs, spec: str) -> float:
     if spec != "fit":
         return float(spec)
     finals = runs.meta().groupby("size")[["final_compute", "final_loss"]].mean()
-    return fit_scaling_law(finals["final_compute"].to_numpy(), finals["final_loss"].to_numpy()).L0
+    return fit_scaling_law(np.asarray(finals["final_compute"]), np.asarray(finals["final_loss"])).L0
 
 
 def _report(args: argparse.Namespace) -> dict:
@@ -63,7 +64,8 @@ def _predict(args: argparse.Namespace) -> dict:
     runs = Runs.read(args.runs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    fit_parts, result = [], {"per_size": {}}
+    fit_parts: list = []
+    result: dict[str, Any] = {"per_size": {}}
     consts = {}
     for size in runs.sizes:
         at = runs.where(size=float(size))
@@ -109,7 +111,7 @@ def _predict(args: argparse.Namespace) -> dict:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``supercollapse`` command."""
-    parser = argparse.ArgumentParser(prog="supercollapse", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="supercollapse", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     rp = sub.add_parser("report", help="normalised curves, Δ, σ, Δ/σ per schedule")
     rp.add_argument("runs", help="a .parquet / .csv file or a directory of shards")

@@ -127,7 +127,7 @@ def normalize(
     for rid, g in runs.groups():
         p = float(g["size"].iloc[0])
         c, L = g["compute"].to_numpy(), g["loss"].to_numpy()
-        cstar = cs.get(p, c[-1])
+        cstar = cs[p] if p in cs else float(c[-1])
         if c[-1] < cstar * (1 - _END_RTOL):
             raise ValueError(
                 f"run_id {rid!r} (size {p:g}) ends at compute {c[-1]:.6g}, before its horizon c* = {cstar:.6g}"
@@ -160,7 +160,8 @@ def normalize(
             arr[i, j] = cv[k]
     frame = pd.concat(rows, ignore_index=True)
     frame["schedule"] = runs.schedules[0]
-    full_cs = cs or {float(p): float(m) for p, m in runs.meta().groupby("size")["final_compute"].max().items()}
+    finals = runs.meta().groupby("size")["final_compute"].max()
+    full_cs = cs or {float(p): float(m) for p, m in zip(finals.index, finals.to_numpy(), strict=True)}
     return Normalized(x, arr, sizes, seeds, frame, l0, full_cs)
 
 
@@ -209,21 +210,23 @@ class CollapseReport:
         """Two panels: seed-mean ℓ per size with its 5–95 % seed band (log x), and Δ, σ vs x. Returns the figure."""
         import matplotlib.pyplot as plt
 
+        axes: Any
         if ax is None:
-            fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+            fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         else:
-            fig = ax[0].figure
+            axes = ax
+            fig = axes[0].figure
         cmap = plt.get_cmap("viridis")
         for i, p in enumerate(self.sizes):
             col = cmap(i / max(1, len(self.sizes) - 1))
-            ax[0].plot(self.x, self.curves[i], color=col, label=f"p={p:.3g}")
-            ax[0].fill_between(self.x, self.lo[i], self.hi[i], color=col, alpha=0.2, linewidth=0)
-        ax[0].set(xscale="log", yscale="log", xlabel="x = c / c*(p)", ylabel="normalised loss ℓ(x)", title=title)
-        ax[0].legend(fontsize=7)
-        ax[1].plot(self.x, self.delta, label="Δ(x) collapse deviation")
-        ax[1].plot(self.x, self.sigma, label="σ(x) seed-noise floor")
-        ax[1].set(yscale="log", xlabel="x", title=f"Δ/σ mean over x≥0.2: {self.mean('ratio', 0.2):.2f}")
-        ax[1].legend(fontsize=7)
+            axes[0].plot(self.x, self.curves[i], color=col, label=f"p={p:.3g}")
+            axes[0].fill_between(self.x, self.lo[i], self.hi[i], color=col, alpha=0.2, linewidth=0)
+        axes[0].set(xscale="log", yscale="log", xlabel="x = c / c*(p)", ylabel="normalised loss ℓ(x)", title=title)
+        axes[0].legend(fontsize=7)
+        axes[1].plot(self.x, self.delta, label="Δ(x) collapse deviation")
+        axes[1].plot(self.x, self.sigma, label="σ(x) seed-noise floor")
+        axes[1].set(yscale="log", xlabel="x", title=f"Δ/σ mean over x≥0.2: {self.mean('ratio', 0.2):.2f}")
+        axes[1].legend(fontsize=7)
         fig.tight_layout()
         return fig
 

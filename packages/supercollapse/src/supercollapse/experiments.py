@@ -278,7 +278,7 @@ def full_experiment(
     horizon = fit_horizon(front, flops_per_param_token=6.0)
     main = _horizon_runs(st, task, horizon, 1.0, seeds)
     finals = main.meta().groupby("size")[["final_compute", "final_loss"]].mean()
-    law = fit_scaling_law(finals["final_compute"].to_numpy(), finals["final_loss"].to_numpy())
+    law = fit_scaling_law(np.asarray(finals["final_compute"]), np.asarray(finals["final_loss"]))
     x = np.asarray(st.x_grid)
     # the law is fitted on seed means, so one seed may end below its L0: clip just under every final loss
     l0_used = min(law.L0, 0.99 * float(main.meta()["final_loss"].min()))

@@ -84,7 +84,7 @@ def compute_frontier(runs: Runs, n_grid: int = 1000, drop_edge_sizes: bool = Tru
     per_size = np.full((len(sizes), n_grid), np.inf)
     for i, p in enumerate(sizes):
         curves = [
-            _interp_log(grid, g["compute"].to_numpy(), g["loss"].to_numpy())
+            _interp_log(grid, np.asarray(g["compute"]), np.asarray(g["loss"]))
             for _, g in f[f["size"] == p].groupby("run_id")
         ]
         with np.errstate(invalid="ignore"):

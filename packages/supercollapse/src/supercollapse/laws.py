@@ -136,8 +136,8 @@ def fit_scaling_law(
     Compute is divided by its minimum before fitting (``a`` is reported back in the caller's units), so the
     grid's ranges do not depend on the compute unit.
     """
-    C = check_array("C", C, ndim=1, dtype="numeric", finite=True, nonempty=True).astype(np.float64)
-    L = check_array("L", L, ndim=1, dtype="numeric", finite=True, nonempty=True).astype(np.float64)
+    C = np.asarray(check_array("C", C, ndim=1, dtype="numeric", finite=True, nonempty=True), dtype=np.float64)
+    L = np.asarray(check_array("L", L, ndim=1, dtype="numeric", finite=True, nonempty=True), dtype=np.float64)
     if C.shape != L.shape:
         raise ValueError(f"C and L must have the same length, got {len(C)} and {len(L)}")
     if len(C) < 3:
@@ -173,6 +173,7 @@ def fit_scaling_law(
             x, fval = _polish(x0, lc, logL, loss, delta, bounds, L0)
             if fval < best_f:
                 best, best_f = x, fval
+    assert best is not None  # at least one start was polished (n_polish >= 1)
     a, b = float(best[0]), float(best[1])
     l0 = float(L0) if L0 is not None else float(best[2])
     if b <= 1e-9 or a <= 0:
@@ -213,7 +214,7 @@ class PowerLawFamily:
 
     def loss(self, t: np.ndarray | float, p: np.ndarray | float) -> np.ndarray:
         t, p = np.asarray(t, dtype=np.float64), np.asarray(p, dtype=np.float64)
-        return self.L0 + sum(A * t ** (-mu) * p ** (-nu) for A, mu, nu in self.terms)
+        return self.L0 + np.sum([A * t ** (-mu) * p ** (-nu) for A, mu, nu in self.terms], axis=0)
 
     def horizon(self, p: np.ndarray | float) -> np.ndarray:
         """t*(p) = k·p^γ."""
@@ -229,8 +230,8 @@ class PowerLawFamily:
         x = np.asarray(x, dtype=np.float64)
         ex = self.term_exponents()
         lead = np.isclose(ex, ex.min(), rtol=0, atol=1e-12)
-        num = sum(A * self.k ** (-mu) * x ** (-mu) for (A, mu, _), keep in zip(self.terms, lead) if keep)
-        den = sum(A * self.k ** (-mu) for (A, mu, _), keep in zip(self.terms, lead) if keep)
+        num = np.sum([A * self.k ** (-mu) * x ** (-mu) for (A, mu, _), keep in zip(self.terms, lead) if keep], axis=0)
+        den = float(sum(A * self.k ** (-mu) for (A, mu, _), keep in zip(self.terms, lead) if keep))
         return num / den
 
     def runs(self, sizes: Sequence[float], x: Sequence[float] | np.ndarray, schedule: str = "const") -> pd.DataFrame:

@@ -269,8 +269,8 @@ class GradNoiseTracker:
     def _sq_norms_linear(self, x: torch.Tensor, y: torch.Tensor, D: list[torch.Tensor]):
         """Σ_i ||D^½ ⊙ g_i||² and Σ_i g_i for nn.Linear-only models: one GEMM of squared activations and squared
         output gradients per layer."""
-        acts: dict[nn.Linear, torch.Tensor] = {}
-        outs: dict[nn.Linear, torch.Tensor] = {}
+        acts: dict[nn.Module, torch.Tensor] = {}
+        outs: dict[nn.Module, torch.Tensor] = {}
 
         def save(mod: nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
             acts[mod] = inp[0].detach()
@@ -350,11 +350,11 @@ def _single_run(run: Runs | pd.DataFrame, name: str) -> pd.DataFrame:
 def _tau_and_s(f: pd.DataFrame, eta_peak: float) -> tuple[np.ndarray, np.ndarray]:
     """(τ, s) at the logged steps: the ``tau`` column if present, else the trapezoid integral of ``lr`` over
     steps (an approximation when evaluations are sparse)."""
-    if "lr" not in f.columns or f["lr"].isna().any():
+    if "lr" not in f.columns or bool(f["lr"].isna().any()):
         raise ValueError("the noise model needs the 'lr' column (the applied LR at every logged step)")
     lr = f["lr"].to_numpy(dtype=np.float64)
     steps = f["step"].to_numpy(dtype=np.float64)
-    if "tau" in f.columns and not f["tau"].isna().any():
+    if "tau" in f.columns and not bool(f["tau"].isna().any()):
         tau = f["tau"].to_numpy(dtype=np.float64)
     else:
         tau = np.concatenate([[0.0], np.cumsum(0.5 * (lr[1:] + lr[:-1]) * np.diff(steps))]) + lr[0] * steps[0]
@@ -377,7 +377,7 @@ class NoiseModel:
 
     def _set_const(self, const_run: Runs | pd.DataFrame) -> None:
         f = _single_run(const_run, "const_run")
-        if "lr" not in f.columns or f["lr"].isna().any():
+        if "lr" not in f.columns or bool(f["lr"].isna().any()):
             raise ValueError("const_run needs the 'lr' column")
         lr = f["lr"].to_numpy(dtype=np.float64)
         if not np.allclose(lr, lr[0], rtol=1e-9, atol=0):
@@ -385,7 +385,7 @@ class NoiseModel:
                 f"const_run must be a constant-LR run; its lr varies from {lr.min():.4g} to {lr.max():.4g} "
                 f"(schedule {f['schedule'].iloc[0]!r})"
             )
-        if self.trace_from == "const" and ("noise_trace" not in f.columns or f["noise_trace"].isna().all()):
+        if self.trace_from == "const" and ("noise_trace" not in f.columns or bool(f["noise_trace"].isna().all())):
             raise ValueError("trace_from='const' needs the 'noise_trace' column in const_run")
         self.eta_peak = float(lr[0])
         tau, _ = _tau_and_s(f, self.eta_peak)
@@ -404,7 +404,7 @@ class NoiseModel:
         if self.trace_from == "const":
             tr = np.interp(tau, ct, c["noise_trace"].to_numpy(dtype=np.float64))
         else:
-            if "noise_trace" not in f.columns or f["noise_trace"].isna().all():
+            if "noise_trace" not in f.columns or bool(f["noise_trace"].isna().all()):
                 raise ValueError(f"run {f['run_id'].iloc[0]!r} has no 'noise_trace' column")
             tr = f["noise_trace"].to_numpy(dtype=np.float64)
         return f["loss"].to_numpy(dtype=np.float64), base, (s - 1.0) * tr, s

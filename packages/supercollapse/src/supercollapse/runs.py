@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -50,7 +50,7 @@ class Runs:
     ``ValueError`` naming the column, the run and the offending value. Rows are sorted by ``(run_id, step)``.
     """
 
-    def __init__(self, frame: pd.DataFrame) -> None:
+    def __init__(self, frame: pd.DataFrame | Mapping[str, Any]) -> None:
         self._frame = _validate(frame)
 
     @classmethod
@@ -88,7 +88,7 @@ class Runs:
     @property
     def sizes(self) -> np.ndarray:
         """Sorted distinct model sizes."""
-        return np.sort(self._frame["size"].unique())
+        return np.sort(np.asarray(self._frame["size"].unique()))
 
     @property
     def schedules(self) -> list[str]:
@@ -129,7 +129,7 @@ class Runs:
                 mask &= (values == cond).to_numpy()
         if not mask.any():
             raise ValueError(f"where({conditions}) selects no rows")
-        return Runs(self._frame[mask])
+        return Runs(self._frame.loc[mask])
 
     # -- I/O ------------------------------------------------------------------------------------------------------
     def to_csv(self, path: str | os.PathLike[str]) -> Path:
@@ -209,7 +209,8 @@ def _validate(frame: Any) -> pd.DataFrame:
         raise ValueError("frame has no rows")
     for col in ("size", "step", "compute", "loss", *[c for c in OPTIONAL_COLUMNS if c in df.columns]):
         try:
-            df[col] = pd.to_numeric(df[col]).astype(np.float64 if col != "step" else df[col].dtype)
+            values = cast(pd.Series, pd.to_numeric(df[col]))  # a Series in, a Series out
+            df[col] = values if col == "step" else values.astype(np.float64)
         except (TypeError, ValueError) as err:
             raise ValueError(f"column {col!r} must be numeric: {err}") from err
         values = df[col].to_numpy(dtype=np.float64)

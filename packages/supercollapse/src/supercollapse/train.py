@@ -171,8 +171,9 @@ def _fork(st: _State, spec: RunSpec) -> _State:
     s_all, tau_all = _schedule_arrays(spec)
     rows = [(t, loss, s_all[t], tau_all[t], tr) for t, loss, _, _, tr in st.rows]  # τ(t ≤ k) agree; s(k) may not
     sched = spec.schedule.as_lambda_lr(opt, last_epoch=st.t - 1)  # sets the LR of step st.t
-    return _State(spec, model, opt, sched, *gens, _tracker(spec, model, opt), s_all, tau_all, _eval_steps(spec), rows,
-                  st.t)  # fmt: skip
+    data_gen, noise_gen = gens
+    return _State(spec, model, opt, sched, data_gen, noise_gen, _tracker(spec, model, opt), s_all, tau_all,
+                  _eval_steps(spec), rows, st.t)  # fmt: skip
 
 
 def _advance(st: _State, task: FourierRegression, test: tuple[torch.Tensor, torch.Tensor], until: int, bar) -> None:
@@ -199,7 +200,7 @@ def _advance(st: _State, task: FourierRegression, test: tuple[torch.Tensor, torc
 def _frame(st: _State) -> pd.DataFrame:
     spec = st.spec
     p = sum(q.numel() for q in st.model.parameters())
-    f = pd.DataFrame(st.rows, columns=["step", "loss", "s", "tau", "noise_trace"])
+    f = pd.DataFrame(st.rows, columns=pd.Index(["step", "loss", "s", "tau", "noise_trace"]))
     return pd.DataFrame(
         {"run_id": spec.run_id, "size": float(p), "seed": spec.seed, "schedule": spec.name, "step": f["step"],
          "compute": 6.0 * p * spec.batch * f["step"], "loss": f["loss"], "tokens": spec.batch * f["step"],
@@ -280,7 +281,7 @@ def train_family(
             _advance(br, task, test, branches[i].schedule.total_steps, bar)
             frames[i] = _frame(br)
         _advance(st, task, test, trunk.schedule.total_steps, bar)
-    return [_frame(st), *frames]
+    return [_frame(st), *(f for f in frames if f is not None)]  # every branch ran
 
 
 def train_sweep(
