@@ -93,7 +93,7 @@ def broja_discrete(
         with warnings.catch_warnings():  # reported through the returned "status" instead
             warnings.filterwarnings("ignore", "Solution may be inaccurate", UserWarning)
             prob.solve(solver=solver, **opts)
-    except cp.error.SolverError:
+    except cp.error.SolverError:  # pyright: ignore[reportAttributeAccessIssue]  # cvxpy.error is a submodule the stub omits
         if time_limit is None:
             raise
     solve_s = time.perf_counter() - t0
@@ -131,8 +131,9 @@ def broja_cvx(
         raise ValueError(f"x1, x2 and y must have the same length, got {len(x1)}, {len(x2)} and {len(y)}")
     k = check_int("k", k, min=1, max=len(x1))
     c = int(n_classes or y.max() + 1)
-    a = KMeans(k, n_init=1, random_state=seed).fit_predict(x1.reshape(len(x1), -1))
-    b = KMeans(k, n_init=1, random_state=seed).fit_predict(x2.reshape(len(x2), -1))
+    # sklearn's stub types n_init as the string "auto" only; the int is documented and accepted
+    a = KMeans(k, n_init=1, random_state=seed).fit_predict(x1.reshape(len(x1), -1))  # pyright: ignore[reportArgumentType]
+    b = KMeans(k, n_init=1, random_state=seed).fit_predict(x2.reshape(len(x2), -1))  # pyright: ignore[reportArgumentType]
     hist = np.zeros((k, k, c))
     np.add.at(hist, (a, b, y), 1.0)
     return broja_discrete(hist, solver, formulation, time_limit)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -137,6 +137,13 @@ class LSMIEstimator:
         self.fitted = False
         self.fit_delta_: float | None = None
 
+    @property
+    def _cfg(self) -> LSMIConfig:
+        """The config; an estimator built without one has none until ``load_state_dict``."""
+        if self.config is None:
+            raise ValueError("this LSMIEstimator has no config: pass n_classes (or an LSMIConfig), or load_state_dict")
+        return self.config
+
     @classmethod
     def from_state_dict(cls, sd: dict[str, Any]) -> LSMIEstimator:
         """A fitted estimator rebuilt from :meth:`state_dict` (its config included)."""
@@ -188,7 +195,7 @@ class LSMIEstimator:
         ty = ty.long()
         if ty.dtype == torch.bool:
             ty = ty.long()
-        c = self.config.n_classes
+        c = self._cfg.n_classes
         if ty.min() < 0 or ty.max() >= c:
             bad = ty[(ty < 0) | (ty >= c)][0].item()
             raise ValueError(f"labels must lie in [0, n_classes={c}), got {bad}")
@@ -243,11 +250,11 @@ class LSMIEstimator:
             return self._fit(x1, x2, y, classifiers, verbose, classifier_input)
 
     def _threads(self) -> contextlib.AbstractContextManager:
-        n = self.config.n_threads
+        n = self._cfg.n_threads
         return contextlib.nullcontext() if n is None else torch_threads(n)
 
     def _fit(self, x1, x2, y, classifiers, verbose, classifier_input) -> LSMIEstimator:
-        cfg = self.config
+        cfg = self._cfg
         t1, t2, ty = self._prepare(x1, x2, y, fitting=True)
         self.d1, self.d2 = t1.shape[1], t2.shape[1]
         if cfg.standardize:
@@ -324,7 +331,7 @@ class LSMIEstimator:
         them has improved for ``patience`` epochs (or after ``max(epochs_clf, epochs_entropy)`` epochs; a model
         past its own epoch budget stops improving by definition). The best states are restored at the end.
         """
-        cfg = self.config
+        cfg = self._cfg
         distributed, rank, world = _dist()
         n = len(ty)
         perm = torch.randperm(n, generator=gen)
@@ -332,8 +339,8 @@ class LSMIEstimator:
         val, train = perm[:n_val], perm[n_val:]
         v1, v2, vy = (t[val].to(self.device) for t in (z1, z2, ty))
         a1, a2, ay = z1[train], z2[train], ty[train]
-        stacked = StackedKNIFE(self.knife1, self.knife2) if train_knifes else None
-        modules = ([self.heads] if train_heads else []) + ([stacked] if train_knifes else [])
+        stacked = StackedKNIFE(cast(KNIFE, self.knife1), cast(KNIFE, self.knife2)) if train_knifes else None
+        modules: list[nn.Module] = ([self.heads] if train_heads else []) + ([stacked] if stacked is not None else [])
         if not modules:
             self.history_ = {"epochs": 0, "held_out_loss": [math.inf] * 5, "n_validation": n_val}
             return
@@ -344,7 +351,7 @@ class LSMIEstimator:
         if train_heads:
             groups.append({"params": list(self.heads.parameters())})
             budgets.append((cfg.epochs_clf, cfg.clf_lr_step))
-        if train_knifes:
+        if stacked is not None:
             groups.append({"params": list(stacked.parameters())})
             budgets.append((cfg.epochs_entropy, cfg.entropy_lr_step))
         opt = torch.optim.Adam(groups, lr=cfg.lr, fused=self.device.type in ("cpu", "cuda") or None)
@@ -394,7 +401,7 @@ class LSMIEstimator:
                 for i in torch.nonzero(improved[:3]).flatten().tolist():
                     for k, v in head_state.items():  # every StackedMLP tensor has the head on dim 0
                         snap[id(self.heads)][k][i] = v[i]
-            if train_knifes and improved[3:].any():
+            if stacked is not None and improved[3:].any():
                 knife_state = stacked.state_dict()
                 for i in torch.nonzero(improved[3:]).flatten().tolist():
                     for k, v in knife_state.items():  # parameters have the KNIFE on dim 0; buffers are fixed
@@ -404,7 +411,7 @@ class LSMIEstimator:
         for m in modules:
             m.load_state_dict(snap[id(m)])
             m.eval()
-        if train_knifes:
+        if stacked is not None:
             for g, k in enumerate((self.knife1, self.knife2)):
                 k.load_state_dict(stacked.knife_state(g))
                 k.to(self.device).eval()
@@ -427,8 +434,8 @@ class LSMIEstimator:
     def _check_heads(self, z1: torch.Tensor, z2: torch.Tensor) -> None:
         """User heads must map n samples to (n, n_classes) logits: a wider head would silently be read as a
         posterior over classes that do not exist."""
-        c = self.config.n_classes
-        heads = self.heads
+        c = self._cfg.n_classes
+        heads = cast(_Heads, self.heads)  # called on user heads only
         for name, f, x in (("f1", heads.f1, z1), ("f2", heads.f2, z2), ("f12", heads.f12, torch.cat([z1, z2], 1))):
             out = f(x.to(self.device))
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(x), c):
@@ -440,7 +447,7 @@ class LSMIEstimator:
 
     def _batches(self, n: int, gen: torch.Generator) -> list[torch.Tensor]:
         perm = torch.randperm(n, generator=gen)
-        return list(perm.split(self.config.batch_size))
+        return list(perm.split(self._cfg.batch_size))
 
     def _loop(
         self,
@@ -448,7 +455,7 @@ class LSMIEstimator:
         loss_fn,
         tensors,
         epochs: int,
-        step: int,
+        step: int | None,
         gen,
         zero_grad: bool,
         desc: str,
@@ -462,7 +469,7 @@ class LSMIEstimator:
             wrapped = [nn.parallel.DistributedDataParallel(m) for m in modules]
         params = [p for m in modules for p in m.parameters()]
         # fused Adam: one kernel per step instead of ~10 per parameter (about 25% of fit time on CPU); same update
-        opt = torch.optim.Adam(params, lr=self.config.lr, fused=self.device.type in ("cpu", "cuda") or None)
+        opt = torch.optim.Adam(params, lr=self._cfg.lr, fused=self.device.type in ("cpu", "cuda") or None)
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=step or epochs + 1, gamma=0.1)
         n = len(tensors[0])
         disable = None if verbose is None else not verbose
@@ -489,7 +496,7 @@ class LSMIEstimator:
             logits = mods[0](x1, x2)  # (3, B, C): the sum of the three heads' cross-entropies
             return ce(logits.reshape(-1, logits.shape[-1]), y.repeat(3), reduction="sum")
 
-        cfg = self.config
+        cfg = self._cfg
         self._loop(
             [self.heads], loss_fn, (z1, z2, ty), cfg.epochs_clf, cfg.clf_lr_step, gen, True, "LSMI classifiers", verbose
         )
@@ -498,8 +505,8 @@ class LSMIEstimator:
         def loss_fn(mods, b):
             return mods[0](b[0], b[1]).sum()  # both KNIFEs in one batched pass
 
-        cfg = self.config
-        stacked = StackedKNIFE(self.knife1, self.knife2)
+        cfg = self._cfg
+        stacked = StackedKNIFE(cast(KNIFE, self.knife1), cast(KNIFE, self.knife2))
         self._loop(
             [stacked],
             loss_fn,
@@ -572,15 +579,18 @@ class LSMIEstimator:
         by the delta of the fit samples, fixed at ``fit`` (a sample's values depend on it alone)."""
         t = self.terms(x1, x2, y)
         r, u1, u2, s = lsmi_from_terms(t["i1"], t["i2"], t["i12"], t["h1"], t["h2"])
+        cfg = self._cfg
         delta = 0.0
-        if self.config.adjust == "mean_shift":
+        if cfg.adjust == "mean_shift":
             r, u1, u2, s, delta = mean_shift(r, u1, u2, s)
-        elif self.config.adjust == "fit_mean_shift":
+        elif cfg.adjust == "fit_mean_shift":
+            assert self.fit_delta_ is not None  # set by fit (and kept by state_dict) under this adjust
             delta = float(self.fit_delta_)
             r, u1, u2, s = r + delta, u1 - delta, u2 - delta, s + delta
-        if self.config.units == "bits":
-            r, u1, u2, s, delta = (v / math.log(2) for v in (r, u1, u2, s, delta))
-        return Interactions(r, u1, u2, s, float(delta), self.config.units)
+        if cfg.units == "bits":
+            nat = math.log(2)
+            r, u1, u2, s, delta = r / nat, u1 / nat, u2 / nat, s / nat, delta / nat
+        return Interactions(r, u1, u2, s, float(delta), cfg.units)
 
     def score(self, x1: Any, x2: Any, y: Any) -> tuple[float, float, float, float]:
         """Dataset-level (R, U1, U2, S): the means of :meth:`transform`."""
@@ -595,7 +605,7 @@ class LSMIEstimator:
         """Everything needed to rebuild the fitted estimator (tensors and plain values only)."""
         self._check_fitted()
         sd: dict[str, Any] = {
-            "config": self.config.to_dict(),
+            "config": self._cfg.to_dict(),
             "d1": self.d1,
             "d2": self.d2,
             "log_prior": self.log_prior.clone(),
@@ -612,8 +622,8 @@ class LSMIEstimator:
     def load_state_dict(self, sd: dict[str, Any]) -> LSMIEstimator:
         """Restore a state from :meth:`state_dict` (classifiers must be the default MLP heads)."""
         self.config = LSMIConfig(**sd["config"])
-        self.device = get_device(self.config.device)
-        cfg = self.config
+        self.device = get_device(self._cfg.device)
+        cfg = self._cfg
         self.d1, self.d2 = sd["d1"], sd["d2"]
         self.log_prior = sd["log_prior"]
         self.fit_delta_ = sd.get("fit_delta")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -92,7 +92,7 @@ def real_data_means(seed: int = 0) -> dict[str, Any]:
     from sklearn.datasets import load_breast_cancer, load_digits
 
     rng = np.random.default_rng(seed)
-    d = load_digits()
+    d = cast(Any, load_digits())  # a Bunch (the stub's union includes the return_X_y tuple)
     img, target = d.images, d.target
     left, right = img[:, :, :4].reshape(len(img), -1), img[:, :, 4:].reshape(len(img), -1)
     perm = rng.permutation(len(img))
@@ -101,7 +101,7 @@ def real_data_means(seed: int = 0) -> dict[str, Any]:
     _, digits = fit_score(left, right, y, 10, n_fit, seed=seed)
     shuffled = right[rng.permutation(len(right))]
     _, digits_shuffled = fit_score(left, shuffled, y, 10, n_fit, seed=seed)
-    bc = load_breast_cancer()
+    bc = cast(Any, load_breast_cancer())
     x, yb = bc.data, bc.target
     perm = rng.permutation(len(yb))
     _, cancer = fit_score(x[perm, :10], x[perm, 20:], yb[perm], 2, int(0.8 * len(yb)), seed=seed)
@@ -517,12 +517,13 @@ def well_specified_reference(
     chosen: dict[str, float] = {}
     for name, x in (("i1", x1), ("i2", x2), ("i12", np.hstack([x1, x2]))):
         x = x.astype(np.float64)
-        best = None
+        best: tuple[float, np.ndarray] | None = None
         for c_inv in inverse_l2:
             clf = LogisticRegression(C=c_inv, max_iter=5000).fit(x[:nf], y[:nf])
             pmi = clf.predict_log_proba(x[nf:])[rows, y[nf:]] + np.log(n_classes)  # uniform prior, as the exact
             if best is None or pmi.mean() > best[1].mean():
                 best = (c_inv, pmi)
+        assert best is not None  # inverse_l2 is not empty
         chosen[name], got[name] = best
     terms = ("i1", "i2", "i12", "h1", "h2")
     exact = np.array([float(v.mean()) for v in mean_shift(*lsmi_from_terms(*(ex[k] for k in terms)))[:4]])

@@ -4,7 +4,7 @@ shift, and the exact discrete version for a joint pmf. Values are in nats."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -97,7 +97,7 @@ def lsmi_discrete(P: Any) -> DiscreteLSMI:
     i2 = np.log(p2y[b, c] / (p2[b] * py[c]))
     i12 = np.log(w / (p12[a, b] * py[c]))
     r, u1, u2, s = lsmi_from_terms(i1, i2, i12, -np.log(p1[a]), -np.log(p2[b]))
-    raw = tuple(float(np.dot(w, v)) for v in (r, u1, u2, s))
+    raw = cast("tuple[float, float, float, float]", tuple(float(np.dot(w, v)) for v in (r, u1, u2, s)))
     r, u1, u2, s, delta = mean_shift(r, u1, u2, s, weights=w)
-    means = tuple(float(np.dot(w, v)) for v in (r, u1, u2, s))
+    means = cast("tuple[float, float, float, float]", tuple(float(np.dot(w, v)) for v in (r, u1, u2, s)))
     return DiscreteLSMI(np.stack([a, b, c], 1), w, r, u1, u2, s, raw, means, delta)

@@ -57,6 +57,9 @@ class StackedKNIFE(nn.Module):
     gradients (hence zero Adam updates).
     """
 
+    mask: torch.Tensor  # buffer (2, d_max): 1 on each KNIFE's own coordinates
+    log_norm: torch.Tensor  # buffer (2,): (d_g / 2) log 2 pi
+
     def __init__(self, knife1: KNIFE, knife2: KNIFE) -> None:
         super().__init__()
         if knife1.n_kernels != knife2.n_kernels:
@@ -135,6 +138,12 @@ class GaussianMixtureDensity(nn.Module):
 
     with P_k the Cholesky factor of kernel k's precision (every covariance type stored as full (K, d, d)).
     """
+
+    means: torch.Tensor  # buffer (K, d)
+    prec_chol: torch.Tensor  # buffer (K, d, d)
+    log_weights: torch.Tensor  # buffer (K,)
+    converged_: bool  # set by fit: whether EM converged
+    n_iter_: int  # set by fit: EM iterations run
 
     def __init__(self, dim: int, n_components: int = 5) -> None:
         super().__init__()

@@ -87,7 +87,7 @@ def _gaussian_claim(per_seed: dict[int, dict]) -> Claim:
         short="Gaussian vs exact plug-in",
     )  # fmt: skip
     est_s, exact_s = ([r[k][3] for r in rows.values()] for k in ("estimated", "exact_plugin"))
-    c.measured += f"; S = {_vals(est_s, 3)} (exact {_vals(exact_s, 3)}) at seed {seeds[0]}"
+    c.measured = f"{c.measured}; S = {_vals(est_s, 3)} (exact {_vals(exact_s, 3)}) at seed {seeds[0]}"
     v = combine(c.verdict, HOLDS if all(c.details["ordered"]) else FAILS)
     return Claim(c.text, c.paper, c.measured, None, c.rule, c.unit, c.details, c.short, v)
 
@@ -168,7 +168,8 @@ def _pid_batch_claim(per_seed: dict[int, list[dict]], key: str = "lsmi", label: 
         details={"per_seed": {str(k): per_seed[k] for k in seeds}},
         short="PID-Batch/LSMI time ≥ 3x" + label,
     )
-    c.measured += f"; seed {seeds[0]}: " + "; ".join(ex.common_accuracy_text(r, key) for r in per_seed[seeds[0]])
+    cells = "; ".join(ex.common_accuracy_text(r, key) for r in per_seed[seeds[0]])
+    c.measured = f"{c.measured}; seed {seeds[0]}: {cells}"
     return c
 
 
