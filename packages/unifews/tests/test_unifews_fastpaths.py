@@ -83,3 +83,18 @@ def test_layer_with_remembered_csr_equals_fresh_layer(scheme):
         torch.testing.assert_close(out, out2)
         torch.testing.assert_close(xr.grad, xr2.grad)
         assert ref.sparsity()["edge"] > 0.2
+
+
+def test_inference_mode_forward_equals_no_grad_forward():
+    """Under ``torch.inference_mode`` (tensors without a version counter) nothing is remembered, results agree."""
+    x, ei = random_graph(n=40, m=200, f=6, seed=6)
+    conv = UnifewsGCNConv(6, 5, cached=True, config=UnifewsConfig(delta_a=0.8, delta_w=0.3)).double()
+    with torch.no_grad():
+        ref = conv(x, ei)
+    with torch.inference_mode():  # masks made here are inference tensors
+        outs = [conv(x, ei) for _ in range(2)]
+    conv.set_scheme("keep", "keep")
+    with torch.inference_mode():
+        outs += [conv(x, ei) for _ in range(2)]
+    for out in outs:
+        torch.testing.assert_close(out, ref)

@@ -152,7 +152,11 @@ class FitResult:
 
     @property
     def strict_acc(self) -> float:
-        """``test_acc_strict`` (set by :func:`fit`); raises when the result has none (:func:`fit_mlp`)."""
+        """``test_acc_strict``, set by :func:`fit`.
+
+        Raises:
+            ValueError: for a result without it (:func:`fit_mlp` sets only ``test_acc``).
+        """
         if self.test_acc_strict is None:
             raise ValueError("this result has no strict accuracy (fit_mlp results have only test_acc)")
         return self.test_acc_strict

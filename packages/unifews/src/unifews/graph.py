@@ -229,13 +229,11 @@ class LayerGraph:
         counter): a fixed mask (``scheme_a="keep"``, or the backward of the forward that built it) selects once.
         """
         key = "_kept_bwd" if transposed else "_kept_fwd"
+        # inference tensors (torch.inference_mode) have no version counter: their selections are not remembered
+        remember = not (w.is_inference() or (mask is not None and mask.is_inference()))
+        version = (w._version, None if mask is None else mask._version) if remember else None
         memo = self.__dict__.get(key)
-        if (
-            memo is not None
-            and memo[0] is mask
-            and memo[1] is w
-            and memo[2] == (w._version, None if mask is None else mask._version)
-        ):
+        if remember and memo is not None and memo[0] is mask and memo[1] is w and memo[2] == version:
             return memo[3]
         perm, ptr, col = self.backward_order() if transposed else self.forward_order()
         vals = self._sorted_values(w, perm, transposed)
@@ -252,7 +250,7 @@ class LayerGraph:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
             out = torch.sparse_csr_tensor(ptr, col, vals, (self.n, self.n), check_invariants=False)
-        self.__dict__[key] = (mask, w, (w._version, None if mask is None else mask._version), out)
+        self.__dict__[key] = (mask, w, version, out) if remember else None
         return out
 
     def abs_weights(self) -> Tensor:
