@@ -167,6 +167,31 @@ def test_mixed_batch_over_different_targets_equals_each_row_alone(mode):
     assert_mixed_equals_rows_alone(m, ids, rows)
 
 
+def test_mixed_batch_one_family_on_every_row_accumulates_in_place_exactly():
+    """Every row in one slice family (no "__base__" row): the update is added into the base output in place
+    (``baddbmm_``); each row equals its adapter alone, and with gradients on the same logits come out and a
+    backward reaches every adapter's shared and local tensors."""
+    m = get_bslora_model(tiny_llama(), bs_config("slice"), "a")
+    for name in ("b", "c"):
+        m.add_adapter(name, bs_config("slice"))
+    randomize(m, seed=4)
+    m.eval()
+    ids = torch.randint(0, 64, (5, 6), generator=torch.Generator().manual_seed(6))
+    rows = ["c", "a", "b", "a", "c"]
+    assert_mixed_equals_rows_alone(m, ids, rows)
+    for n, p in m.named_parameters():  # set_adapter leaves one adapter trainable (as in peft): train all three
+        p.requires_grad_("bslora_shared" in n or "lora_" in n)
+    with torch.no_grad():
+        ref = m(input_ids=ids, adapter_names=rows).logits
+    out = m(input_ids=ids, adapter_names=rows).logits
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    out.square().sum().backward()
+    for name in ("a", "b", "c"):
+        assert m.bslora_shared[name]["inter"].A.grad is not None
+        layer = next(layer for _, layer in m.bslora_layers())
+        assert layer.lora_A[name].weight.grad is not None and layer.lora_A[name].weight.grad.abs().sum() > 0
+
+
 def _live_tensor_bytes() -> int:
     """Bytes of every tensor storage alive in this process (found by the garbage collector, each storage once)."""
     gc.collect()

@@ -26,13 +26,13 @@ import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from bslora.config import BSLoRAConfig
-from bslora.model import get_bslora_model
+from bslora.model import BSLoRAModel, get_bslora_model
 from icml25_shared.device import torch_threads, worker_count
 from icml25_shared.report import save_figure, subplots
 from icml25_shared.seed import seed_everything
@@ -294,6 +294,7 @@ def finetune(
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             model = peft.get_peft_model(base, lcfg)
     else:
+        assert isinstance(method, BSLoRAConfig), f"method must be a BSLoRAConfig or 'peft', got {method!r}"
         model = get_bslora_model(base, method)
     params = [p for p in model.parameters() if p.requires_grad]
     n_params = count_parameters(model, trainable_only=True)
@@ -344,7 +345,8 @@ def run_cell(
                 model, (em, tok), p, _ = finetune(base_state, mcfg, task, test, seed, steps)
             out["exact"][mname], out["token"][mname], out["params"][mname] = em, tok, p
             if keep and mname == "BSLoRA SS(2,4,16)":
-                out["ss_state"] = {k: v.clone() for k, v in model.adapter_state_dict("default").items()}
+                sd = cast(BSLoRAModel, model).adapter_state_dict("default")
+                out["ss_state"] = {k: v.clone() for k, v in sd.items()}
     out["steps"] = steps
     return out
 

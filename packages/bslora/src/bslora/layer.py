@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -59,6 +60,7 @@ class MixedBatch:
         self.unique = tuple(dict.fromkeys(rows))
         self._plans: dict[tuple, RowPlan] = {}
         self._kept: dict[tuple, tuple[Any, Any, torch.Tensor]] = {}
+        self._refs: dict[tuple, Any] = {}  # references to existing parameters only (no new tensor memory)
 
     def plan(self, names: tuple[str, ...], device: torch.device) -> RowPlan:
         key = (names, device)
@@ -75,9 +77,41 @@ class MixedBatch:
         self._kept[key] = (x, layer, out)
         return out
 
+    def refs(self, key: tuple, build: Any) -> Any:
+        """``build()`` once per call (one forward, or a whole ``generate``): lists of references to the adapters'
+        own parameters, looked up by name once instead of at every module call of every decoding step."""
+        out = self._refs.get(key)
+        if out is None:
+            out = self._refs[key] = build()
+        return out
+
     def nbytes(self) -> int:
         """Bytes of the tensors kept right now (the per-forward stacks and projections)."""
         return sum(v[2].numel() * v[2].element_size() for v in self._kept.values())
+
+
+def _linear(m: nn.Module) -> nn.Linear:
+    """``m`` as the ``nn.Linear`` it is (a ``ModuleDict`` entry of ``lora_A`` / ``lora_B``)."""
+    assert isinstance(m, nn.Linear)
+    return m
+
+
+def _pair(p: SharedPair | None) -> SharedPair:
+    """A shared pair known to exist (the family has the branch)."""
+    assert p is not None
+    return p
+
+
+def _kron(m: nn.Module | None) -> KronSampler:
+    """The KE samplers of a module's branch."""
+    assert isinstance(m, KronSampler)
+    return m
+
+
+def _gate(m: nn.Module | None) -> GateVectors:
+    """The GT gates of a module's branch."""
+    assert isinstance(m, GateVectors)
+    return m
 
 
 def _init_A(weight: torch.Tensor, cfg: BSLoRAConfig, rank: int) -> None:
@@ -205,11 +239,13 @@ class BSLoRALinear(nn.Module):
         self.module_name = name
         self.layer_idx = layer_idx
         self.fan_in_fan_out = not isinstance(base_layer, nn.Linear)
-        w = base_layer.weight
-        if self.fan_in_fan_out:
-            self.in_features, self.out_features = w.shape[0], w.shape[1]
-        else:
+        self.in_features: int
+        self.out_features: int
+        if isinstance(base_layer, nn.Linear):
             self.in_features, self.out_features = base_layer.in_features, base_layer.out_features
+        else:  # transformers Conv1D: weight (in, out)
+            w = cast(torch.Tensor, base_layer.weight)
+            self.in_features, self.out_features = int(w.shape[0]), int(w.shape[1])
         self.lora_A = nn.ModuleDict()
         self.lora_B = nn.ModuleDict()
         self.lora_dropout = nn.ModuleDict()
@@ -227,7 +263,7 @@ class BSLoRALinear(nn.Module):
     # ------------------------------------------------------------------ adapters
     @property
     def weight(self) -> torch.Tensor:
-        return self.base_layer.weight
+        return cast(torch.Tensor, self.base_layer.weight)
 
     @property
     def bias(self) -> torch.Tensor | None:
@@ -248,16 +284,17 @@ class BSLoRALinear(nn.Module):
         """Add adapter ``adapter_name``: local factors, dropout, samplers/gates, and references to the shared pairs.
 
         ``dtype``: of the adapter's tensors (default: the base weight's floating dtype, else float32)."""
-        w = self.base_layer.weight
+        w = self.weight
         if dtype is None:
             dtype = w.dtype if w.dtype.is_floating_point else torch.float32
         kw = {"device": w.device, "dtype": dtype}
         if cfg.r_local > 0:
-            self.lora_A[adapter_name] = nn.Linear(self.in_features, cfg.r_local, bias=False, **kw)
-            self.lora_B[adapter_name] = nn.Linear(cfg.r_local, self.out_features, bias=False, **kw)
+            lora_A = nn.Linear(self.in_features, cfg.r_local, bias=False, **kw)
+            lora_B = nn.Linear(cfg.r_local, self.out_features, bias=False, **kw)
             with torch.no_grad():
-                _init_A(self.lora_A[adapter_name].weight, cfg, cfg.r_local)
-                self.lora_B[adapter_name].weight.zero_()
+                _init_A(lora_A.weight, cfg, cfg.r_local)
+                lora_B.weight.zero_()
+            self.lora_A[adapter_name], self.lora_B[adapter_name] = lora_A, lora_B
         self.lora_dropout[adapter_name] = nn.Dropout(cfg.lora_dropout) if cfg.lora_dropout > 0 else nn.Identity()
         for pair, store in ((intra, self.intra_adapt), (inter, self.inter_adapt)):
             if pair is None:
@@ -286,7 +323,7 @@ class BSLoRALinear(nn.Module):
             self.active_adapter = next(iter(self.configs), None)
 
     # ------------------------------------------------------------------ the math
-    def _branches(self, adapter_name: str):
+    def _branches(self, adapter_name: str) -> Iterator[tuple[SharedPair, nn.Module | None]]:
         """Yield ``(pair, sampler_or_gates)`` for the intra and inter branches that exist."""
         intra, inter = self._shared[adapter_name]
         if intra is not None:
@@ -300,14 +337,14 @@ class BSLoRALinear(nn.Module):
         dt = self._adapter_dtype(adapter_name)
         delta = torch.zeros(self.out_features, self.in_features, device=self.weight.device, dtype=dt)
         if cfg.r_local > 0:
-            delta = delta + self.lora_B[adapter_name].weight @ self.lora_A[adapter_name].weight
+            delta = delta + _linear(self.lora_B[adapter_name]).weight @ _linear(self.lora_A[adapter_name]).weight
         for pair, extra in self._branches(adapter_name):
             if cfg.share_mode == "slice":
                 delta = delta + bsF.slice_delta(pair.A, pair.B, self.in_features, self.out_features, cfg.slice_align)
             elif cfg.share_mode == "kron":
-                delta = delta + bsF.kron_delta(pair.A, pair.B, extra.a, extra.b)
+                delta = delta + bsF.kron_delta(pair.A, pair.B, _kron(extra).a, _kron(extra).b)
             else:
-                delta = delta + bsF.gate_delta(pair.A, pair.B, *extra.tensors())
+                delta = delta + bsF.gate_delta(pair.A, pair.B, *_gate(extra).tensors())
         return cfg.scale * delta
 
     def effective_factors(self, adapter_name: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -319,15 +356,15 @@ class BSLoRALinear(nn.Module):
         As: list[torch.Tensor] = []
         Bs: list[torch.Tensor] = []
         if cfg.r_local > 0:
-            As.append(self.lora_A[adapter_name].weight)
-            Bs.append(self.lora_B[adapter_name].weight)
+            As.append(_linear(self.lora_A[adapter_name]).weight)
+            Bs.append(_linear(self.lora_B[adapter_name]).weight)
         for pair, extra in self._branches(adapter_name):
             if cfg.share_mode == "slice":
                 a, b = bsF.slice_factors(pair.A, pair.B, self.in_features, self.out_features, cfg.slice_align)
             elif cfg.share_mode == "kron":
-                a, b = bsF.kron_factors(pair.A, pair.B, extra.a, extra.b)
+                a, b = bsF.kron_factors(pair.A, pair.B, _kron(extra).a, _kron(extra).b)
             else:
-                a, b = bsF.gate_factors(pair.A, pair.B, *extra.tensors())
+                a, b = bsF.gate_factors(pair.A, pair.B, *_gate(extra).tensors())
             As.append(a)
             Bs.append(b)
         return torch.cat(As, 0), cfg.scale * torch.cat(Bs, 1)
@@ -359,9 +396,11 @@ class BSLoRALinear(nn.Module):
             return cfg.scale * out
         for pair, extra in self._branches(adapter_name):
             if cfg.share_mode == "kron":
-                add(bsF.kron_apply(xd if cfg.kron_shared_dropout else x, pair.A, pair.B, extra.a, extra.b))
+                add(
+                    bsF.kron_apply(xd if cfg.kron_shared_dropout else x, pair.A, pair.B, _kron(extra).a, _kron(extra).b)
+                )
             else:
-                add(bsF.gate_apply(xd, pair.A, pair.B, *extra.tensors()))
+                add(bsF.gate_apply(xd, pair.A, pair.B, *_gate(extra).tensors()))
         assert out is not None
         return cfg.scale * out
 
@@ -385,7 +424,7 @@ class BSLoRALinear(nn.Module):
 
     def _adapter_dtype(self, name: str) -> torch.dtype:
         if name in self.lora_A:
-            return self.lora_A[name].weight.dtype
+            return _linear(self.lora_A[name]).weight.dtype
         return next(p for p in self._shared[name] if p is not None).A.dtype
 
     def _mixed_forward(self, x: torch.Tensor, y: torch.Tensor, batch: MixedBatch) -> torch.Tensor:
@@ -400,7 +439,9 @@ class BSLoRALinear(nn.Module):
             raise ValueError(
                 f"adapter_names has {len(rows)} entries but the batch at {self.module_name} has {x.shape[0]} rows"
             )
-        present = tuple(n for n in batch.unique if n in self.configs)
+        present: tuple[str, ...] = batch.refs(
+            (id(self), "present"), lambda: tuple(n for n in batch.unique if n in self.configs)
+        )
         if not present:
             return y
         x3 = x.reshape(x.shape[0], -1, self.in_features)
@@ -414,37 +455,64 @@ class BSLoRALinear(nn.Module):
                 y = y + d.reshape(y.shape).to(y.dtype)
                 continue
             xs = xf if plan.sel is None else xf.index_select(0, plan.sel)
+            if cfg.share_mode == "slice" and plan.sel is None and y.dtype == xf.dtype and y.is_contiguous():
+                # every row in this family: accumulate s * (z B^T) into y in place (no temporaries of y's size)
+                self._slice_gathered(xs, x, names, plan, batch, into=y.view(x3.shape[0], -1, self.out_features))
+                continue
             if cfg.share_mode == "slice":
                 d = self._slice_gathered(xs, x, names, plan, batch)
             else:
-                d = self._local_gathered(xs, names, plan)
+                d = self._local_gathered(xs, names, plan, batch)
                 for branch, store in ((0, self.intra_adapt), (1, self.inter_adapt)):
                     if self._shared[names[0]][branch] is None:
                         continue
-                    pairs = [self._shared[n][branch] for n in names]
+                    pairs = [_pair(self._shared[n][branch]) for n in names]
                     A, B = plan.per_row([p.A for p in pairs]), plan.per_row([p.B for p in pairs])
                     if cfg.share_mode == "kron":
-                        a, b = (plan.per_row([getattr(store[n], v) for n in names]) for v in ("a", "b"))
+                        a, b = (plan.per_row([getattr(_kron(store[n]), v) for n in names]) for v in ("a", "b"))
                         extra = bsF.kron_apply_rows(xs, A, B, a, b)
                     else:
-                        gates = [plan.per_row([t[i] for t in (store[n].tensors() for n in names)]) for i in range(4)]
+                        gates = [
+                            plan.per_row([t[i] for t in (_gate(store[n]).tensors() for n in names)]) for i in range(4)
+                        ]
                         extra = bsF.gate_apply_rows(xs, A, B, *gates)
                     d = extra if d is None else d + extra
                 assert d is not None
-            d = cfg.scale * d
             if plan.sel is None:
-                y = y + d.reshape(y.shape).to(y.dtype)
-            else:
-                y = y.index_add(0, plan.sel, d.reshape(d.shape[0], *y.shape[1:]).to(y.dtype))
+                y = y.add_(d.reshape(y.shape).to(y.dtype), alpha=cfg.scale)
+            else:  # y is this forward's own base output: updated in place
+                y = y.index_add_(0, plan.sel, d.reshape(d.shape[0], *y.shape[1:]).to(y.dtype), alpha=cfg.scale)
         return y
 
-    def _local_gathered(self, xs: torch.Tensor, names: tuple[str, ...], plan: RowPlan) -> torch.Tensor | None:
-        """Per-row local LoRA ``B_loc A_loc x`` by a gathered ``bmm`` pair (``None`` when ``r_local = 0``)."""
+    def _local_weights(
+        self, names: tuple[str, ...], batch: MixedBatch | None = None
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The local ``lora_A`` / ``lora_B`` weights of ``names`` (looked up once per mixed call with ``batch``)."""
+
+        def build() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+            return ([_linear(self.lora_A[n]).weight for n in names], [_linear(self.lora_B[n]).weight for n in names])
+
+        return build() if batch is None else batch.refs((id(self), "local", names), build)
+
+    def _local_gathered(
+        self,
+        xs: torch.Tensor,
+        names: tuple[str, ...],
+        plan: RowPlan,
+        batch: MixedBatch | None = None,
+        into: torch.Tensor | None = None,
+    ) -> torch.Tensor | None:
+        """Per-row local LoRA ``B_loc A_loc x`` by a gathered ``bmm`` pair (``None`` when ``r_local = 0``); with
+        ``into`` (``(rows, tokens, out)``), ``into += s B_loc A_loc x`` in place instead and ``into`` is returned."""
         if self.configs[names[0]].r_local == 0:
             return None
-        A = plan.per_row([self.lora_A[n].weight for n in names])  # (rows, r, in)
-        B = plan.per_row([self.lora_B[n].weight for n in names])  # (rows, out, r)
-        return torch.bmm(torch.bmm(xs, A.transpose(1, 2)), B.transpose(1, 2))
+        As, Bs = self._local_weights(names, batch)
+        A = plan.per_row(As)  # (rows, r, in)
+        B = plan.per_row(Bs)  # (rows, out, r)
+        z = torch.bmm(xs, A.transpose(1, 2))
+        if into is not None:
+            return into.baddbmm_(z, B.transpose(1, 2), alpha=self.configs[names[0]].scale)
+        return torch.bmm(z, B.transpose(1, 2))
 
     def _slice_offsets(self, names: tuple[str, ...]) -> tuple[int, int] | None:
         """``(c, c')``: the module's window in the family's shared pairs (``None`` without shared branches)."""
@@ -467,7 +535,8 @@ class BSLoRALinear(nn.Module):
             layer = self.layer_idx if branch == 0 else None
 
             def build(b: int = branch) -> torch.Tensor:
-                return stack([getattr(self._shared[n][b], which) for n in names])
+                key = (id(self), "shared", which, b, names)
+                return stack(batch.refs(key, lambda: [getattr(self._shared[n][b], which) for n in names]))
 
             parts.append(batch.reuse((which, branch, names, stack), None, layer, build))
         if len(parts) == 1:
@@ -475,11 +544,19 @@ class BSLoRALinear(nn.Module):
         return batch.reuse((which, "cat", names, stack), None, self.layer_idx, lambda: torch.cat(parts, dim))
 
     def _slice_gathered(
-        self, xs: torch.Tensor, x_key: torch.Tensor, names: tuple[str, ...], plan: RowPlan, batch: MixedBatch
+        self,
+        xs: torch.Tensor,
+        x_key: torch.Tensor,
+        names: tuple[str, ...],
+        plan: RowPlan,
+        batch: MixedBatch,
+        into: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Slice mode on the CPU path: gathered ``bmm`` per row; the shared projection ``x @ [A_intra; A_inter]^T``
-        (window ``c:c+in``) once per (family, layer, input)."""
-        d = self._local_gathered(xs, names, plan)
+        (window ``c:c+in``) once per (family, layer, input). Returns the unscaled update, or with ``into``
+        (``(rows, tokens, out)``, every row in the family) adds the scaled update to ``into`` in place (``baddbmm_``:
+        no temporary of the output's size) and returns it."""
+        d = self._local_gathered(xs, names, plan, batch, into)
         offsets = self._slice_offsets(names)
         if offsets is not None:
             c, co = offsets
@@ -491,8 +568,11 @@ class BSLoRALinear(nn.Module):
 
             z = batch.reuse(("z", names, c, n_in), x_key, self.layer_idx, project)
             B = self._shared_stack(names, "B", plan.per_row, batch)  # (rows, n_out, R)
-            s = torch.bmm(z, B[:, co : co + self.out_features].transpose(1, 2))
-            d = s if d is None else d + s
+            Bw = B[:, co : co + self.out_features].transpose(1, 2)
+            if into is not None:
+                return into.baddbmm_(z, Bw, alpha=self.configs[names[0]].scale)
+            s = torch.bmm(z, Bw)
+            d = s if d is None else d.add_(s)
         assert d is not None
         return d
 
@@ -507,8 +587,9 @@ class BSLoRALinear(nn.Module):
         kw = {"impl": self.kernel_impl, "check_ids": False}
         d: torch.Tensor | None = None
         if cfg.r_local > 0:
-            A = torch.stack([self.lora_A[n].weight for n in names])  # (G, r, in)
-            B = torch.stack([self.lora_B[n].weight for n in names])  # (G, out, r)
+            As, Bs = self._local_weights(names, batch)
+            A = torch.stack(As)  # (G, r, in)
+            B = torch.stack(Bs)  # (G, out, r)
             d = grouped_lora(xf, A.transpose(1, 2), B.transpose(1, 2), plan.group, **kw)
         offsets = self._slice_offsets(names)
         if offsets is not None:

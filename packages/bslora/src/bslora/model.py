@@ -9,7 +9,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -59,7 +59,7 @@ def _is_supported(module: nn.Module) -> bool:
     return isinstance(module, nn.Linear) or (conv1d is not None and isinstance(module, conv1d))
 
 
-def _matches(name: str, target_modules: tuple[str, ...] | str) -> bool:
+def _matches(name: str, target_modules: tuple[str, ...] | list[str] | str) -> bool:
     if isinstance(target_modules, str):
         return re.fullmatch(target_modules, name) is not None
     return any(name == t or name.endswith("." + t) for t in target_modules)
@@ -111,7 +111,7 @@ def _module_shape(module: nn.Module) -> tuple[int, int]:
         return module.in_features, module.out_features
     if isinstance(module, nn.Linear):
         return module.in_features, module.out_features
-    w = module.weight  # Conv1D: (in, out)
+    w = cast(torch.Tensor, module.weight)  # Conv1D: (in, out)
     return int(w.shape[0]), int(w.shape[1])
 
 
@@ -218,7 +218,7 @@ class BSLoRAModel(nn.Module):
         else:
             n_in = max(s[0] for s in shapes.values())
             n_out = max(s[1] for s in shapes.values())
-        ref = targets[0][1].weight
+        ref = cast(torch.Tensor, targets[0][1].weight)
         dtype = ref.dtype if ref.dtype.is_floating_point else torch.float32
         if check_bool("autocast_adapter_dtype", autocast_adapter_dtype) and dtype in (torch.float16, torch.bfloat16):
             dtype = torch.float32
@@ -514,7 +514,7 @@ class BSLoRAModel(nn.Module):
         sampling) each row's name is repeated for its beams / sequences, as transformers expands the prompts."""
         if adapter_names is None:
             try:
-                return self.base_model.generate(*args, **kwargs)
+                return cast(Any, self.base_model).generate(*args, **kwargs)
             finally:
                 self.clear_caches()
         if isinstance(adapter_names, str) or not isinstance(adapter_names, (list, tuple)):
@@ -530,7 +530,7 @@ class BSLoRAModel(nn.Module):
         repeat = beams if beams > 1 else seqs
         rows = [n for n in adapter_names for _ in range(repeat)]
         with self._mixed_batch(rows, None):
-            return self.base_model.generate(*args, **kwargs)
+            return cast(Any, self.base_model).generate(*args, **kwargs)
 
     # ------------------------------------------------------------------ save / load
     def _adapter_keys(self) -> set[str]:
@@ -597,8 +597,8 @@ class BSLoRAModel(nn.Module):
             if name not in layer.configs:
                 continue
             if name in layer.lora_A:
-                sd[f"{mod_name}.lora_A.weight"] = layer.lora_A[name].weight
-                sd[f"{mod_name}.lora_B.weight"] = layer.lora_B[name].weight
+                sd[f"{mod_name}.lora_A.weight"] = cast(nn.Linear, layer.lora_A[name]).weight
+                sd[f"{mod_name}.lora_B.weight"] = cast(nn.Linear, layer.lora_B[name]).weight
             for kind, store in (("intra", layer.intra_adapt), ("inter", layer.inter_adapt)):
                 if name in store:
                     for pn, p in store[name].named_parameters():

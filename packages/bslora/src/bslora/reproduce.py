@@ -21,7 +21,7 @@ count on its LoRA-8 run. Claim 2 is judged on the t-interval of its per-seed fig
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -155,7 +155,7 @@ def reproduce(full: bool, out_dir: Path, *, download: bool = False, seed: int = 
 
 
 def _full_claims(exact: dict, n_params: dict, base_state: dict, adapters: dict) -> list[Claim]:
-    ss_cfg = method_configs(True)[SS]
+    ss_cfg = cast(BSLoRAConfig, method_configs(True)[SS])
     # SS(2,4,16) / LoRA-8 from the closed-form counts at the paper's model shapes (all five targets)
     expected = {"LLaMA-7B": 0.476, "Llama-3-8B": 0.542, "LLaMA-13B": 0.472}
     claims = []
@@ -179,7 +179,8 @@ def _full_claims(exact: dict, n_params: dict, base_state: dict, adapters: dict) 
     err = mixed_batch_error(base_state, adapters, ss_cfg)
     claims.append(Claim("Mixed batch of the task adapters == each adapter alone (max |Δlogit|)", 0.0, err, err < 1e-4,
                         rule="max abs difference < 1e-4", short="mixed batch max |Δlogit|"))  # fmt: skip
-    slopes = {"SS(2,4,16)": bytes_per_adapter(ss_cfg), "LoRA-8": bytes_per_adapter(method_configs(True)[L8])}
+    l8_cfg = cast(BSLoRAConfig, method_configs(True)[L8])
+    slopes = {"SS(2,4,16)": bytes_per_adapter(ss_cfg), "LoRA-8": bytes_per_adapter(l8_cfg)}
     r_bytes = slopes["SS(2,4,16)"] / slopes["LoRA-8"]
     claims.append(
         Claim("Resident bytes per extra adapter in a serving model, SS(2,4,16) / LoRA-8 (fp32, measured)", 0.33,
