@@ -36,7 +36,7 @@ def weighted_average(
     out: dict[str, torch.Tensor] = {}
     for k in keys:
         ref = state_dicts[0][k]
-        acc = sum(wi * sd[k].detach().to(torch.float64) for wi, sd in zip(w, state_dicts))
+        acc = torch.stack([wi * sd[k].detach().to(torch.float64) for wi, sd in zip(w, state_dicts)]).sum(0)
         if ref.is_floating_point():
             out[k] = acc.to(ref.dtype)
         else:

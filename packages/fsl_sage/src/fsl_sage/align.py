@@ -83,6 +83,7 @@ class RingBuffer:
             z, y = z[-self.capacity :], y[-self.capacity :]
         n = len(z)
         pos = (self._ptr + torch.arange(n, device=z.device)) % self.capacity
+        assert self._z is not None and self._y is not None  # allocated on the first add above
         self._z[pos] = z
         self._y[pos] = y
         self._ptr = (self._ptr + n) % self.capacity
@@ -316,10 +317,10 @@ def align_many_vmap(
 
         gv = grad_and_value(loss_fn)
 
-        def per_client(params, z, y, g):
+        def per_client_autograd(params, z, y, g):
             return gv(params, z, y, g)[0]
 
-        batched = vmap(per_client)
+        batched = vmap(per_client_autograd)
 
     gens = list(generators) if generators is not None else [None] * c
     ar = torch.arange(c)[:, None]

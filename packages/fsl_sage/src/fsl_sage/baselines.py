@@ -14,8 +14,8 @@ from torch import nn
 
 from fsl_sage.aggregate import weighted_average
 from fsl_sage.comm import nbytes
-from fsl_sage.data import batch_key
-from fsl_sage.runner import Dataset, FederatedSplitAlgorithm, local_batches, make_optimizer, server_step
+from fsl_sage.data import ClientData, batch_key
+from fsl_sage.runner import FederatedSplitAlgorithm, local_batches, make_optimizer, server_step
 from fsl_sage.sage import run_client_round
 
 __all__ = ["CSEFSL", "SplitFedV1", "SplitFedV2", "FedAvg"]
@@ -28,7 +28,7 @@ class CSEFSL(FederatedSplitAlgorithm):
     method = "cse_fsl"
     needs_aux = True
 
-    def _setup(self, datasets: Sequence[Dataset]) -> None:
+    def _setup(self, datasets: Sequence[ClientData]) -> None:
         n = len(datasets)
         self.clients = [copy.deepcopy(self.client_template) for _ in range(n)]
         assert self.aux_template is not None
@@ -44,7 +44,7 @@ class CSEFSL(FederatedSplitAlgorithm):
         out.update({f"aux.{i}": a for i, a in enumerate(getattr(self, "auxes", []))})
         return out
 
-    def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
+    def _run_round(self, t: int, datasets: Sequence[ClientData]) -> int:
         for i in range(len(self.clients)):
 
             def on_upload(k: int, z: torch.Tensor, y: torch.Tensor, i: int = i) -> None:
@@ -107,14 +107,14 @@ class SplitFedV2(FederatedSplitAlgorithm):
 
     method = "splitfed_v2"
 
-    def _setup(self, datasets: Sequence[Dataset]) -> None:
+    def _setup(self, datasets: Sequence[ClientData]) -> None:
         super()._setup(datasets)
         self.server_opt = make_optimizer(self.server.parameters(), self.config)
 
     def _server_for(self, i: int) -> tuple[nn.Module, torch.optim.Optimizer]:
         return self.server, self.server_opt
 
-    def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
+    def _run_round(self, t: int, datasets: Sequence[ClientData]) -> int:
         for i, d in enumerate(datasets):
             server, s_opt = self._server_for(i)
             self.clients[i].train()
@@ -135,7 +135,7 @@ class SplitFedV1(SplitFedV2):
 
     method = "splitfed_v1"
 
-    def _setup(self, datasets: Sequence[Dataset]) -> None:
+    def _setup(self, datasets: Sequence[ClientData]) -> None:
         FederatedSplitAlgorithm._setup(self, datasets)
         self.servers = [copy.deepcopy(self.server) for _ in datasets]
         self.server_opts = [make_optimizer(s.parameters(), self.config) for s in self.servers]
@@ -166,7 +166,7 @@ class FedAvg(FederatedSplitAlgorithm):
 
     method = "fedavg"
 
-    def _setup(self, datasets: Sequence[Dataset]) -> None:
+    def _setup(self, datasets: Sequence[ClientData]) -> None:
         n = len(datasets)
         self.clients = [copy.deepcopy(self.client_template) for _ in range(n)]
         self.servers = [copy.deepcopy(self.server) for _ in range(n)]
@@ -175,7 +175,7 @@ class FedAvg(FederatedSplitAlgorithm):
             for c, s in zip(self.clients, self.servers)
         ]
 
-    def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
+    def _run_round(self, t: int, datasets: Sequence[ClientData]) -> int:
         for i, d in enumerate(datasets):
             c, s, opt = self.clients[i], self.servers[i], self.client_opts[i]
             c.train()

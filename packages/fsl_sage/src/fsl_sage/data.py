@@ -78,7 +78,7 @@ def load_digits_split(
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    d = load_digits()
+    d: Any = load_digits()  # a sklearn Bunch
     x = (d.images / 16.0).astype(np.float32)[:, None]
     y = d.target.astype(np.int64)
     xtr, xte, ytr, yte = train_test_split(x, y, test_size=test_size, stratify=y, random_state=seed)

@@ -116,6 +116,7 @@ class GradScalarAux(nn.Module):
         if self.analytic and not create_graph and self._applies_log_softmax_or_logits():
             with torch.no_grad():
                 lin = self.linear
+                assert lin is not None  # analytic implies a linear head
                 r = torch.softmax(self._logits_linear(z), dim=1)
                 r[torch.arange(len(y), device=y.device), y] -= 1.0
                 return (r @ lin.weight).view_as(z)
@@ -199,6 +200,7 @@ def check_split_shapes(
     finally:
         for m, w in zip(mods, was):
             m.train(w)
+    assert n_classes is not None  # read from the server's output above when not given
     return z.shape[1:], int(n_classes)
 
 

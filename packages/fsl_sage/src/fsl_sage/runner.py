@@ -226,7 +226,7 @@ class FederatedSplitAlgorithm:
     def _upload_bytes(self, b: int) -> int:
         return b * self.smashed_numel * 4 + (8 * b if self.config.count_labels else 0)
 
-    def _setup(self, datasets: Sequence[Dataset]) -> None:
+    def _setup(self, datasets: Sequence[ClientData]) -> None:
         n = len(datasets)
         self.clients = [copy.deepcopy(self.client_template) for _ in range(n)]
         self.client_opts = [make_optimizer(c.parameters(), self.config) for c in self.clients]
@@ -337,7 +337,7 @@ class FederatedSplitAlgorithm:
                 break
         return self.history
 
-    def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
+    def _run_round(self, t: int, datasets: Sequence[ClientData]) -> int:
         raise NotImplementedError
 
     def _catch_up(self, start: int, eval_data: Dataset | None) -> None:
@@ -419,8 +419,9 @@ class FederatedSplitAlgorithm:
     def optimizers(self) -> dict[str, torch.optim.Optimizer]:
         """Every optimizer the algorithm holds, by a stable name (``client_opt.i``, ``server_opt``, ...)."""
         out: dict[str, torch.optim.Optimizer] = {f"client_opt.{i}": o for i, o in enumerate(self.client_opts)}
-        if hasattr(self, "server_opt"):
-            out["server_opt"] = self.server_opt
+        server_opt = getattr(self, "server_opt", None)  # the methods with one shared server model
+        if server_opt is not None:
+            out["server_opt"] = server_opt
         return out
 
     def _extra_state(self) -> dict[str, Any]:

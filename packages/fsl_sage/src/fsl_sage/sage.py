@@ -15,7 +15,7 @@ from fsl_sage.aggregate import weighted_average
 from fsl_sage.align import AuxAdamState, RingBuffer, align_client, is_alignment_round
 from fsl_sage.comm import nbytes
 from fsl_sage.config import FSLConfig
-from fsl_sage.data import as_client_data, batch_key
+from fsl_sage.data import ClientData, as_client_data, batch_key
 from fsl_sage.models import GradScalarAux
 from fsl_sage.runner import Dataset, FederatedSplitAlgorithm, local_batches, make_optimizer, server_step
 
@@ -73,7 +73,7 @@ class FSLSAGE(FederatedSplitAlgorithm):
     method = "fsl_sage"
     needs_aux = True
 
-    def _setup(self, datasets: Sequence[Dataset]) -> None:
+    def _setup(self, datasets: Sequence[ClientData]) -> None:
         super()._setup(datasets)
         n = len(datasets)
         assert self.aux_template is not None
@@ -120,7 +120,7 @@ class FSLSAGE(FederatedSplitAlgorithm):
             align_client(self.auxes[i], self.aux_states[i], self.buffers[i], self.server, self.config, i, t)
         )
 
-    def _run_round(self, t: int, datasets: Sequence[Dataset]) -> int:
+    def _run_round(self, t: int, datasets: Sequence[ClientData]) -> int:
         cfg = self.config
         warm = t < cfg.warm_start_rounds
         n_align = 0

@@ -62,7 +62,7 @@ ModelFn = Callable[[], tuple[nn.Module, nn.Module, nn.Module]]
 """Builds (client, server, aux) with the initial weights (seeded: identical on every side)."""
 FLOWER_METHODS = ("fsl_sage", "cse_fsl", "fedavg")
 """The methods with a Flower ClientApp (FedAvg through Flower's built-in strategy)."""
-DataFn = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
+DataFn = Callable[[int, int], "tuple[torch.Tensor, torch.Tensor] | torch.utils.data.Dataset[Any]"]
 """(partition_id, num_partitions) → the client's (x, y)."""
 
 
@@ -71,8 +71,21 @@ def wire_bytes(content: RecordDict) -> int:
     return sum(len(arr.data) for rec in content.array_records.values() for arr in rec.values())
 
 
-def _sd(rec: ArrayRecord) -> dict[str, torch.Tensor]:
-    return dict(rec.to_torch_state_dict())
+def _sd(rec: Any) -> dict[str, torch.Tensor]:
+    """The state dict in a message's ``ArrayRecord`` (a clear error for any other record type)."""
+    return dict(_record(rec, ArrayRecord).to_torch_state_dict())
+
+
+def _record(rec: Any, kind: type[Any]) -> Any:
+    """``rec`` checked to be a ``kind`` record (messages carry a union of record types)."""
+    if not isinstance(rec, kind):
+        raise TypeError(f"expected a {kind.__name__} in the message, got {type(rec).__name__}")
+    return rec
+
+
+def _int(value: Any) -> int:
+    """A record value that must be an integer (partition ids, counts, rounds)."""
+    return int(value)
 
 
 CONFIG_PREFIX = "fsl."
@@ -92,7 +105,7 @@ def config_record(config: FSLConfig) -> dict[str, Any]:
 
 def config_from_record(record: ConfigRecord | dict[str, Any]) -> FSLConfig | None:
     """The :class:`FSLConfig` a strategy sent in a message's ``ConfigRecord`` (``None`` if it sent none)."""
-    d = {k[len(CONFIG_PREFIX) :]: v for k, v in dict(record).items() if k.startswith(CONFIG_PREFIX)}
+    d: dict[str, Any] = {k[len(CONFIG_PREFIX) :]: v for k, v in dict(record).items() if k.startswith(CONFIG_PREFIX)}
     if not d:
         return None
     if "betas" in d:
@@ -114,7 +127,9 @@ def _opt_bytes(opt: torch.optim.Optimizer) -> bytes:
     return buf.getvalue()
 
 
-def _load_opt(opt: torch.optim.Optimizer, data: bytes) -> None:
+def _load_opt(opt: torch.optim.Optimizer, data: Any) -> None:
+    if not isinstance(data, bytes):
+        raise TypeError(f"optimizer state must be bytes in the record, got {type(data).__name__}")
     opt.load_state_dict(torch.load(io.BytesIO(data), weights_only=True))
 
 
@@ -197,7 +212,7 @@ class _SplitStrategy(Strategy):
                 logger.warning("node %d did not report its partition-id (%s): not used", node, why)
                 self.unusable[node] = why
                 continue
-            pid = int(reply.content["metrics"]["partition-id"])
+            pid = _int(reply.content["metrics"]["partition-id"])
             if not 0 <= pid < self.num_clients:
                 msg = (
                     f"node {node} reports partition-id {pid}, outside [0, {self.num_clients}) for this run of "
@@ -288,7 +303,7 @@ class _SplitStrategy(Strategy):
             if msg.has_error():
                 self._fail(t, pid, node, str(msg.error.reason))
                 continue
-            rpid = int(msg.content["metrics"]["partition-id"])
+            rpid = _int(msg.content["metrics"]["partition-id"])
             if rpid != pid:
                 raise ValueError(f"round {t + 1}: node {node} answered as partition-id {rpid}, it said {pid} before")
             self.wire.up(t, pid, "wire", wire_bytes(msg.content))
@@ -324,7 +339,7 @@ class _SplitStrategy(Strategy):
         pass
 
     def _replay_uploads(self, t: int, pid: int, content: RecordDict) -> None:
-        up = content["smashed"]
+        up = _record(content["smashed"], ArrayRecord)
         n_up = len([k for k in up if k.startswith("z.")])
         for j in range(n_up):
             z = torch.from_numpy(up[f"z.{j}"].numpy().copy())
@@ -354,7 +369,7 @@ class _SplitStrategy(Strategy):
                 sd = _sd(msg.content["client"])
                 self.ledger.up(t, pid, "client", nbytes(sd))
                 sds.append(sd)
-                sizes.append(int(msg.content["metrics"]["num-examples"]))
+                sizes.append(_int(msg.content["metrics"]["num-examples"]))
                 self._on_success(pid)
             weights = [n / sum(sizes) for n in sizes]
             avg = weighted_average(sds, weights)
@@ -524,7 +539,10 @@ def client_query(msg: Message, context: Context) -> Message:
         raise ValueError(
             f'node {context.node_id} has no partition-id: start it with --node-config "partition-id=i num-partitions=N"'
         )
-    metrics = {"partition-id": int(nc["partition-id"]), "num-partitions": int(nc.get("num-partitions", 0))}
+    metrics: dict[str, Any] = {
+        "partition-id": _int(nc["partition-id"]),
+        "num-partitions": _int(nc.get("num-partitions", 0)),
+    }
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
@@ -545,14 +563,14 @@ def client_train(
     who = _node_who(context)
     pid = int(context.node_config["partition-id"])
     n_parts = int(context.node_config["num-partitions"])
-    sent = config_from_record(msg.content["config"])
+    sent = config_from_record(_record(msg.content["config"], ConfigRecord))
     if sent is not None and cfg is not None:
         check_client_config(cfg, sent, who)
     cfg = sent if sent is not None else cfg
     if cfg is None:
         raise ValueError(f"{who}: the server sent no fsl.* configuration and this ClientApp has none")
     data = as_client_data(data_fn(pid, n_parts), transform, f"{who}: data_fn")
-    t = int(msg.content["config"]["server-round"]) - 1
+    t = _int(msg.content["config"]["server-round"]) - 1
     client, server, aux = model_fn()
     aux = as_aux(aux)
     dev = torch.device(device) if device is not None else torch.device("cpu")
@@ -665,15 +683,18 @@ def run_server(
     if method == "fedavg":
         strategy = FlowerFedAvg(fraction_evaluate=0.0, min_train_nodes=num_clients, min_available_nodes=num_clients)
         initial = ArrayRecord(SplitModel(client, server).state_dict())
-        evaluate_fn = None
+        evaluate_fn: Any = None
         if eval_data is not None:
             template = SplitModel(client, server)
+            data = eval_data
 
-            def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+            def evaluate_split(server_round: int, arrays: ArrayRecord) -> MetricRecord:
                 m = copy.deepcopy(template)
                 m.load_state_dict(_sd(arrays))
-                acc, loss = evaluate(m.client, m.server, eval_data)
+                acc, loss = evaluate(m.client, m.server, data)
                 return MetricRecord({"accuracy": acc, "loss": loss})
+
+            evaluate_fn = evaluate_split
     else:
         cls = FSLSAGEStrategy if method == "fsl_sage" else CSEFSLStrategy
         strategy = cls(server, aux, config, num_rounds, num_clients, **nodes)
