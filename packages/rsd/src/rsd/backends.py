@@ -139,11 +139,12 @@ def _cache_layers(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
 
     if type(cache) is not DynamicCache:
         return None
-    if hasattr(cache, "layers"):  # transformers >= 4.56
-        if any(getattr(layer, "is_sliding", False) or not hasattr(layer, "keys") for layer in cache.layers):
+    dc: Any = cache  # the layer classes differ across transformers versions: read by duck typing
+    if hasattr(dc, "layers"):  # transformers >= 4.56
+        if any(getattr(layer, "is_sliding", False) or not hasattr(layer, "keys") for layer in dc.layers):
             return None
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))  # pragma: no cover - older transformers
+        return [(layer.keys, layer.values) for layer in dc.layers]
+    return list(zip(dc.key_cache, dc.value_cache))  # pragma: no cover - older transformers
 
 
 def _generate_cache_arguments() -> tuple[str, str]:
@@ -176,10 +177,11 @@ def _position_limit(model: Any) -> int | None:
     ``max_position_embeddings`` is a training length, not an index bound."""
     cfg = getattr(model, "config", None)
     n = getattr(cfg, "n_positions", None)
-    if n is None and getattr(cfg, "max_position_embeddings", None) is not None:
+    mpe = getattr(cfg, "max_position_embeddings", None)
+    if n is None and mpe is not None:
         names = (name for name, _ in model.named_modules())
         if any(name.endswith(("wpe", "embed_positions", "position_embeddings")) for name in names):
-            n = cfg.max_position_embeddings
+            n = mpe
     return int(n) if n is not None else None
 
 
@@ -258,8 +260,13 @@ class HFBackend:
         if stop_strings and self.tokenizer is None:
             raise ValueError("a multi-token step delimiter needs HFBackend(model, tokenizer) to detect it")
         # kept keys and values: looked up once for the whole call, before any entry is replaced
-        found = [self.cache.lookup(c) for c in contexts] if self.cache is not None else None
-        kv = [self.cache.layers(key, n) if key is not None else None for key, n in found] if found else None
+        cache = self.cache
+        found = [cache.lookup(c) for c in contexts] if cache is not None else None
+        kv = (
+            [cache.layers(key, n) if key is not None else None for key, n in found]
+            if found and cache is not None
+            else None
+        )
         if self.batching == "bucket":  # equal lengths; rows with and without a reusable prefix apart
             groups: dict[tuple[int, bool], list[int]] = {}
             for i, c in enumerate(contexts):
@@ -274,7 +281,9 @@ class HFBackend:
         for rows in batches:
             budget = max(max_new_tokens[i] for i in rows)
             ctxs = [list(contexts[i]) for i in rows]
-            past = self._reusable([found[i][1] for i in rows], [kv[i] for i in rows]) if found else None
+            past = (
+                self._reusable([found[i][1] for i in rows], [kv[i] for i in rows]) if found and kv is not None else None
+            )
             gen = self._generate(ctxs, budget, stop_ids, stop_strings, temperature, top_p, generator, past)
             for i, g in zip(rows, gen):
                 out[i] = cut_at_stop(g, stop_ids, max_new_tokens[i], stop_strings, self.tokenizer)
@@ -303,10 +312,12 @@ class HFBackend:
     def _keep(self, ctxs: list[list[int]], steps: list[list[int]]) -> list[tuple[int, ...]]:
         """Store each row's keys and values over its context and step (the step's last token was never read);
         rows are views of the call's cache tensors (no copy)."""
-        length = self._kept[0][0].shape[2]
+        kept, cache = self._kept, self.cache
+        assert kept is not None and cache is not None, "_keep runs after a generate call that kept its cache"
+        length = kept[0][0].shape[2]
         for r, (c, ids) in enumerate(zip(ctxs, steps)):
             n = min(length, len(c) + max(len(ids) - 1, 0))
-            self.cache.store(c, (c + ids)[:n], [(k[r : r + 1, :, :n], v[r : r + 1, :, :n]) for k, v in self._kept])
+            cache.store(c, (c + ids)[:n], [(k[r : r + 1, :, :n], v[r : r + 1, :, :n]) for k, v in kept])
         self._kept = None
         return [tuple(c) for c in ctxs]
 

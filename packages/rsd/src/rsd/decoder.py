@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 
@@ -137,7 +137,7 @@ class StepDecoder:
             tok = next((t for t in toks if t is not None), None)
             if tok is None:
                 raise ValueError("at least one backend needs a tokenizer (encode/decode/eos_token_id)")
-            self.tokenizers = {"draft": tok, "target": tok}
+            self.tokenizers: dict[str, Any] = {"draft": tok, "target": tok}
         else:
             if any(t is None for t in toks):
                 raise ValueError("path='text' needs a tokenizer on every backend")
@@ -152,7 +152,7 @@ class StepDecoder:
                 self._limit[role] = int(pos)
                 self._why[role] = f"the {role} model's {pos} positions"
         if self.path == "token":  # one shared context: the tighter limit applies to both
-            r = min(self._limit, key=self._limit.get)
+            r = min(self._limit, key=lambda k: self._limit[k])
             self._limit = dict.fromkeys(self._limit, self._limit[r])
             self._why = dict.fromkeys(self._why, self._why[r])
 
@@ -274,7 +274,7 @@ class StepDecoder:
     def _round(self, states: list[_State], gen: torch.Generator) -> None:
         """One round of Alg. 1 for every problem in ``states`` (all unfinished)."""
         if self.draft is None:  # single-model step decoding (baselines)
-            role = self.target_name
+            role = cast(Source, self.target_name)
             for st, ids in zip(states, self._call(self.target, role, role, states, gen)):
                 if not ids:
                     st.finish("empty")

@@ -54,7 +54,7 @@ def _ratio(base, res, mode, free=False):
 
 def _with(claim: Claim, *verdicts: str, more: str = "") -> Claim:
     """``claim`` with further verdicts combined into its own and ``more`` appended to its measured text."""
-    return replace(claim, holds=None, verdict=combine(claim.verdict, *verdicts), measured=claim.measured + more)
+    return replace(claim, holds=None, verdict=combine(claim.verdict, *verdicts), measured=f"{claim.measured}{more}")
 
 
 def reproduce_retrained(full: bool, out_dir: Path, *, download: bool = False, seed: int = 0) -> ReproResult:

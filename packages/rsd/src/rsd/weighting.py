@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from icml25_shared.validate import check_bool, check_choice, check_float
 
@@ -112,5 +112,5 @@ def resolve(w: Any) -> Weighting:
         kw = dict(w)
         return get(kw.pop("name", None), **{k: v for k, v in kw.items() if v is not None})
     if callable(w):
-        return custom(w)
+        return custom(cast(Callable[[float], float], w))
     raise ValueError(f"weighting must be one of {NAMES}, a Weighting or a callable, got {w!r}")

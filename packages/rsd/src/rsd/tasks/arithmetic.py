@@ -146,8 +146,9 @@ def _apply(a: int, op: str, b: int) -> int:
     return (a + b) % 10 if op == "+" else (a - b) % 10
 
 
-def make_problems(n: int, *, min_ops: int = 2, max_ops: int = 4, seed: int = 0) -> list[Problem]:
-    """``n`` seeded problems with ``min_ops..max_ops`` operations each (uniform)."""
+def make_problems(n: int, *, min_ops: int = 2, max_ops: int = 4, seed: int | np.random.Generator = 0) -> list[Problem]:
+    """``n`` seeded problems with ``min_ops..max_ops`` operations each (uniform); ``seed`` is an int or a numpy
+    ``Generator`` to draw from (advanced in place)."""
     n = check_int("n", n, min=1)
     min_ops = check_int("min_ops", min_ops, min=1)
     max_ops = check_int("max_ops", max_ops, min=min_ops, max=8)
