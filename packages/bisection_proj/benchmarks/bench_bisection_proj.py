@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from bisection_proj.baselines import cvxpy_projection, dc3_correction
 from bisection_proj.experiments import infeasible_batch
 from bisection_proj.metrics import feasibility_rate
 from bisection_proj.problems import ConvexQP
-from icml25_shared.bench import compare, measure
+from icml25_shared.bench import compare, measure, write_performance
 from icml25_shared.device import get_device, torch_threads
 
 RESULTS = Path(__file__).parent / "results"
@@ -125,11 +126,32 @@ def summary(res: dict[str, Any]) -> str:
     )
 
 
+def performance_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The README's rows (ours / peer, time on the same rows, interleaved) from a benchmark result."""
+    load = res.get("load_1min", 10.0)  # the committed run before the load was recorded: about 10 (its log)
+    rows = []
+    for key, peer in (("cvxpy", "cvxpy + Clarabel exact projection (sequential, 64 rows)"),
+                      ("dc3", "DC3 gradient correction (30 steps; never feasible here)")):  # fmt: skip
+        cmp = res[key]["comparison"]
+        ratio = cmp["time_a"]["median_s"] / cmp["time_b"]["median_s"]
+        rows.append({"case": "B-Proj, QP 100/50/50", "peer": peer, "metric": "time", "ratio": ratio, "load": load})
+    return rows
+
+
 if __name__ == "__main__":
+    import sys
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if "--summarize" in sys.argv:  # rebuild performance.json from the committed result
+        committed = RESULTS / "bench_bisection_proj.json"
+        write_performance(RESULTS, committed.name, performance_rows(json.loads(committed.read_text())))
+        raise SystemExit(0)
     res = main()
+    res["load_1min"] = os.getloadavg()[0]
     RESULTS.mkdir(exist_ok=True)
     name = "bench_bisection_proj" + ("_quick" if res["quick"] else "")
     (RESULTS / f"{name}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     (RESULTS / f"{name}.log").write_text(summary(res) + "\n")
+    if not res["quick"]:
+        write_performance(RESULTS, f"{name}.json", performance_rows(res))
     log.info("%s\nwrote %s", summary(res), RESULTS / f"{name}.json")
