@@ -506,7 +506,7 @@ def parse_lean(text: str) -> LeanBlock:
             or last.text.rstrip().endswith(("|", "<;>", "(", ","))
             or level > last.level
         )
-        if joins and not line.startswith(_LEAN_OPENERS):
+        if joins and last is not None and not line.startswith(_LEAN_OPENERS):
             last.text += "\n" + raw.rstrip()
             continue
         while len(stack) > 1 and stack[-1].level >= level:
@@ -723,7 +723,8 @@ def split_isar(text: str) -> list[Sentence]:
     for a, b in zip(bounds, bounds[1:], strict=False):
         piece = text[a:b]
         word = piece.split(None, 1)[0] if piece.strip() else ""
-        word = word if word in (".", "..") else re.match(r"\w*", word).group(0) if word else ""
+        m = re.match(r"\w*", word)  # always matches (possibly empty)
+        word = word if word in (".", "..") else m.group(0) if word and m else ""
         kind: SentenceKind = (
             "blank"
             if not word

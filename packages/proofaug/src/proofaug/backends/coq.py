@@ -150,16 +150,15 @@ class CoqBackend:
         coqchk: str = "coqchk",
         allowed_axioms: tuple[str, ...] = (),
     ) -> None:
-        self.coqtop = shutil.which(coqtop)
-        self.coqc = shutil.which(coqc)
-        self.coqchk = shutil.which(coqchk)
-        for arg, given, found in (
-            ("coqtop", coqtop, self.coqtop),
-            ("coqc", coqc, self.coqc),
-            ("coqchk", coqchk, self.coqchk),
-        ):
+        paths: dict[str, str] = {}
+        for arg, given in (("coqtop", coqtop), ("coqc", coqc), ("coqchk", coqchk)):
+            found = shutil.which(given)
             if found is None:
                 raise FileNotFoundError(f"{arg}={given!r}: not found on PATH; {_APT}")
+            paths[arg] = found
+        self.coqtop: str = paths["coqtop"]
+        self.coqc: str = paths["coqc"]
+        self.coqchk: str = paths["coqchk"]
         if isinstance(allowed_axioms, str) or not all(isinstance(a, str) for a in allowed_axioms):
             raise TypeError(f"allowed_axioms must be a tuple of axiom names, got {allowed_axioms!r}")
         self.allowed_axioms = tuple(allowed_axioms)

@@ -123,7 +123,7 @@ class IsabelleBackend:
             sid = getattr(body, "session_id", None)
             if sid is None:
                 raise BackendError(f"Isabelle session {self.session!r} did not start: {body}")
-            self._session_id = sid
+            self._session_id = str(sid)
         return self._session_id
 
     def _theory(self, problem: Problem, proof: str) -> str:
