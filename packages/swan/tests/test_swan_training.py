@@ -158,17 +158,17 @@ def test_full_reproduction_resumes_from_finished_parts(tmp_path, tinyshakespeare
     reuses the rest, and judges the same figures; another setup (fingerprint) reuses nothing."""
     first = reproduce(True, tmp_path, setup=TINY)
     parts = first.settings["parts"]
-    assert parts["reused"] == [] and len(parts["computed"]) == 18  # 8 sweep + 2 x 2 seeds + 2 ablations x 3 seeds
+    assert parts["reused"] == [] and len(parts["computed"]) == 21  # 11 sweep + 2 x 2 seeds + 2 ablations x 3 seeds
     assert first.settings["seeds"] == [0, 1, 2]
     lost = ["SWAN_lr=0.001_seed0", parts["computed"][-1]]
     for name in lost:
         (tmp_path / "parts" / f"{name}.json").unlink()
     again = reproduce(True, tmp_path, setup=TINY)
     assert sorted(again.settings["parts"]["computed"]) == sorted(lost)
-    assert len(again.settings["parts"]["reused"]) == 16
+    assert len(again.settings["parts"]["reused"]) == 19
     assert [c.measured for c in again.claims] == [c.measured for c in first.claims]
     curves = [{k: r["val_loss"] for k, r in res.settings["runs"].items()} for res in (first, again)]
-    assert curves[0] == curves[1] and len(curves[0]) == 18  # recomputed parts reproduce their curves exactly
+    assert curves[0] == curves[1] and len(curves[0]) == 21  # recomputed parts reproduce their curves exactly
     ablation = next(c for c in again.claims if "ablation" in c.text)
     assert ablation.details["seeds"]["n"] == 3 and ablation.verdict in {"holds", "does not hold", "inconclusive"}
     other = reproduce(True, tmp_path, setup=dataclasses.replace(TINY, steps=2))

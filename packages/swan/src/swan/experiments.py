@@ -71,9 +71,9 @@ QUICK = Setup()
 FULL = Setup(hidden_size=96, num_hidden_layers=3, intermediate_size=256, seq_len=64, steps=400, val_batches=16)
 #: learning rates ``--full`` sweeps on its first seed (SWAN and Muon use the same lr on their AdamW side)
 FULL_LRS: dict[OptimizerName, tuple[float, ...]] = {
-    "adamw": (3e-3, 1e-2, 3e-2),
-    "swan": (1e-3, 3e-3, 1e-2),
-    "muon": (3e-3, 1e-2),
+    "adamw": (1e-3, 3e-3, 1e-2, 3e-2),
+    "swan": (1e-3, 3e-3, 1e-2, 3e-2),
+    "muon": (3e-3, 1e-2, 3e-2),
 }
 
 
