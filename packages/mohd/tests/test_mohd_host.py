@@ -129,6 +129,21 @@ def test_slot_matmul_row_does_not_depend_on_the_other_rows():
         torch.testing.assert_close(slot_matmul(x, moved, group), full, rtol=0, atol=0)
         ref = torch.stack([x[i].double() @ weight[int(k)].double() for i, k in enumerate(group)]).float()
         torch.testing.assert_close(full, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(slot_matmul(x, weight, group, tiled=False), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("tiled", [True, False])
+def test_slot_matmul_gradients_with_an_empty_group(tiled):
+    """Finite differences through both inputs, the weight a permuted slice as the model passes, group 1 unused."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(7, 3, dtype=torch.float64, generator=g, requires_grad=True)
+    base = torch.randn(5, 5, 3, dtype=torch.float64, generator=g, requires_grad=True)  # 4 groups after the slice
+    group = torch.tensor([2, 0, 3, 0, 2, 3, 3])
+
+    def fn(x, base):
+        return slot_matmul(x, base[:, 1:].permute(1, 2, 0), group, tiled=tiled)
+
+    assert torch.autograd.gradcheck(fn, (x, base))
 
 
 @pytest.mark.parametrize("name", ["default", "K2_topk", "ffn", "no_shared"])

@@ -33,7 +33,7 @@ def test_dense_limit_equals_llama(fusion, scaling, placement):
     assert not unexpected and all("fusion" in k for k in missing)
     ids = _ids()
     ref = llama(ids).logits
-    for impl in ("masked", "gather"):
+    for impl in ("masked", "gather", "grouped"):
         for sub in model.modules():
             if hasattr(sub, "impl"):
                 sub.impl = impl
@@ -50,21 +50,23 @@ def _set_impl(model, impl):
     ("name", "tile"),
     [(n, 16) for n in SWITCHES] + [(n, t) for n in ("default", "K2_topk", "output_site", "ffn") for t in (1, 5)],
 )
-def test_gather_equals_masked_forward_and_gradients(name, tile, monkeypatch):
+def test_gather_and_grouped_equal_masked_forward_and_gradients(name, tile, monkeypatch):
     monkeypatch.setattr("mohd.layer.SLOT_TILE", tile)
     model = tiny_mohd(seed=3, **SWITCHES[name])
     ids = _ids(3, 9)
     results = {}
-    for impl in ("masked", "gather"):
+    for impl in ("masked", "gather", "grouped"):
         _set_impl(model, impl)
         model.zero_grad()
         out = model(ids, labels=ids)
         out.loss.backward()
         results[impl] = (out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
-    (lm, gm), (lg, gg) = results["masked"], results["gather"]
-    torch.testing.assert_close(lg, lm, rtol=0, atol=1e-10)
-    for n in gm:
-        torch.testing.assert_close(gg[n], gm[n], rtol=0, atol=1e-10, msg=n)
+    lm, gm = results["masked"]
+    for impl in ("gather", "grouped"):
+        lg, gg = results[impl]
+        torch.testing.assert_close(lg, lm, rtol=0, atol=1e-10, msg=impl)
+        for n in gm:
+            torch.testing.assert_close(gg[n], gm[n], rtol=0, atol=1e-10, msg=f"{impl}: {n}")
     assert any(float(g.abs().sum()) > 0 for n, g in gm.items() if "router" in n)
 
 

@@ -152,3 +152,22 @@ def test_paper_scale_refuses_without_cuda(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # refused before anything ran
     with pytest.raises(ValueError, match="scale"):
         reproduce(True, tmp_path, scale="gpu")  # type: ignore[arg-type]
+
+
+def test_main_runs_the_cpu_scale_and_prints_the_verdicts(tmp_path, monkeypatch, capsys):
+    import icml25_shared.runner as runner
+    from icml25_shared.report import Claim, ReproResult
+    from mohd.__main__ import main
+
+    seen = {}
+
+    def fake_run(name, target, out_dir, **kwargs):
+        seen.update(name=name, target=target, out_dir=out_dir, **kwargs)
+        return ReproResult("mohd", [Claim("a claim", None, "1.0", True, short="claim short")])
+
+    monkeypatch.setattr(runner, "run_in_process", fake_run)
+    assert main(["--scale", "cpu", "--out", str(tmp_path), "--seed", "2"]) == 0
+    assert seen["target"] == "mohd.reproduce:reproduce" and seen["full"] is True and seen["seed"] == 2
+    assert seen["out_dir"] == tmp_path / "mohd"
+    out = capsys.readouterr().out
+    assert "holds" in out and "claim short: 1.0" in out and "result_full.json" in out

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     res = run_in_process("mohd", target, args.out / "mohd", full=True, download=args.download, seed=args.seed)
     for c in res.claims:
         print(f"{c.verdict:<14} {c.label}: {c.measured}")
-    print(f"{res.counts()}; {args.out / 'mohd' / 'result_full.json'}")
+    print(f"{res.counts}; {args.out / 'mohd' / 'result_full.json'}")
     return 1 if res.crashed else 0
 
 

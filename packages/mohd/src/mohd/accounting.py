@@ -10,8 +10,9 @@ on every token) and reported separately: they are the "negligible increase" of t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -124,7 +125,7 @@ def _active_projection(name: str, weight: torch.Tensor, owner: nn.Module) -> int
 def _count_from_modules(model: PreTrainedModel) -> ParamCount:
     counted: set[int] = set()
 
-    def take(params) -> int:
+    def take(params: Iterable[torch.Tensor]) -> int:
         n = 0
         for p in params:
             if id(p) not in counted:
@@ -133,9 +134,9 @@ def _count_from_modules(model: PreTrainedModel) -> ParamCount:
         return n
 
     emb = model.get_input_embeddings()
-    embedding = take([emb.weight])
+    embedding = take([cast(torch.Tensor, emb.weight)])
     out = model.get_output_embeddings()
-    head = take([out.weight]) if out is not None else 0
+    head = take([cast(torch.Tensor, out.weight)]) if out is not None else 0
     router = fusion = scaling = norms = proj_total = proj_active = 0
     for mod in model.modules():
         own = list(mod.parameters(recurse=False))
@@ -147,10 +148,10 @@ def _count_from_modules(model: PreTrainedModel) -> ParamCount:
             scaling += take(own)  # the learned alpha
         elif type(mod).__name__.endswith("RMSNorm"):
             norms += take(own)
-        elif isinstance(getattr(mod, "experts", None), MixtralExperts):  # an MoE block: top_k of its experts
-            n = take(mod.experts.parameters(recurse=False))
+        elif isinstance(experts := getattr(mod, "experts", None), MixtralExperts):  # MoE: top_k of its experts
+            n = take(experts.parameters(recurse=False))
             proj_total += n
-            proj_active += n * mod.top_k // mod.experts.num_experts
+            proj_active += n * int(getattr(mod, "top_k", 1)) // cast(int, experts.num_experts)
         for name in _PROJECTIONS:
             child = getattr(mod, name, None)
             if isinstance(child, nn.Linear) and id(child.weight) not in counted:
@@ -256,7 +257,9 @@ def count_touched_parameters(model: PreTrainedModel, token: int = 3, prefix_toke
     for name, mod in model.named_modules():
         if name.rsplit(".", 1)[-1] in _PROJECTIONS:
             projection_ids.add(id(mod))
-            handles.append(mod.weight.register_hook(lambda g, n=name: counts.__setitem__(n, int((g != 0).sum()))))
+            weight = mod.weight
+            assert isinstance(weight, torch.Tensor)
+            handles.append(weight.register_hook(lambda g, n=name: counts.__setitem__(n, int((g != 0).sum()))))
     ran: set[int] = set()
     for mod in model.modules():
         if next(mod.children(), None) is None:
@@ -273,8 +276,9 @@ def count_touched_parameters(model: PreTrainedModel, token: int = 3, prefix_toke
             h.remove()
     dense = 0
     for mod in model.modules():
-        if hasattr(mod, "alpha") and ran & {id(c) for c in mod.children()}:
-            dense += mod.alpha.numel()  # learned scaling of a sublayer whose router / fusion ran
+        alpha = getattr(mod, "alpha", None)
+        if isinstance(alpha, torch.Tensor) and ran & {id(c) for c in mod.children()}:
+            dense += alpha.numel()  # learned scaling of a sublayer whose router / fusion ran
         if id(mod) in ran and id(mod) not in projection_ids:
             dense += sum(p.numel() for p in mod.parameters(recurse=False))
     model.zero_grad(set_to_none=True)

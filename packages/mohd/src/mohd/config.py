@@ -31,7 +31,7 @@ GateNorm = Literal["auto", "topk", "softmax"]
 Scaling = Literal["inverse_ratio", "sqrt", "learned", "gate_sum", "none"]
 Fusion = Literal["monarch", "group", "blockdiag", "none"]
 FusionSite = Literal["input", "output"]
-Impl = Literal["auto", "masked", "gather"]
+Impl = Literal["auto", "masked", "gather", "grouped"]
 
 _CHOICES: dict[str, Any] = {
     "placement": Placement,
@@ -102,7 +102,9 @@ class MoHDConfig(LlamaConfig):
     """All-reduce the router statistics over the default process group before the aux loss (data parallel)."""
     impl: str = "auto"
     """``"masked"``: dense matmuls on zeroed inputs (the oracle); ``"gather"``: shared groups as one GEMM and the
-    specialized groups dispatched like MoE experts in fixed-shape tiles (batch-invariant); ``"auto"`` = gather."""
+    specialized groups dispatched like MoE experts in fixed-shape tiles (batch-invariant); ``"grouped"``: the same
+    with one GEMM per group sized by the routing (faster, not batch-invariant: a token's float32 round-off may
+    depend on the rest of the batch); ``"auto"`` = gather."""
 
     def __post_init__(self, **kwargs: Any) -> None:
         super().__post_init__(**kwargs)
@@ -147,7 +149,7 @@ class MoHDConfig(LlamaConfig):
     def validate_architecture(self) -> None:
         """Llama requires ``hidden_size % num_attention_heads == 0``; MoHD keeps the attention width
         ``num_attention_heads * head_dim`` fixed while H grows, so only the KV grouping is checked."""
-        if self.num_attention_heads % self.num_key_value_heads:
+        if self.num_attention_heads % (self.num_key_value_heads or self.num_attention_heads):
             raise ValueError(
                 f"num_attention_heads={self.num_attention_heads} must be divisible by "
                 f"num_key_value_heads={self.num_key_value_heads}"

@@ -234,7 +234,8 @@ def train(spec: ModelSpec, setup: Setup, corpus: CharCorpus, seed: int) -> RunRe
     """Train ``spec`` for ``setup.steps`` AdamW steps on the seed's batches (same for every spec of a seed)."""
     device = get_device(None if setup.device == "auto" else setup.device)
     with torch_threads(1):
-        model = build_model(spec, setup, corpus.vocab_size, seed).to(device)
+        model = build_model(spec, setup, corpus.vocab_size, seed)
+        model.to(device)  # pyright: ignore[reportArgumentType]  # transformers' decorated `to` types `self` wrongly
         gen = torch.Generator().manual_seed(1000 + seed)
         val = corpus.fixed_batches("val", setup.eval_batches, setup.batch, setup.context, device=device)
         opt = torch.optim.AdamW(model.parameters(), lr=setup.lr, betas=(0.9, 0.95), weight_decay=0.1)

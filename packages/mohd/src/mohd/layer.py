@@ -13,7 +13,8 @@ Per token x in R^H cut into N groups of width d_s (reconstruction of the paper's
 
 Two implementations, equal in outputs and gradients: ``"masked"`` (dense matmuls on zeroed inputs, the oracle) and
 ``"gather"`` (the shared groups as one GEMM over all tokens, the specialized groups dispatched like MoE experts,
-each group's slots in fixed-shape tiles: :func:`slot_matmul`, batch-invariant).
+each group's slots in fixed-shape tiles: :func:`slot_matmul`, batch-invariant), or ``"grouped"`` (the same with
+one GEMM per group sized by the routing: faster, not batch-invariant).
 """
 
 from __future__ import annotations
@@ -44,48 +45,184 @@ SLOT_TILE = 16
 product of the same shape, whatever the batch holds (see :func:`slot_matmul`)."""
 
 
-class _TiledMatmul(torch.autograd.Function):
+def _tiled_mm(x: Tensor, w: Tensor) -> Tensor:
     """``x @ w`` for ``x`` (c, d_in) with the rows cut into zero-padded tiles of :data:`SLOT_TILE` rows, each tile
-    one ``torch.bmm`` of the same shape (the forward is batch-invariant); the backward is the plain two GEMMs
-    (``g @ w.T``, ``x.T @ g``), one each instead of one per tile."""
+    one ``torch.bmm`` of the same shape: a row's result does not depend on the other rows or on ``c``."""
+    (c, d_in), d_out = x.shape, w.shape[1]
+    tiles = -(-c // SLOT_TILE)
+    padded = torch.cat([x, x.new_zeros(tiles * SLOT_TILE - c, d_in)]).view(tiles, SLOT_TILE, d_in)
+    return torch.bmm(padded, w.expand(tiles, d_in, d_out)).view(-1, d_out)[:c]
+
+
+def _zeros_like_strided(w: Tensor) -> Tensor:
+    """Zeros of ``w``'s shape laid out in ``w``'s stride order (a gradient that flows back through the permuted and
+    sliced weight views as a view, without a copy)."""
+    order = sorted(range(w.dim()), key=lambda d: -w.stride(d))
+    base = w.new_zeros([w.shape[d] for d in order])
+    return base.permute([order.index(d) for d in range(w.dim())])
+
+
+class _GroupedMatmul(torch.autograd.Function):
+    """``y[i] = x[i] @ w[g_i]`` for slots ``x`` (S, d_in) sorted by group, ``counts[g]`` slots per group, ``w``
+    (G, d_in, d_out) (a strided view of a projection's blocks). Forward: :func:`_tiled_mm` per group (``tiled``,
+    batch-invariant) or one GEMM per group whose row count follows the routing. Backward: two GEMMs per group,
+    and the weight gradient of every group in one tensor (not one full-size gradient per group)."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, w: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, w: Tensor, counts: list[int], tiled: bool) -> Tensor:
         ctx.save_for_backward(x, w)
-        (c, d_in), d_out = x.shape, w.shape[1]
-        tiles = -(-c // SLOT_TILE)
-        padded = torch.cat([x, x.new_zeros(tiles * SLOT_TILE - c, d_in)]).view(tiles, SLOT_TILE, d_in)
-        return torch.bmm(padded, w.expand(tiles, d_in, d_out)).view(-1, d_out)[:c]
+        ctx.counts = counts
+        out = x.new_empty(x.shape[0], w.shape[2])
+        start = 0
+        for g, c in enumerate(counts):
+            if c:
+                rows = slice(start, start + c)
+                if tiled:
+                    out[rows] = _tiled_mm(x[rows], w[g])
+                else:
+                    torch.mm(x[rows], w[g], out=out[rows])
+                start += c
+        return out
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
         x, w = ctx.saved_tensors
-        gx = grad @ w.t() if ctx.needs_input_grad[0] else None
-        gw = x.t() @ grad if ctx.needs_input_grad[1] else None
-        return gx, gw
+        gx = torch.empty_like(x) if ctx.needs_input_grad[0] else None
+        gw = _zeros_like_strided(w) if ctx.needs_input_grad[1] else None
+        start = 0
+        for g, c in enumerate(ctx.counts):
+            if c:
+                rows = slice(start, start + c)
+                if gx is not None:
+                    torch.mm(grad[rows], w[g].t(), out=gx[rows])
+                if gw is not None:
+                    gw[g] = x[rows].t() @ grad[rows]
+                start += c
+        return gx, gw, None, None
 
 
-def slot_matmul(x: Tensor, weight: Tensor, group: Tensor) -> Tensor:
+class SlotPlan:
+    """The routed slots of a batch sorted by group, computed once per sublayer and used by all its projections.
+
+    ``token`` (S,) and ``group`` (S,) (0-based among the specialized groups) of each slot, ``slot`` its position in
+    ``routing.index.reshape(-1)``, ``counts`` the slots per group; ``tiled``: batch-invariant products
+    (:func:`_tiled_mm`) instead of one GEMM per group."""
+
+    def __init__(self, index: Tensor, num_groups: int, tiled: bool) -> None:
+        flat = index.reshape(-1)
+        self.slot = torch.argsort(flat, stable=True)
+        self.group = flat[self.slot]
+        self.token = torch.div(self.slot, max(index.shape[1], 1), rounding_mode="floor")
+        self.counts: list[int] = torch.bincount(flat, minlength=num_groups).tolist()
+        self.tiled = tiled
+
+    def matmul(self, x: Tensor, weight: Tensor) -> Tensor:
+        """``x[i] @ weight[group[i]]`` for ``x`` (S, d_in) in this plan's order, ``weight`` (G, d_in, d_out)."""
+        return _GroupedMatmul.apply(x, weight, self.counts, self.tiled)
+
+
+def _routed_block_mm(x: Tensor, w_block: Tensor, tiled: bool) -> Tensor:
+    """``x @ w_block`` for one group's slots: fixed tiles (batch-invariant) or one GEMM."""
+    return _tiled_mm(x, w_block) if tiled else x @ w_block
+
+
+class _RoutedRead(torch.autograd.Function):
+    """One read projection ``W`` (out, H) of the residual stream: ``xs @ W[:, :s].T`` for the shared columns of
+    every token, plus, for each routed slot, its d_s-wide input times its group's column block, added to its
+    token's row. The backward writes the whole weight gradient block by block (no full-size zero gradient per
+    slice of the weight)."""
+
+    @staticmethod
+    def forward(ctx: Any, xs: Tensor, x: Tensor, w: Tensor, plan: SlotPlan, ns: int, ds: int) -> Tensor:
+        ctx.save_for_backward(xs, x, w)
+        ctx.plan, ctx.ns, ctx.ds = plan, ns, ds
+        s = ns * ds
+        y = xs @ w[:, :s].t()
+        ys, start = x.new_empty(x.shape[0], w.shape[0]), 0
+        for g, c in enumerate(plan.counts):
+            if c:
+                cols = slice(s + g * ds, s + (g + 1) * ds)
+                ys[start : start + c] = _routed_block_mm(x[start : start + c], w[:, cols].t(), plan.tiled)
+                start += c
+        return y.index_add_(0, plan.token, ys)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        xs, x, w = ctx.saved_tensors
+        plan, ns, ds = ctx.plan, ctx.ns, ctx.ds
+        s = ns * ds
+        grad = grad.contiguous()  # attention's gradients arrive transposed: gathering rows of those is slow
+        gxs = grad @ w[:, :s]
+        gw = torch.empty_like(w, memory_format=torch.contiguous_format)
+        torch.mm(grad.t(), xs, out=gw[:, :s])  # column blocks are BLAS matrices with a leading dimension: no copy
+        gs, gx, start = grad.index_select(0, plan.token), torch.empty_like(x), 0
+        for g, c in enumerate(plan.counts):
+            cols = slice(s + g * ds, s + (g + 1) * ds)
+            if c:
+                rows = slice(start, start + c)
+                torch.mm(gs[rows], w[:, cols], out=gx[rows])
+                torch.mm(gs[rows].t(), x[rows], out=gw[:, cols])
+                start += c
+            else:
+                gw[:, cols] = 0.0
+        return gxs, gx, gw, None, None, None
+
+
+class _RoutedWrite(torch.autograd.Function):
+    """One write projection ``W`` (H, inner): the shared rows ``y @ W[:s].T`` of every token (M, s) and, for each
+    routed slot, its group's d_s rows applied to its token's ``y`` (S, d_s); weight gradient written block by
+    block."""
+
+    @staticmethod
+    def forward(ctx: Any, y: Tensor, w: Tensor, plan: SlotPlan, ns: int, ds: int) -> tuple[Tensor, Tensor]:
+        ctx.save_for_backward(y, w)
+        ctx.plan, ctx.ns, ctx.ds = plan, ns, ds
+        s = ns * ds
+        shared = y @ w[:s].t()
+        yt, rows, start = y.index_select(0, plan.token), y.new_empty(plan.token.shape[0], ds), 0
+        for g, c in enumerate(plan.counts):
+            if c:
+                block = w[s + g * ds : s + (g + 1) * ds].t()
+                rows[start : start + c] = _routed_block_mm(yt[start : start + c], block, plan.tiled)
+                start += c
+        return shared, rows
+
+    @staticmethod
+    def backward(ctx: Any, g_shared: Tensor, g_rows: Tensor) -> tuple[Tensor | None, ...]:
+        y, w = ctx.saved_tensors
+        plan, ns, ds = ctx.plan, ctx.ns, ctx.ds
+        s = ns * ds
+        g_shared, g_rows = g_shared.contiguous(), g_rows.contiguous()
+        gy = g_shared @ w[:s]
+        gw = torch.empty_like(w, memory_format=torch.contiguous_format)
+        torch.mm(g_shared.t(), y, out=gw[:s])
+        yt, gyt, start = y.index_select(0, plan.token), y.new_empty(plan.token.shape[0], y.shape[1]), 0
+        for g, c in enumerate(plan.counts):
+            block = slice(s + g * ds, s + (g + 1) * ds)
+            if c:
+                rows = slice(start, start + c)
+                torch.mm(g_rows[rows], w[block], out=gyt[rows])
+                torch.mm(g_rows[rows].t(), yt[rows], out=gw[block])
+                start += c
+            else:
+                gw[block] = 0.0
+        return gy.index_add_(0, plan.token, gyt), gw, None, None, None
+
+
+def slot_matmul(x: Tensor, weight: Tensor, group: Tensor, *, tiled: bool = True) -> Tensor:
     """``y[i] = x[i] @ weight[group[i]]`` for the routed slots: ``x`` (S, d_in), ``weight`` (G, d_in, d_out), usually
     a strided view of a projection's column or row blocks (read in place, no copy of the weights).
 
-    Batch-invariant: the slots of each group are cut into tiles of :data:`SLOT_TILE` rows (the last one padded
-    with zeros) and every tile goes through a ``torch.bmm`` of the same shape, so a slot's result has one
-    reduction order whatever the other tokens of the batch are, how many share its group, where it sits in its
-    tile and where the weights lie in memory. A grouped GEMM whose per-group row count follows the routing (or a
-    vector-matrix product for a few slots, as in decoding) lets BLAS pick a different kernel, and so different
-    round-off, for the same token in another batch."""
-    s, d_out = x.shape[0], weight.shape[2]
-    if s == 0:
-        return x.new_zeros(0, d_out)
-    order = torch.argsort(group, stable=True)
-    counts = torch.bincount(group, minlength=weight.shape[0]).tolist()
-    pieces, start = [], 0
-    for g, c in enumerate(counts):
-        if c:
-            pieces.append(_TiledMatmul.apply(x.index_select(0, order[start : start + c]), weight[g]))
-            start += c
-    return x.new_zeros(s, d_out).index_copy(0, order, torch.cat(pieces))
+    ``tiled=True`` is batch-invariant: the slots of each group are cut into tiles of :data:`SLOT_TILE` rows (the
+    last one padded with zeros) and every tile goes through a ``torch.bmm`` of the same shape, so a slot's result
+    has one reduction order whatever the other tokens of the batch are, how many share its group, where it sits in
+    its tile and where the weights lie in memory. ``tiled=False`` runs one GEMM per group whose row count follows
+    the routing: faster, but BLAS may pick a different kernel, and so different round-off, for the same token in
+    another batch."""
+    if x.shape[0] == 0:
+        return x.new_zeros(0, weight.shape[2])
+    plan = SlotPlan(group.view(-1, 1), weight.shape[0], tiled)
+    return x.new_empty(x.shape[0], weight.shape[2]).index_copy(0, plan.slot, plan.matmul(x[plan.slot], weight))
 
 
 class MoHDSublayer(nn.Module):
@@ -138,18 +275,22 @@ class MoHDSublayer(nn.Module):
         spec = routing.gates.new_zeros(m, self.num_groups - ns).scatter(1, routing.index - ns, ones)
         return torch.cat([routing.gates.new_ones(m, ns), spec], dim=1)
 
-    def _slots(self, routing: Routing) -> tuple[Tensor, Tensor]:
-        """Token id and specialized group id (0-based) of each of the M*K routed slots."""
-        m, k = routing.index.shape
-        token = torch.arange(m, device=routing.index.device).repeat_interleave(k)
-        return token, routing.index.reshape(-1) - self.num_shared
+    def plan(self, routing: Routing) -> SlotPlan:
+        """The routed slots sorted by group (see :class:`SlotPlan`), shared by a sublayer's read and write."""
+        return SlotPlan(routing.index - self.num_shared, self.num_groups - self.num_shared, self.impl == "gather")
+
+    def maybe_plan(self, routing: Routing) -> SlotPlan | None:
+        """:meth:`plan` when the gather / grouped path has routed slots, else ``None``."""
+        return self.plan(routing) if self.impl != "masked" and self.num_routed else None
 
     # ------------------------------------------------------------------------------- residual placement: read/write
-    def sparse_read(self, u: Tensor, routing: Routing, weights: list[Tensor]) -> list[Tensor]:
+    def sparse_read(
+        self, u: Tensor, routing: Routing, weights: list[Tensor], plan: SlotPlan | None = None
+    ) -> list[Tensor]:
         """``[W @ (alpha g (.) u) for W in weights]``: projections (out_i, H) that read the residual stream.
 
-        masked: one dense matmul per weight on the zeroed input; gather: the shared columns as one GEMM, each routed
-        slot's d_s columns through :func:`slot_matmul`, summed over the K slots of a token."""
+        masked: one dense matmul per weight on the zeroed input; gather / grouped: the shared columns as one GEMM,
+        each routed slot's d_s columns grouped by :class:`SlotPlan`, added to its token's row."""
         coef = self.read_coefficients(routing)
         m, n, ds, ns = u.shape[0], self.num_groups, self.group_size, self.num_shared
         if self.impl == "masked":
@@ -157,19 +298,18 @@ class MoHDSublayer(nn.Module):
             return [scaled @ w.t() for w in weights]
         s = ns * ds
         shared = (u[:, :s].view(m, ns, ds) * coef[:, :ns, None]).view(m, s)
-        outs = [shared @ w[:, :s].t() for w in weights]
+        outs = [shared @ w[:, :s].t() for w in weights] if not self.num_routed else []
         if self.num_routed:
-            token, group = self._slots(routing)
-            x = u.view(m, n, ds)[token, group + ns] * coef.gather(1, routing.index).reshape(-1, 1)
-            for i, w in enumerate(weights):
-                w_spec = w.view(-1, n, ds)[:, ns:].permute(1, 2, 0)  # (N - N_s, d_s, out), a view: no copy
-                outs[i] = outs[i] + slot_matmul(x, w_spec, group).view(m, self.num_routed, -1).sum(1)
+            plan = plan or self.plan(routing)
+            gates = coef.gather(1, routing.index).reshape(-1)[plan.slot, None]
+            x = u.view(m, n, ds)[plan.token, plan.group + ns] * gates
+            return [_RoutedRead.apply(shared, x, w, plan, ns, ds) for w in weights]
         return outs
 
-    def sparse_write(self, y: Tensor, routing: Routing, weight: Tensor) -> Tensor:
+    def sparse_write(self, y: Tensor, routing: Routing, weight: Tensor, plan: SlotPlan | None = None) -> Tensor:
         """``m (.) (W y)`` for the write projection ``W`` (H, inner); with ``fusion_site="output"``
-        ``m (.) Fuse(W y)`` (all rows computed). gather: shared rows as one GEMM, each slot's d_s rows through
-        :func:`slot_matmul`, scattered into the token's row."""
+        ``m (.) Fuse(W y)`` (all rows computed). gather / grouped: shared rows as one GEMM, each slot's d_s rows
+        grouped by :class:`SlotPlan`, scattered into the token's row."""
         wcoef = self.write_coefficients(routing)
         m, n, ds, ns = y.shape[0], self.num_groups, self.group_size, self.num_shared
         if self.fusion_site == "output" or self.impl == "masked":
@@ -178,14 +318,15 @@ class MoHDSublayer(nn.Module):
                 full = self.fuse(full)
             return (full.view(m, n, ds) * wcoef.unsqueeze(-1)).view(m, n * ds)
         s = ns * ds
-        shared = (y @ weight[:s].t()).view(m, ns, ds) * wcoef[:, :ns, None]
         spec = y.new_zeros(m, n - ns, ds)
-        if self.num_routed:
-            token, group = self._slots(routing)
-            w_spec = weight[s:].view(n - ns, ds, -1).transpose(1, 2)  # (N - N_s, inner, d_s)
-            rows = slot_matmul(y[token], w_spec, group) * wcoef.gather(1, routing.index).reshape(-1, 1)
-            spec = spec.index_put((token, group), rows)
-        return torch.cat([shared, spec], dim=1).view(m, n * ds)
+        if not self.num_routed:
+            shared = (y @ weight[:s].t()).view(m, ns, ds) * wcoef[:, :ns, None]
+            return torch.cat([shared, spec], dim=1).view(m, n * ds)
+        plan = plan or self.plan(routing)
+        shared, rows = _RoutedWrite.apply(y, weight, plan, ns, ds)
+        gates = wcoef.gather(1, routing.index).reshape(-1)[plan.slot, None]
+        spec = spec.index_put((plan.token, plan.group), rows * gates)
+        return torch.cat([shared.view(m, ns, ds) * wcoef[:, :ns, None], spec], dim=1).view(m, n * ds)
 
     def extra_repr(self) -> str:
         return (
@@ -222,7 +363,7 @@ class MoHDAttention(LlamaAttention):
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
         interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            self.config._attn_implementation, eager_attention_forward
+            self.config._attn_implementation or "eager", eager_attention_forward
         )
         out, _ = interface(
             self,
@@ -256,28 +397,28 @@ class MoHDAttention(LlamaAttention):
         h = hidden_states.reshape(b * t, hdim)
         routing = sub.route(h)
         u = sub.fuse(h) if sub.fusion_site == "input" else h
-        q, k, v = (x.view(b, t, -1) for x in sub.sparse_read(u, routing, weights))
+        plan = sub.maybe_plan(routing)
+        q, k, v = (x.view(b, t, -1) for x in sub.sparse_read(u, routing, weights, plan))
         y = self.attend(q, k, v, position_embeddings, attention_mask, cache, **kwargs)
-        return sub.sparse_write(y.reshape(b * t, -1), routing, self.o_proj.weight).view(b, t, hdim), routing
+        return sub.sparse_write(y.reshape(b * t, -1), routing, self.o_proj.weight, plan).view(b, t, hdim), routing
 
 
-def _init_swiglu(module: nn.Module, config: MoHDConfig) -> None:
+class _SwiGLU(nn.Module):
     """Llama's SwiGLU projections (``gate_proj``/``up_proj``/``down_proj``, no bias) and the sub-dimension router."""
-    h, f = config.hidden_size, config.intermediate_size
-    module.gate_proj = nn.Linear(h, f, bias=False)
-    module.up_proj = nn.Linear(h, f, bias=False)
-    module.down_proj = nn.Linear(f, h, bias=False)
-    module.act_fn = ACT2FN[config.hidden_act]
-    module.subdims = MoHDSublayer(config)
-
-
-class MoHDMLP(nn.Module):
-    """SwiGLU FFN (Llama's ``gate_proj``/``up_proj``/``down_proj``) reading and writing only the active groups of
-    the residual stream (``placement="residual"``)."""
 
     def __init__(self, config: MoHDConfig) -> None:
         super().__init__()
-        _init_swiglu(self, config)
+        h, f = config.hidden_size, config.intermediate_size
+        self.gate_proj = nn.Linear(h, f, bias=False)
+        self.up_proj = nn.Linear(h, f, bias=False)
+        self.down_proj = nn.Linear(f, h, bias=False)
+        self.act_fn: Callable[[Tensor], Tensor] = ACT2FN[config.hidden_act]
+        self.subdims = MoHDSublayer(config)
+
+
+class MoHDMLP(_SwiGLU):
+    """SwiGLU FFN (Llama's ``gate_proj``/``up_proj``/``down_proj``) reading and writing only the active groups of
+    the residual stream (``placement="residual"``)."""
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Routing]:
         """The residual update of the normed ``hidden_states`` (B, T, H), and the routing."""
@@ -285,12 +426,13 @@ class MoHDMLP(nn.Module):
         h = hidden_states.reshape(-1, shape[-1])
         routing = sub.route(h)
         u = sub.fuse(h) if sub.fusion_site == "input" else h
-        g, up = sub.sparse_read(u, routing, [self.gate_proj.weight, self.up_proj.weight])
+        plan = sub.maybe_plan(routing)
+        g, up = sub.sparse_read(u, routing, [self.gate_proj.weight, self.up_proj.weight], plan)
         y = self.act_fn(g) * up
-        return sub.sparse_write(y, routing, self.down_proj.weight).view(shape), routing
+        return sub.sparse_write(y, routing, self.down_proj.weight, plan).view(shape), routing
 
 
-class MoHDFeedForward(nn.Module):
+class MoHDFeedForward(_SwiGLU):
     """SwiGLU FFN whose inner width F is cut into N groups (``placement="ffn"``, the third-party variant); usable
     alone on normed hidden states ``(..., H)``.
 
@@ -299,10 +441,9 @@ class MoHDFeedForward(nn.Module):
     """
 
     def __init__(self, config: MoHDConfig) -> None:
-        super().__init__()
         if config.placement != "ffn":
             raise ValueError(f"MoHDFeedForward needs placement='ffn', got placement={config.placement!r}")
-        _init_swiglu(self, config)
+        super().__init__(config)
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Routing]:
         """``(y, routing)`` for normed ``hidden_states`` of shape (..., H)."""
@@ -321,13 +462,13 @@ class MoHDFeedForward(nn.Module):
             a = self.act_fn(u @ wg[:s].t()) * (u @ wu[:s].t())
             y = (a.view(m, ns, ds) * coef[:, :ns, None]).view(m, s) @ wd[:, :s].t()
             if sub.num_routed:
-                token, group = sub._slots(routing)
-                x = u[token]
-                gate = slot_matmul(x, wg[s:].view(n - ns, ds, -1).transpose(1, 2), group)  # (M*K, d_s)
-                up = slot_matmul(x, wu[s:].view(n - ns, ds, -1).transpose(1, 2), group)
-                a_slot = self.act_fn(gate) * up * coef.gather(1, routing.index).reshape(-1, 1)
+                plan = sub.plan(routing)
+                x = u[plan.token]
+                gate = plan.matmul(x, wg[s:].view(n - ns, ds, -1).transpose(1, 2))  # (M*K, d_s)
+                up = plan.matmul(x, wu[s:].view(n - ns, ds, -1).transpose(1, 2))
+                a_slot = self.act_fn(gate) * up * coef.gather(1, routing.index).reshape(-1)[plan.slot, None]
                 w_out = wd.view(-1, n, ds)[:, ns:].permute(1, 2, 0)  # (N - N_s, d_s, H), a view
-                y = y + slot_matmul(a_slot, w_out, group).view(m, sub.num_routed, -1).sum(1)
+                y = y.index_add(0, plan.token, plan.matmul(a_slot, w_out))
         if sub.fusion_site == "output":
             y = sub.fuse(y)
         return y.view(shape), routing

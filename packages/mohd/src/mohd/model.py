@@ -10,7 +10,7 @@ when no sublayer routes, the dense limit), and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -20,13 +20,13 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import MoeCausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
-from transformers.utils import ModelOutput
+from transformers.utils.generic import ModelOutput
 
 from icml25_shared.validate import check_finite, check_tensor
 from mohd.config import MoHDConfig
 from mohd.fusion import BlockDiagFusion, GroupFusion, MonarchFusion
 from mohd.layer import MoHDDecoderLayer, MoHDSublayer
-from mohd.routing import SubDimRouter
+from mohd.routing import Routing, SubDimRouter
 
 __all__ = ["MoHDPreTrainedModel", "MoHDModel", "MoHDForCausalLM", "MoHDModelOutputWithPast"]
 
@@ -123,6 +123,7 @@ class MoHDModel(MoHDPreTrainedModel):
         if output_router_logits is None:
             output_router_logits = self.config.output_router_logits
         if inputs_embeds is None:
+            assert input_ids is not None  # exactly one of the two is given (checked above)
             check_tensor("input_ids", input_ids, ndim=2, dtype="integer")
             if input_ids.shape[1] == 0:
                 raise ValueError(
@@ -135,7 +136,7 @@ class MoHDModel(MoHDPreTrainedModel):
                     f"input_ids must lie in [0, vocab_size={vocab}), got values in "
                     f"[{int(input_ids.min())}, {int(input_ids.max())}]"
                 )
-            inputs_embeds = self.embed_tokens(input_ids)
+            embeds: Tensor = self.embed_tokens(input_ids)
         else:
             check_tensor("inputs_embeds", inputs_embeds, ndim=3, dtype="floating")
             if inputs_embeds.shape[1] == 0:
@@ -144,23 +145,24 @@ class MoHDModel(MoHDPreTrainedModel):
                     f"{tuple(inputs_embeds.shape)} (batch, 0, hidden)"
                 )
             check_finite("inputs_embeds", inputs_embeds)
-            inputs_embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)
+            embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
         if position_ids is None:
             past = cache.get_seq_length() if cache is not None else 0
-            position_ids = (torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past).unsqueeze(0)
+            arange = torch.arange(embeds.shape[1], device=embeds.device)
+            position_ids = cast(torch.LongTensor, (arange + past).unsqueeze(0))
         mask = create_causal_mask(
             config=self.config,
-            inputs_embeds=inputs_embeds,
+            inputs_embeds=embeds,
             attention_mask=attention_mask,
             cache=cache,
             position_ids=position_ids,
         )
-        hidden = inputs_embeds
+        hidden = embeds
         position_embeddings = self.rotary_emb(hidden, position_ids=position_ids)
         all_hidden: list[Tensor] = [hidden] if output_hidden_states else []
-        routings = []
+        routings: list[Routing] = []
         for layer in self.layers[: self.config.num_hidden_layers]:
             hidden, layer_routings = layer(
                 hidden,
@@ -178,9 +180,11 @@ class MoHDModel(MoHDPreTrainedModel):
         output = MoHDModelOutputWithPast(
             last_hidden_state=hidden,
             cache=cache if use_cache else None,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            aux_loss=aux,
-            router_logits=tuple(r.logits for r in routings) if output_router_logits else None,
+            hidden_states=cast(tuple[torch.FloatTensor, ...], tuple(all_hidden)) if output_hidden_states else None,
+            aux_loss=cast(torch.FloatTensor | None, aux),
+            router_logits=cast(tuple[torch.FloatTensor, ...], tuple(r.logits for r in routings))
+            if output_router_logits
+            else None,
         )
         return output if return_dict else output.to_tuple()
 
