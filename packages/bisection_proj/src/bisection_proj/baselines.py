@@ -4,7 +4,7 @@ violation (Donti et al., 2021)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -33,7 +33,7 @@ def warm_start(problem: Problem, theta: Tensor, y: Tensor, solver: str = "OSQP",
         return problem.solve(theta)
     import numpy as np
 
-    prob, var, params = problem._cvx_model("solve")
+    prob, var, params = cast(Any, problem)._cvx_model("solve")  # the convex problems define it (checked above)
     out = []
     for t, v in zip(theta.detach().cpu().double().numpy(), y.detach().cpu().double().numpy()):
         params[0].value = t

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -101,6 +101,7 @@ def train_nn_solver(
         y = problem.z_to_y(theta, model(theta))
         loss = w_obj * problem.objective(theta, y).mean() + w_pen * problem.ineq_violation(theta, y).sum(-1).mean()
         if mode == "supervised":
+            assert labels is not None  # required for mode="supervised" (checked on entry)
             loss = loss + ((y - labels[idx].to(dtype)) ** 2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -228,7 +229,7 @@ def ratio_steps(prob: Problem, rhos: tuple[float, ...] = (0.5, 0.9), seed: int =
     analytic interior points (needs ``prob.analytic_interior``); ``seed`` draws θ and the predictions."""
     gen = seed_everything(seed)
     theta = prob.sample_theta(512, gen)
-    ip = prob.y_to_z(theta, prob.analytic_interior(theta)).unsqueeze(1)
+    ip = prob.y_to_z(theta, cast(Any, prob).analytic_interior(theta)).unsqueeze(1)  # documented requirement
     z = torch.rand(512, prob.z_dim, generator=gen, dtype=theta.dtype)
     out = {}
     for rho in rhos:
@@ -246,12 +247,12 @@ def infeasible_batch(prob: Problem, b: int, seed: int = 0, noise: float = 0.15) 
     have = 0
     while have < b:
         th = prob.sample_theta(2 * b, gen)
-        z0 = prob.y_to_z(th, prob.analytic_interior(th))
+        z0 = prob.y_to_z(th, cast(Any, prob).analytic_interior(th))
         z = (z0 + noise * torch.randn(z0.shape, generator=gen, dtype=z0.dtype)).clamp(0, 1)
         bad = prob.z_violation(th, z).amax(-1) > 1e-5
         thetas.append(th[bad])
         zs.append(z[bad])
         have += int(bad.sum())
     theta, z = torch.cat(thetas)[:b], torch.cat(zs)[:b]
-    ip = prob.y_to_z(theta, prob.analytic_interior(theta)).unsqueeze(1)
+    ip = prob.y_to_z(theta, cast(Any, prob).analytic_interior(theta)).unsqueeze(1)  # documented requirement
     return theta, z, ip

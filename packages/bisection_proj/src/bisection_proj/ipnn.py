@@ -141,7 +141,8 @@ def margin_loss(ipnn: nn.Module, problem: Problem, theta: Tensor, eps: Tensor | 
     """The ``margin`` scheme's loss: mean violation of the noisy IPs − 0.01·log10 γ (call in train mode)."""
     ip = ipnn(theta, eps)
     pen = _ip_violation(problem, theta, ip).mean()
-    return pen - 0.01 * unwrap(ipnn).noise.log_gamma / math.log(10.0)
+    core: Any = unwrap(ipnn)  # an IPNN (its noise layer holds log γ)
+    return pen - 0.01 * core.noise.log_gamma / math.log(10.0)
 
 
 @torch.no_grad()
@@ -264,7 +265,7 @@ def train_ipnn(
         raise ValueError("thetas must hold at least one parameter vector, got 0 rows")
     if labels is not None and (labels.dim() != 2 or labels.shape[0] != thetas.shape[0]):
         raise ValueError(f"labels must have shape ({thetas.shape[0]}, z_dim), got {tuple(labels.shape)}")
-    core = unwrap(ipnn)
+    core: Any = unwrap(ipnn)  # an IPNN (its noise layer holds log γ)
     dtype = next(core.parameters()).dtype
     problem = problem.in_dtype(dtype)  # train in the network's precision; the caller's problem is not touched
     thetas = thetas.to(dtype)
@@ -306,7 +307,7 @@ def train_ipnn(
         pre = step < pretrain_iters and labels is not None
         if isinstance(log_gamma, nn.Parameter):
             log_gamma.requires_grad_(not pre)
-        if pre:
+        if pre and labels is not None:  # (pre already implies labels)
             ip = ipnn(theta)
             loss = ((ip - labels[idx].to(dtype).unsqueeze(1)) ** 2).mean()
         elif scheme == "margin":

@@ -52,6 +52,23 @@ def _load_case(case: str | dict[str, Any]) -> dict[str, Any]:
 class ACOPF(Problem):
     """AC-OPF on a PYPOWER case with generator P/Q and bus voltage limits (no branch limits)."""
 
+    # buffers (registered in __init__), declared for the type checker
+    gen_bus: Tensor
+    pv: Tensor
+    pq: Tensor
+    non_slack_gen: Tensor
+    Ybus: Tensor
+    pvpq: Tensor
+    Pmin: Tensor
+    Pmax: Tensor
+    Qmin: Tensor
+    Qmax: Tensor
+    Vmin: Tensor
+    Vmax: Tensor
+    cost: Tensor
+    theta_low: Tensor
+    theta_high: Tensor
+
     def __init__(self, case: str | dict[str, Any] = "case30", load_range: float = 0.1, newton_iters: int = 20,
                  dtype: torch.dtype = torch.float64) -> None:  # fmt: skip
         super().__init__()
@@ -219,7 +236,7 @@ class ACOPF(Problem):
         gen = self.ppc["gen"]
         x = np.concatenate([gen[self.non_slack_gen.cpu().numpy(), PG] / self.base_mva, gen[:, VG]])
         x = torch.as_tensor(x, dtype=self.theta_low.dtype, device=self.theta_low.device).unsqueeze(0)
-        return self.unscale(None, x).clamp(0, 1)
+        return self.unscale(self.theta_low, x).clamp(0, 1)  # this problem's scale does not depend on θ
 
     def solve(self, theta: Tensor, **kw: Any) -> Tensor:
         """Locally optimal y* by SLSQP (scipy) over the normalised partial variables, through the Newton

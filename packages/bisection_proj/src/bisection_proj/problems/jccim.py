@@ -26,6 +26,15 @@ class JCCIM(Problem):
     """θ ∈ [-1, 1]^{n_eq} are the demands of the n_eq jointly chance-constrained rows (there are no equalities:
     the network predicts all n variables, normalised by the box)."""
 
+    # buffers (registered in __init__), declared for the type checker
+    p: Tensor
+    A: Tensor
+    G: Tensor
+    h: Tensor
+    W: Tensor
+    theta_low: Tensor
+    theta_high: Tensor
+
     def __init__(self, p: np.ndarray, a: np.ndarray, g: np.ndarray, h: np.ndarray, w: np.ndarray, ub: float,
                  q: float = 0.9, dtype: torch.dtype = torch.float64) -> None:  # fmt: skip
         super().__init__()

@@ -50,6 +50,17 @@ def _check_sizes(n: Any, n_eq: Any, n_ineq: Any) -> tuple[int, int, int]:
 class LinearEqualityProblem(Problem):
     """Shared part of the problems with ``A y = θ``, a box ``L <= y <= U`` and θ ∈ [-1, 1]^{n_eq}."""
 
+    # buffers (registered in __init__), declared for the type checker
+    A: Tensor
+    P_x: Tensor
+    P_theta: Tensor
+    partial_idx: Tensor
+    other_idx: Tensor
+    L: Tensor
+    U: Tensor
+    theta_low: Tensor
+    theta_high: Tensor
+
     def __init__(self, a: np.ndarray, box: float, other: np.ndarray, dtype: torch.dtype = torch.float64) -> None:
         super().__init__()
         n_eq, n = a.shape
@@ -173,6 +184,12 @@ def _generate_linear(n: int, n_eq: int, seed: int, box: float, n_subsets: int):
 class ConvexQP(LinearEqualityProblem):
     """min ½ yᵀQy + pᵀy s.t. A y = θ, G y <= h, L <= y <= U (Q diagonal)."""
 
+    # buffers (registered in __init__), declared for the type checker
+    Q: Tensor
+    p: Tensor
+    G: Tensor
+    h: Tensor
+
     def __init__(self, q: np.ndarray, p: np.ndarray, a: np.ndarray, g: np.ndarray, h: np.ndarray, box: float,
                  other: np.ndarray, dtype: torch.dtype = torch.float64) -> None:  # fmt: skip
         super().__init__(a, box, other, dtype)
@@ -214,6 +231,9 @@ class ConvexQP(LinearEqualityProblem):
 class ConvexQCQP(ConvexQP):
     """The QP with Gy <= h replaced by ½ yᵀH_i y + G_iᵀy <= h_i, H_i = diag(U[0, 0.1])."""
 
+    # buffers (registered in __init__), declared for the type checker
+    H: Tensor
+
     def __init__(self, q: np.ndarray, p: np.ndarray, a: np.ndarray, g: np.ndarray, h: np.ndarray, hq: np.ndarray,
                  box: float, other: np.ndarray, dtype: torch.dtype = torch.float64) -> None:  # fmt: skip
         super().__init__(q, p, a, g, h, box, other, dtype)
@@ -247,6 +267,10 @@ class ConvexQCQP(ConvexQP):
 
 class SOCP(ConvexQP):
     """The QP objective with second-order cones ‖G_i y + h_i‖₂ <= c_iᵀy + d_i (G_i of shape (cone_dim, n))."""
+
+    # buffers (registered in __init__), declared for the type checker
+    c: Tensor
+    d: Tensor
 
     def __init__(self, q: np.ndarray, p: np.ndarray, a: np.ndarray, g: np.ndarray, h: np.ndarray, c: np.ndarray,
                  d: np.ndarray, box: float, other: np.ndarray, dtype: torch.dtype = torch.float64) -> None:  # fmt: skip

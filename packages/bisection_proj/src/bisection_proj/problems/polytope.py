@@ -25,6 +25,12 @@ __all__ = ["Polytope"]
 class Polytope(Problem):
     """G y <= h + θ (θ ∈ [−theta_range, theta_range]^p shifts the right-hand sides) and a box L <= y <= U."""
 
+    # buffers (registered in __init__), declared for the type checker
+    G: Tensor
+    h: Tensor
+    theta_low: Tensor
+    theta_high: Tensor
+
     def __init__(self, g: Tensor | np.ndarray, h: Tensor | np.ndarray, lower: float = -1.0, upper: float = 1.0,
                  theta_range: float = 0.0, dtype: torch.dtype = torch.float64) -> None:  # fmt: skip
         super().__init__()

@@ -20,6 +20,11 @@ __all__ = ["ToyProblem", "QuadraticSet", "UnionOfBalls", "Ring"]
 class ToyProblem(Problem):
     """Identity scale and completion in R² (the :class:`Problem` defaults), no equalities."""
 
+    # buffers (registered in __init__), declared for the type checker
+    theta_low: Tensor
+    theta_high: Tensor
+    target: Tensor
+
     z_dim = 2
     y_dim = 2
 
