@@ -914,7 +914,10 @@ def fpt_lif(
 
     Args:
         x_seq: input current ``[T, N, *]`` (floating point).
-        tau, decay, decay_input, v_threshold: the LIF (see :func:`lif_reference`).
+        tau: membrane time constant > 1 (λ = 1 - 1/τ); ignored when ``decay`` is given.
+        decay: leak λ ∈ (0, 1] given directly.
+        decay_input: scale the input by 1/τ (= 1 - λ).
+        v_threshold: θ > 0.
         K: iterations (int ≥ 1) or ``"auto"`` (hard mode: until the spikes stop changing, at most T).
         alpha_schedule: sigmoid slopes of the soft iterates, one per iteration or one for all; ``None`` is the
             official (2, 6, 12) (cut or extended to K, see :class:`~fpt_snn.config.FPTConfig`).
