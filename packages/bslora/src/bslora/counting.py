@@ -36,10 +36,19 @@ def target_shapes(config_or_model: Any, cfg: BSLoRAConfig) -> list[tuple[str, in
 
 
 def count_bslora_parameters(config_or_model: Any, cfg: BSLoRAConfig) -> dict[str, int]:
-    """Trainable parameters of BSLoRA ``cfg`` on a model, in closed form: ``{local, intra, inter, samplers, total}``.
+    """Trainable parameters of BSLoRA ``cfg`` on a model, in closed form.
 
-    Works on a transformers ``PretrainedConfig`` (a meta-device model is built, no weights) or on any model; it
-    equals the unique trainable ``numel`` after :func:`~bslora.get_bslora_model`.
+    Equals the unique trainable ``numel`` after :func:`~bslora.get_bslora_model`.
+
+    Args:
+        config_or_model: a transformers ``PretrainedConfig`` (a meta-device model is built, no weights) or a model.
+        cfg: the BSLoRA configuration.
+
+    Returns:
+        ``{"local", "intra", "inter", "samplers", "total"}`` parameter counts.
+
+    Raises:
+        ValueError: when a KE configuration's shapes are not divisible by ``kron_share_size``.
     """
     shapes = target_shapes(config_or_model, cfg)
     check_kron_shapes({n: (i, o) for n, i, o, _ in shapes}, cfg)  # the same refusal as injection

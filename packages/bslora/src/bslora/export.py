@@ -15,12 +15,19 @@ __all__ = ["export_to_lora"]
 def export_to_lora(
     model: BSLoRAModel, adapter_name: str | None = None
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """``(lora_config_dict, state_dict)``: a plain LoRA whose update equals the BSLoRA update of every module.
+    """A plain LoRA whose update equals the BSLoRA update of every module.
 
     The rank is ``r_local + r_intra + r_inter`` (slice, kron) or ``r_local + #shared branches`` (gate: each gate term
     has rank 1). The scale is folded into ``lora_B`` and ``lora_alpha = r`` (peft scaling 1). Keys follow peft's
     saved layout ``base_model.model.<module>.lora_A.weight``; load with ``peft.LoraConfig(**cfg)`` and
     ``peft.set_peft_model_state_dict``. The sharing is lost: the export is as large as a LoRA of that rank.
+
+    Args:
+        model: the BSLoRA model.
+        adapter_name: the adapter to export (default: the active one).
+
+    Returns:
+        ``(lora_config_dict, state_dict)``.
     """
     name = adapter_name or model.active_adapter
     model._check_names([name])

@@ -727,6 +727,21 @@ class BSLoRAModel(nn.Module):
 def get_bslora_model(
     model: nn.Module, config: BSLoRAConfig, adapter_name: str = "default", *, autocast_adapter_dtype: bool = True
 ) -> BSLoRAModel:
-    """Wrap ``model`` with a BSLoRA adapter (peft's ``get_peft_model`` idiom). The base weights are frozen; on a
-    float16 / bfloat16 base the adapter is kept in float32 unless ``autocast_adapter_dtype=False`` (as in peft)."""
+    """Wrap ``model`` with a BSLoRA adapter (peft's ``get_peft_model`` idiom).
+
+    Args:
+        model: the base model (a transformers model or any module with ``nn.Linear`` / ``Conv1D`` targets); its
+            weights are frozen and its target modules wrapped in place.
+        config: the adapter's configuration.
+        adapter_name: the adapter's name.
+        autocast_adapter_dtype: on a float16 / bfloat16 base keep the adapter in float32 (peft's default).
+
+    Returns:
+        The wrapped model, with ``adapter_name`` active and trainable.
+
+    Raises:
+        ValueError: when ``target_modules`` matches no module, or KE shapes are not divisible by
+            ``kron_share_size``.
+        TypeError: when a matched module is neither ``nn.Linear`` nor transformers ``Conv1D``.
+    """
     return BSLoRAModel(model, config, adapter_name, autocast_adapter_dtype=autocast_adapter_dtype)
