@@ -138,7 +138,15 @@ class ProofAug:
 
     # ------------------------------------------------------------------------------------------------ public
     def augment(self, problem: Problem, proposal: str) -> ProofAugResult:
-        """Repair ``proposal`` for ``problem`` (Alg. 1); the result's ``success`` comes from the final check."""
+        """Repair ``proposal`` for ``problem`` (Alg. 1).
+
+        Args:
+            problem: the theorem to prove.
+            proposal: a model-written proof (``Proof. … Qed.``, or its body alone).
+
+        Returns:
+            The result; its ``success`` comes from the final check only, ``stage`` says how it was reached.
+        """
         return self.run_method(problem, proposal, "proofaug")
 
     def mcsp(self, problem: Problem, proposal: str) -> SemiProof | None:

@@ -204,7 +204,9 @@ class TransformersProposer:
     Args:
         model: a ``PreTrainedModel`` with a language-model head.
         tokenizer: its tokenizer (a ``PreTrainedTokenizerBase``).
-        temperature, top_p, max_new_tokens: sampling (paper: 0.6, 0.95, 2048).
+        temperature: sampling temperature (paper: 0.6).
+        top_p: nucleus sampling mass (paper: 0.95).
+        max_new_tokens: tokens generated per proposal at most (paper: 2048).
         stop: stop strings; the returned texts end before the first one.
         seed: seeds ``torch`` before each call, for reproducible samples.
     """

@@ -336,8 +336,19 @@ class StepDecoder:
             stall = 0 if newly else stall + 1
 
     def generate(self, prompts: Sequence[str], *, batched: bool = True) -> list[RSDOutput]:
-        """Decode every prompt; ``batched=True`` advances all unfinished problems together (one model call per
-        round), ``False`` decodes them one after another."""
+        """Decode every prompt with reward-guided speculative decoding (Alg. 1 + 2).
+
+        Args:
+            prompts: one non-empty string per problem.
+            batched: advance all unfinished problems together (one model call per round); ``False`` decodes them
+                one after another (the same greedy outputs).
+
+        Returns:
+            One :class:`RSDOutput` per prompt (text, steps with their source and reward, counts, model calls).
+
+        Raises:
+            ValueError: for an empty prompt list or prompt, or a prompt that leaves no room to generate.
+        """
         batched = check_bool("batched", batched)
         states = self._init_states(prompts)
         gen = torch.Generator().manual_seed(self.config.seed)
