@@ -1,6 +1,6 @@
 """Mixed-adapter serving, N = 64 adapters: our ``adapter_names`` batch vs peft's own ``adapter_names`` batch.
 
-    python packages/bslora/benchmarks/bench_bslora_mixed.py [--hidden 512] [--repeats 5] [--summarize]
+    python packages/bslora/benchmarks/bench_bslora_mixed.py [--hidden 512] [--repeats 4] [--summarize]
 
 One 8-layer random Llama (hidden 512, intermediate 1024), 64 adapters on q, k, v, up, down, one row per adapter:
 ours BSLoRA SS(2,4,16), peft LoRA r = 8 (about twice our parameters). Two cases, each timed in one interleaved run
@@ -133,7 +133,7 @@ def measure(hidden: int, repeats: int) -> dict:
         assert not torch.allclose(fwd["ours"]().logits, b) and not torch.allclose(fwd["peft"]().logits, b)
         cases.append(run_case(f"forward, {N_ADAPTERS} rows x 64 tokens", fwd, repeats))
         cases.append(run_case(f"generate, {N_ADAPTERS} prompts x 16 tokens + 16 new", gen, repeats))
-    return {"hidden": hidden, "adapters": N_ADAPTERS, "threads": 1, "cases": cases}
+    return {"hidden": hidden, "adapters": N_ADAPTERS, "threads": 1, "repeats": repeats, "cases": cases}
 
 
 def rows_of(res: dict) -> list[dict]:
@@ -197,7 +197,7 @@ def lines_of(res: dict) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, default=512)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--summarize", action="store_true", help="rebuild performance.json from the committed JSON")
     ap.add_argument("--results", type=Path, default=RESULTS, help="results folder")
     args = ap.parse_args()
