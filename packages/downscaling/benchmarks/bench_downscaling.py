@@ -33,7 +33,7 @@ from downscaling import PruneConfig, finalize, prune, quantize
 from downscaling.experiments import ModelSize, new_model
 from downscaling.flops import count_flops
 from downscaling.profiling import WATTS_PER_CPU_THREAD, read_energy_counter, weight_bytes
-from icml25_shared.bench import compare, round_robin, save_results
+from icml25_shared.bench import compare, round_robin, save_results, write_performance
 from icml25_shared.device import torch_threads
 
 RESULTS = Path(__file__).parent / "results" / "bench_downscaling.json"
@@ -69,6 +69,25 @@ def _direct_heads(m: torch.nn.Module, removed: dict[int, list[int]]) -> Any:
         tp.prune_linear_in_channels(att.o_proj, rows)
     q.config.head_dim, q.config.num_attention_heads, q.config.num_key_value_heads = hd, 2, 2
     return q
+
+
+def performance_rows(results: dict) -> list[dict]:
+    """The README's rows (ours / peer): each downscaled model's serving latency against dense fp32, and each
+    wrapper against the host library called directly (interleaved)."""
+    load = results["settings"]["load"]
+    models = results["models"]
+    dense = models["dense fp32"]["latency_ms"]
+    rows = [
+        {"case": f"serve: {name}", "peer": "dense fp32 model", "metric": "latency", "ratio": m["latency_ms"] / dense,
+         "load": load}
+        for name, m in models.items() if name != "dense fp32"
+    ]  # fmt: skip
+    for name, cmp in results["overhead"].items():
+        ours, peer = name.split(" vs ")
+        rows.append({"case": f"wrapper: {ours}", "peer": peer, "metric": "time",
+                     "ratio": cmp["time_b"]["median_s"] / cmp["time_a"]["median_s"], "goal": "≤ 1.05×",
+                     "load": load})  # fmt: skip
+    return rows
 
 
 def main() -> None:
@@ -160,8 +179,17 @@ def main() -> None:
     print("\n".join(lines))
     results = {"settings": vars(a) | {"out": str(a.out), "load": os.getloadavg()[0]}, "models": rows,
                "overhead": {k: c.to_dict() for k, c in ov.items()}, "fvcore": fv}  # fmt: skip
-    save_results(a.out, results, lines)
+    out = save_results(a.out, results, lines)
+    write_performance(out.parent, out.name, performance_rows(results))
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if "--summarize" in sys.argv:  # rebuild performance.json from the committed result
+        import json
+
+        committed = Path(__file__).parent / "results" / "bench_downscaling.json"
+        write_performance(committed.parent, committed.name, performance_rows(json.loads(committed.read_text())))
+    else:
+        main()
