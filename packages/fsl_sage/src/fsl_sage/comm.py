@@ -150,7 +150,9 @@ def expected_bytes(
         method: one of ``fsl_sage``, ``cse_fsl``, ``splitfed_v1``, ``splitfed_v2``, ``fedavg``.
         client_sizes: samples n_i per client.
         smashed_numel: floats per sample at the cut (d).
-        client_bytes, server_bytes, aux_bytes: ``nbytes`` of x_c, x_s, x_a.
+        client_bytes: ``nbytes`` of the client model x_c.
+        server_bytes: ``nbytes`` of the server model x_s.
+        aux_bytes: ``nbytes`` of the auxiliary model x_a.
         mode: ``eager`` (aux sent in the alignment round t ≡ 0 (l)) or ``lazy`` (sent in round t + 1, for
             t < rounds − 1).
     """

@@ -98,8 +98,9 @@ def normalize(
     Args:
         runs: runs of a single schedule (``runs.where(schedule=...)``).
         L0: the irreducible loss (a number or a fitted :class:`ScalingLaw`); must be below every L(c*).
-        horizon, c_star: the horizon c*(p) per size, from a fitted :class:`Horizon` or a mapping size → c*.
-            Neither: each run's last logged compute is its own horizon (runs trained exactly to it).
+        horizon: the horizon c*(p) per size from a fitted :class:`Horizon` (or give ``c_star``; with neither,
+            each run's last logged compute is its own horizon: runs trained exactly to it).
+        c_star: the horizon as a mapping size → c* (instead of ``horizon``).
         x_grid: increasing values in (0, 1] at which ℓ is resampled.
         outside: a point of ``x_grid`` below a run's first logged x raises (``"raise"``) or gives ℓ = NaN there
             (``"nan"``: at each x, Δ uses the seeds that cover it and is NaN where fewer than 2 sizes have one; σ is

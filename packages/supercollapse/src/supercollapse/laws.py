@@ -124,7 +124,8 @@ def fit_scaling_law(
     """Fit ``L = a·C^−b + L0`` (paper Sec. 2, final loss vs compute at the horizon).
 
     Args:
-        C, L: compute and (seed-averaged) final losses, ≥ 3 points, all > 0.
+        C: compute of each point, ≥ 3 points, all > 0.
+        L: the (seed-averaged) final loss at each compute, all > 0.
         loss: ``"huber_log"`` (the paper's Huber_δ of log residuals) or ``"squared_log"`` (plain least squares of
             log residuals, for comparison).
         delta: Huber threshold δ.
