@@ -80,9 +80,7 @@ def _top_level(src: Path, module: str, obj: str) -> bool:
 
 def _shared_api() -> str:
     src = ROOT / "shared" / "src" / "icml25_shared"
-    mods = sorted(
-        p.stem for p in src.glob("*.py") if not p.stem.startswith("_") and p.stem not in ("cli", "runner")
-    )
+    mods = sorted(p.stem for p in src.glob("*.py") if not p.stem.startswith("_") and p.stem not in ("cli", "runner"))
     lines = ["", "## API reference", ""]
     for m in [*mods, "kernels"]:
         lines.append(f"::: icml25_shared.{m}\n    options:\n      heading_level: 3\n      show_submodules: false\n")

@@ -65,7 +65,11 @@ def progress_enabled(disable: bool | None = None) -> bool:
 
 
 def track(
-    iterable: Iterable[T] | None, description: str = "", total: int | None = None, disable: bool | None = None, **kw: Any
+    iterable: Iterable[T] | None,
+    description: str = "",
+    total: int | None = None,
+    disable: bool | None = None,
+    **kw: Any,
 ) -> Any:
     """A ``tqdm`` bar over ``iterable`` with the project's defaults (see module docstring); iterate it, and call
     ``set_postfix`` on it to show running metrics. With ``iterable=None`` and a ``total`` it is a manual bar,
