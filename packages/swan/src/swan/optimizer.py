@@ -51,7 +51,9 @@ class SWAN(torch.optim.Optimizer):
         ns_steps: Newton-Schulz iterations (``None``: preset of ``whitening``, 10 for the paper's iteration).
         ns_beta: Newton-Schulz scale in (0, 1] (``None``: preset, 0.8; ``0.5`` = exact polar factor).
         whitening: ``"newton_schulz"``, ``"nsds"`` (experimental) or ``"svd"`` (exact reference).
-        normalize, whiten, rescale: the three stages of the update (ablation switches).
+        normalize: apply GradNorm (Alg. 3); ``False`` is the paper's "GradWhitening only" ablation.
+        whiten: apply GradWhitening (Alg. 2); ``False`` is the paper's "GradNorm only" ablation.
+        rescale: scale the direction to ``sqrt(m n)`` Frobenius norm (an Adam-like step of about ``lr`` per entry).
         norm_dim: GradNorm axis, -1 (paper: rows across inputs) or -2.
         eps: GradNorm's epsilon (inside the square root).
         weight_decay: decoupled weight decay ``W <- W (1 - lr wd)``.
@@ -75,7 +77,8 @@ class SWAN(torch.optim.Optimizer):
         distributed_whitening: split the whitening round-robin over ``torch.distributed`` ranks and broadcast.
         norm_center: centre in GradNorm (paper) or not (RMS-only deviation).
         adamw_lr: ``lr`` of AdamW groups that set none (``None``: ``lr``).
-        adamw_betas, adamw_eps: AdamW moments' coefficients and epsilon.
+        adamw_betas: AdamW moments' coefficients.
+        adamw_eps: AdamW's epsilon.
         adamw_weight_decay: ``weight_decay`` of AdamW groups that set none.
     """
 
