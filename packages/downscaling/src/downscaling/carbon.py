@@ -52,24 +52,67 @@ def _nonneg(name: str, value: Any) -> float:
 
 
 def joules_to_kwh(joules: float) -> float:
-    """Joules to kilowatt-hours (÷ 3.6e6); negative or NaN energy raises."""
+    """Joules to kilowatt-hours (÷ 3.6e6).
+
+    Args:
+        joules: energy, finite and ≥ 0.
+
+    Returns:
+        The energy in kWh.
+
+    Raises:
+        ValueError: negative or NaN energy.
+    """
     return _nonneg("joules", joules) / JOULES_PER_KWH
 
 
 def kwh_to_joules(kwh: float) -> float:
-    """Kilowatt-hours to joules (× 3.6e6); negative or NaN energy raises."""
+    """Kilowatt-hours to joules (× 3.6e6).
+
+    Args:
+        kwh: energy, finite and ≥ 0.
+
+    Returns:
+        The energy in joules.
+
+    Raises:
+        ValueError: negative or NaN energy.
+    """
     return _nonneg("kwh", kwh) * JOULES_PER_KWH
 
 
 def carbon_intensity(region: str) -> float:
-    """kg CO2e per kWh of ``region`` (a key of :data:`CARBON_INTENSITY`, case-insensitive)."""
+    """kg CO2e per kWh of ``region``.
+
+    Args:
+        region: a key of :data:`CARBON_INTENSITY`, case-insensitive.
+
+    Returns:
+        The intensity in kg CO2e per kWh.
+
+    Raises:
+        ValueError: an unknown region (the message lists the known ones).
+    """
     if not isinstance(region, str):
         raise ValueError(f"region must be one of {sorted(CARBON_INTENSITY)}, got {region!r}")
     return CARBON_INTENSITY[check_choice("region", region.lower(), tuple(CARBON_INTENSITY))]
 
 
 def co2e(kwh: float, pue: float = 1.0, ci: float | None = None, *, region: str | None = None) -> float:
-    """Operational emissions in kg CO2e = kwh · PUE · CI; ``ci`` (kg/kWh) or ``region`` (default ``world``)."""
+    """Operational emissions in kg CO2e = kwh · PUE · CI.
+
+    Args:
+        kwh: energy used, ≥ 0.
+        pue: power usage effectiveness, at least 1.
+        ci: carbon intensity in kg CO2e per kWh; give it or ``region``, not both.
+        region: a key of :data:`CARBON_INTENSITY` (default ``world`` when ``ci`` is ``None``).
+
+    Returns:
+        kg CO2e.
+
+    Raises:
+        ValueError: a bad argument, both ``ci`` and ``region``, or an overflow.
+    """
     e = _nonneg("kwh", kwh)
     p = check_float("pue", pue, min=1.0)
     if ci is None:

@@ -93,7 +93,8 @@ def run_plan(plan: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"steps[{i}] operator must be 'prune' or 'quantize', got {op!r}")
         out["steps"].append({"op": op, "args": args, "record": record, "profile": _profile_dict(model, x)})
     if plan.get("out") and not quantized:
-        finalize(model).save_pretrained(plan["out"])
+        saved: Any = finalize(model)  # a transformers PreTrainedModel (nn.Module types save_pretrained loosely)
+        saved.save_pretrained(plan["out"])
         out["saved"] = str(plan["out"])
     return out
 
@@ -140,7 +141,7 @@ def report_models(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="downscale", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="downscale", description=(__doc__ or "").split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("profile", help="profile a save_pretrained folder")
     p.add_argument("model")

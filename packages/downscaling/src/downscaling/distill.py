@@ -38,7 +38,17 @@ def _upcast(t: torch.Tensor) -> torch.Tensor:
 def kd_kl(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 2.0, kl: str = "forward"
 ) -> torch.Tensor:
-    """τ² · KL between the temperature-softened distributions, mean over tokens (≥ 0; 0 iff equal)."""
+    """τ² · KL between the temperature-softened distributions, mean over tokens (≥ 0; 0 iff equal).
+
+    Args:
+        student_logits: ``(..., V)`` logits of the student.
+        teacher_logits: ``(..., V)`` logits of the teacher (detached).
+        temperature: τ > 0, divides both logits.
+        kl: ``"forward"`` KL(teacher ‖ student) or ``"reverse"`` KL(student ‖ teacher).
+
+    Returns:
+        A scalar tensor.
+    """
     t = check_float("temperature", temperature, min=0.0, min_open=True)
     kl = check_choice("kl", kl, ("forward", "reverse"))
     v = student_logits.shape[-1]
@@ -59,7 +69,19 @@ def distill_loss(
     alpha: float = 0.5,
     kl: str = "forward",
 ) -> torch.Tensor:
-    """(1 − α) CE(labels, student) + α τ² KL (module docstring); ``labels`` may be ``None`` only when α = 1."""
+    """(1 − α) CE(labels, student) + α τ² KL (module docstring).
+
+    Args:
+        student_logits: ``(..., V)`` logits of the student.
+        teacher_logits: ``(..., V)`` logits of the teacher (detached).
+        labels: next-token ids matching the logits' leading shape; ``None`` only when α = 1.
+        temperature: τ > 0 of the KL term.
+        alpha: α in [0, 1], the weight of the KL term.
+        kl: ``"forward"`` or ``"reverse"`` (see :func:`kd_kl`).
+
+    Returns:
+        A scalar tensor.
+    """
     a = check_float("alpha", alpha, min=0.0, max=1.0)
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(
@@ -99,7 +121,22 @@ def distill(
 ) -> DistillResult:
     """Train a copy of ``student`` to imitate ``teacher`` on random windows of the token stream ``data`` with
     AdamW (``config`` or ``DistillConfig(**kwargs)``). Under an initialised ``torch.distributed`` group the copy
-    is wrapped in DDP and each rank takes rows ``shard_bounds(batch, rank, world)`` of the same global batch."""
+    is wrapped in DDP and each rank takes rows ``shard_bounds(batch, rank, world)`` of the same global batch.
+
+    Args:
+        teacher: the model imitated (only run forward).
+        student: the model trained; a copy is trained, the input is not modified.
+        data: 1-D token ids (tensor or array), at least 2 of them.
+        config: training settings; ``None`` builds ``DistillConfig(**kwargs)``.
+        **kwargs: fields of :class:`DistillConfig`, when ``config`` is ``None``.
+
+    Returns:
+        The trained copy and its loss per step.
+
+    Raises:
+        ValueError: both ``config`` and keyword arguments, or ``data`` that is not token ids.
+        TypeError: ``teacher`` or ``student`` is not a ``torch.nn.Module``.
+    """
     cfg = config or DistillConfig(**kwargs)
     if config is not None and kwargs:
         raise ValueError(f"give a DistillConfig or keyword arguments, not both (got {sorted(kwargs)})")

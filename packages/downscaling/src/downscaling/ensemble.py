@@ -37,7 +37,14 @@ class _BagClassifier(nn.Module):
 
 
 class Ensemble(nn.Module):
-    """k domain experts behind a router; ``forward(input_ids, domain=None)`` returns logits ``(B, T, V)``."""
+    """k domain experts behind a router; ``forward(input_ids, domain=None)`` returns logits ``(B, T, V)``.
+
+    Args:
+        experts: domain name -> model, at least one.
+        router: ``"label"`` (the caller names each row's domain), ``"classifier"`` (argmax of ``classifier``) or
+            ``"average"`` (mean of all experts' logits).
+        classifier: maps ``(B, T)`` token ids to ``(B, k)`` domain scores; needed for ``router="classifier"``.
+    """
 
     def __init__(self, experts: dict[str, nn.Module], router: str = "label", classifier: nn.Module | None = None):
         super().__init__()
@@ -56,6 +63,7 @@ class Ensemble(nn.Module):
         """The expert of each row (``label``: ``domain``, one name or one per row; ``classifier``: argmax)."""
         b = input_ids.shape[0]
         if self.router == "classifier":
+            assert self.classifier is not None  # __init__ requires one for router='classifier'
             with torch.no_grad():
                 pick = self.classifier(input_ids).argmax(-1).tolist()
             return [self.domains[i] for i in pick]
@@ -114,7 +122,19 @@ def _domain_stream(name: str, data: Any) -> torch.Tensor:
 def specialize_and_ensemble(base: nn.Module, domains: dict[str, Any], config: EnsembleConfig | None = None) -> Ensemble:
     """One specialist per domain (``domains``: name -> 1-D token ids): a copy of ``base`` pruned by
     ``config.prune`` (calibrated on that domain when the method needs it), then ``config.steps_per_domain`` AdamW
-    steps of next-token training on the domain; routed by ``config.router``."""
+    steps of next-token training on the domain; routed by ``config.router``.
+
+    Args:
+        base: the model every specialist starts from (not modified).
+        domains: domain name -> 1-D token ids, each longer than ``config.seq_len + 1``.
+        config: settings; ``None`` uses ``EnsembleConfig()``.
+
+    Returns:
+        The :class:`Ensemble` of the specialists.
+
+    Raises:
+        ValueError: empty or too short domains.
+    """
     from downscaling.config import PruneConfig
     from downscaling.prune import finalize, prune
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -24,6 +24,9 @@ from downscaling.profiling import linear_weight_bytes
 from icml25_shared.seed import seed_everything
 from icml25_shared.text import CharCorpus
 from icml25_shared.training import warmup_cosine
+
+if TYPE_CHECKING:
+    from downscaling.config import PruneMethod
 
 __all__ = [
     "FULL",
@@ -275,7 +278,7 @@ def quant_check(model: nn.Module, task: Task) -> dict[str, Any]:
 
 
 def prune_compare(
-    model: nn.Module, task: Task, sparsity: float = 0.5, methods: tuple[str, ...] = ("magnitude", "wanda")
+    model: nn.Module, task: Task, sparsity: float = 0.5, methods: tuple[PruneMethod, ...] = ("magnitude", "wanda")
 ) -> dict[str, Any]:
     """Claim 3: unstructured pruning without recovery, bpc per method (Wanda calibrated on training windows)."""
     from downscaling.config import PruneConfig
@@ -358,12 +361,12 @@ def compute_sweep(task: Task, seeds: list[int] | None = None) -> dict[str, Any]:
                     pc = prune_compare(m, t)
                     gaps[name].append(pc["wanda"] - pc["magnitude"])
     law = fit(runs, "chinchilla")
-    mean_bpc = {c: {} for c in st.full_budgets}
+    mean_bpc: dict[float, dict[str, float]] = {c: {} for c in st.full_budgets}
     for c in st.full_budgets:
         for size in {r["size"] for r in runs}:
             v = [r["bpc"] for r in runs if r["C"] == c and r["size"] == size]
             mean_bpc[c][size] = sum(v) / len(v)
-    best = {c: min(mean_bpc[c], key=mean_bpc[c].get) for c in st.full_budgets}
+    best = {c: min(mean_bpc[c], key=mean_bpc[c].__getitem__) for c in st.full_budgets}
     return {"seeds": seeds, "runs": runs, "law": law.params, "mean_bpc": mean_bpc, "best_size": best,
             "n_star": {c: law.compute_optimal(c)["N"] for c in st.full_budgets},
             "wanda_minus_magnitude": gaps}  # fmt: skip
@@ -608,8 +611,10 @@ def selection_lm(task: Task, proxy: nn.Module, steps: int, pool: int = 1024) -> 
     x, y = task.corpus.get_batch("train", pool, st.seq_len, gen)
     windows = torch.cat([x, y[:, -1:]], 1)
     out = {}
-    for name, scorer, mode in (("hard", ProxyLoss(proxy), "hard"), ("easy", ProxyLoss(proxy), "easy"),
-                               ("random", Random(), "hard")):  # fmt: skip
+    arms: list[tuple[str, Any, Literal["hard", "easy"]]] = [
+        ("hard", ProxyLoss(proxy), "hard"), ("easy", ProxyLoss(proxy), "easy"), ("random", Random(), "hard")
+    ]  # fmt: skip
+    for name, scorer, mode in arms:
         kept = select_data(windows, scorer, 0.5, mode, st.seed).data
         m = new_model(st.small, st.seq_len, st.seed)
         m = _train_on(m, [kept.reshape(-1)], steps, replace(st, large_batch=st.large_batch), st.seed)

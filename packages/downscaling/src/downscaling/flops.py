@@ -96,7 +96,15 @@ class AnalyticFlops:
 
 def analytic_llama(config: Any, seq_len: int) -> AnalyticFlops:
     """Forward and training FLOPs of one sequence of length ``seq_len`` through ``LlamaForCausalLM(config)`` (module
-    docstring); equal to FlopCounterMode's count exactly (tested)."""
+    docstring); equal to FlopCounterMode's count exactly (tested).
+
+    Args:
+        config: a ``transformers.LlamaConfig``.
+        seq_len: tokens per sequence, at least 1.
+
+    Returns:
+        Forward and training FLOPs of the sequence and the parameter counts.
+    """
     t = check_int("seq_len", seq_len, min=1)
     g = _llama_dims(config)
     p = llama_param_count(config)
@@ -106,7 +114,14 @@ def analytic_llama(config: Any, seq_len: int) -> AnalyticFlops:
 
 def param_counts(model: nn.Module) -> dict[str, int]:
     """``total`` distinct parameters (tied weights once) and ``nonembed`` (minus ``nn.Embedding`` weights and any
-    output head not tied to them)."""
+    output head not tied to them).
+
+    Args:
+        model: any ``torch.nn.Module``.
+
+    Returns:
+        ``{"total": ..., "nonembed": ...}``.
+    """
     seen: set[int] = set()
     total = 0
     for p in model.parameters():
@@ -163,7 +178,15 @@ def _takes_input_ids(model: nn.Module) -> bool:
 
 
 def count_flops(model: nn.Module, input_ids: torch.Tensor) -> int:
-    """Forward FLOPs of ``model`` on ``input_ids`` as counted by ``FlopCounterMode`` (no gradients recorded)."""
+    """Forward FLOPs of ``model`` on ``input_ids`` as counted by ``FlopCounterMode`` (no gradients recorded).
+
+    Args:
+        model: a causal language model (``model(input_ids=...)`` or ``model(ids)``).
+        input_ids: ``(B, T)`` token ids.
+
+    Returns:
+        FLOPs of the whole batch.
+    """
     with torch.no_grad(), FlopCounterMode(display=False) as fc:
         _forward(model, input_ids)
     return int(fc.get_total_flops())
@@ -171,7 +194,18 @@ def count_flops(model: nn.Module, input_ids: torch.Tensor) -> int:
 
 def count_train_flops(model: nn.Module, input_ids: torch.Tensor) -> int:
     """Forward + backward FLOPs of one next-token cross-entropy step on ``input_ids`` (FlopCounterMode). The
-    gradients go through ``torch.autograd.grad``: the model's ``.grad`` fields are left untouched."""
+    gradients go through ``torch.autograd.grad``: the model's ``.grad`` fields are left untouched.
+
+    Args:
+        model: a causal language model with trainable floating-point parameters.
+        input_ids: ``(B, T)`` token ids.
+
+    Returns:
+        FLOPs of the whole batch.
+
+    Raises:
+        ValueError: the model has no trainable floating-point parameter.
+    """
     params = [p for p in model.parameters() if p.requires_grad and p.is_floating_point()]
     if not params:
         raise ValueError("count_train_flops needs a model with trainable floating-point parameters, found none")
@@ -204,11 +238,13 @@ def fvcore_flops(model: nn.Module, input_ids: torch.Tensor) -> dict[str, Any]:
     it counts the same as FlopCounterMode (tested)."""
     import warnings
 
+    from torch.jit._trace import TracerWarning  # where it is defined (torch.jit does not export it)
+
     wrapped = _LogitsOf(model).eval()
     with warnings.catch_warnings(), torch.no_grad():
         # fvcore scripts a loss at import and traces with torch.jit, both deprecated in torch 2.x
         warnings.filterwarnings("ignore", message=r".*torch\.jit\..* is deprecated", category=FutureWarning)
-        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", category=TracerWarning)
         from fvcore.nn import FlopCountAnalysis
 
         fa = FlopCountAnalysis(wrapped, (input_ids,))

@@ -37,7 +37,16 @@ KAPLAN: dict[str, float] = {"N_c": 8.8e13, "alpha_N": 0.076}
 
 
 def lifetime_flops(n: float, d_train: float, served: float) -> float:
-    """Training 6 N D plus inference 2 N per served token (Kaplan et al. 2020, Sec. 2.1)."""
+    """Training 6 N D plus inference 2 N per served token (Kaplan et al. 2020, Sec. 2.1).
+
+    Args:
+        n: parameters N.
+        d_train: training tokens D.
+        served: tokens served in inference.
+
+    Returns:
+        Lifetime FLOPs.
+    """
     return 6.0 * n * d_train + 2.0 * n * served
 
 
@@ -68,7 +77,20 @@ def break_even(n_large: float, d_large: float, n_small: float, d_small: float) -
     (N_S, D_S) of equal quality: S* = (6 N_S D_S − 6 N_L D_L) / (2 (N_L − N_S)). Above S* the small one is cheaper;
     below it the large one is. Returned as a :class:`BreakEven`, whose ``regime`` says which case a value is: 0 is
     ``"small_cheaper_from_start"`` (no crossing), inf is ``"never"`` (``d_small`` infinite: the small model cannot
-    reach that quality)."""
+    reach that quality).
+
+    Args:
+        n_large: parameters of the large model.
+        d_large: training tokens of the large model.
+        n_small: parameters of the small model, below ``n_large``.
+        d_small: training tokens the small model needs for the same quality (may be inf).
+
+    Returns:
+        S* with its regime.
+
+    Raises:
+        ValueError: a non-positive argument, or ``n_large <= n_small``.
+    """
     for name, v in (("n_large", n_large), ("d_large", d_large), ("n_small", n_small), ("d_small", d_small)):
         check_float(name, v, min=0.0, min_open=True, allow_inf=name.startswith("d"))
     if not n_large > n_small:
@@ -170,7 +192,17 @@ class Law:
 
     def predict(self, **inputs: Any) -> np.ndarray:
         """Loss at the given inputs (``N=, D=`` for chinchilla, ``N=`` for kaplan, ``rho=, D_rec=`` for pruning,
-        ``P=`` for data_pruning), broadcast as numpy arrays."""
+        ``P=`` for data_pruning), broadcast as numpy arrays.
+
+        Args:
+            **inputs: the family's inputs, scalars or arrays.
+
+        Returns:
+            The predicted loss, broadcast over the inputs.
+
+        Raises:
+            ValueError: missing or unknown inputs for the family.
+        """
         fam = FAMILIES[self.family]
         missing = [k for k in fam.inputs if k not in inputs]
         if missing or set(inputs) - set(fam.inputs):
@@ -187,7 +219,17 @@ class Law:
 
     def compute_optimal(self, flops: float) -> dict[str, float]:
         """Chinchilla's closed-form compute-optimal split at C = ``flops`` (Hoffmann et al. 2022, eq. 4):
-        ``N``, ``D`` and the predicted ``loss``."""
+        ``N``, ``D`` and the predicted ``loss``.
+
+        Args:
+            flops: compute budget C > 0.
+
+        Returns:
+            ``{"N": ..., "D": ..., "loss": ...}``.
+
+        Raises:
+            ValueError: the law is not a chinchilla one, or ``flops <= 0``.
+        """
         if self.family != "chinchilla":
             raise ValueError(f"compute_optimal needs a chinchilla law, got family={self.family!r}")
         c = check_float("flops", flops, min=0.0, min_open=True)
@@ -199,7 +241,18 @@ class Law:
         return {"N": n, "D": d, "loss": float(self.predict(N=n, D=d))}
 
     def tokens_to_reach(self, n: float, loss: float) -> float:
-        """Training tokens a model of ``n`` parameters needs to reach ``loss`` (chinchilla; inf if never)."""
+        """Training tokens a model of ``n`` parameters needs to reach ``loss`` (chinchilla law).
+
+        Args:
+            n: parameters.
+            loss: the target loss.
+
+        Returns:
+            Tokens D, inf when the model never reaches ``loss``.
+
+        Raises:
+            ValueError: the law is not a chinchilla one.
+        """
         if self.family != "chinchilla":
             raise ValueError(f"tokens_to_reach needs a chinchilla law, got family={self.family!r}")
         p = self.params
@@ -208,7 +261,16 @@ class Law:
 
     def break_even(self, n_large: float, d_large: float, n_small: float) -> BreakEven:
         """Served tokens S* from which a small model trained (by this law) to the large model's loss is cheaper
-        over its lifetime (:func:`break_even`); inf when the small model cannot reach that loss."""
+        over its lifetime (:func:`break_even`); inf when the small model cannot reach that loss.
+
+        Args:
+            n_large: parameters of the large model.
+            d_large: training tokens of the large model.
+            n_small: parameters of the small model.
+
+        Returns:
+            S* with its regime.
+        """
         target = float(self.predict(N=n_large, D=d_large))
         return break_even(n_large, d_large, n_small, self.tokens_to_reach(n_small, target))
 
@@ -234,7 +296,21 @@ def _runs_table(runs: Any, inputs: tuple[str, ...]) -> tuple[dict[str, np.ndarra
 
 def fit(runs: Any, family: str = "chinchilla", *, delta: float = 1e-3, top_starts: int = 4) -> Law:
     """Fit a law of ``family`` to ``runs`` (a DataFrame or list of dicts with the family's inputs and ``loss``),
-    module docstring. Needs at least as many runs as the family has parameters."""
+    module docstring.
+
+    Args:
+        runs: a DataFrame or list of dicts with the family's inputs and ``loss``; at least as many runs as the
+            family has parameters.
+        family: a key of :data:`FAMILIES` (``chinchilla``, ``kaplan``, ``pruning``, ``data_pruning``).
+        delta: the Huber loss's threshold on log-loss residuals.
+        top_starts: BFGS starts, the best points of the initial grid.
+
+    Returns:
+        The fitted :class:`Law`.
+
+    Raises:
+        ValueError: an unknown family, malformed runs, or too few of them.
+    """
     family = check_choice("family", family, tuple(FAMILIES))
     fam = FAMILIES[family]
     x_np, loss = _runs_table(runs, fam.inputs)

@@ -17,7 +17,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -79,7 +79,8 @@ def _tensor_bytes(t: torch.Tensor) -> int:
     if type(t) not in (torch.Tensor, nn.Parameter) and hasattr(t, "__tensor_flatten__"):
         # other tensor subclasses (optimum-quanto's WeightQBytesTensor: int8 data + scale; its int4 tensors: packed
         # uint8 data + scale + shift): the bytes of the inner tensors they store
-        inner, _ = t.__tensor_flatten__()
+        flat: Any = t  # the subclass protocol method is not in torch.Tensor's stub
+        inner, _ = flat.__tensor_flatten__()
         return sum(_tensor_bytes(getattr(t, n)) for n in inner if getattr(t, n, None) is not None)
     if t.is_quantized:
         per_tensor = t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric)
@@ -92,15 +93,16 @@ def _tensor_bytes(t: torch.Tensor) -> int:
 
 def _module_weights(m: nn.Module) -> list[torch.Tensor]:
     # the module's own dicts, not parameters()/getattr: this runs for every module on every quantize/profile call
-    out = [t for t in m._parameters.values() if t is not None] + [b for b in m._buffers.values() if b is not None]
+    out: list[torch.Tensor] = [t for t in m._parameters.values() if t is not None]
+    out += [b for b in m._buffers.values() if b is not None]
     if "weight_orig" in m._parameters and isinstance(m._buffers.get("weight_mask"), torch.Tensor):
         # torch.nn.utils.prune masks: count the deployable (finalized) weight, not weight_orig + weight_mask
         skip = {id(m.weight_orig), id(m.weight_mask)}
-        out = [t for t in out if id(t) not in skip] + [m.weight]
+        out = [t for t in out if id(t) not in skip] + [cast(torch.Tensor, m.weight)]
     unpack = getattr(m, "_weight_bias", None) if hasattr(type(m), "_weight_bias") else None
     if callable(unpack) and callable(getattr(m, "weight", None)) and not isinstance(m.weight, torch.Tensor):
         try:  # torch.ao quantized Linear: unpack weight and bias from the packed params once
-            w, b = unpack()
+            w, b = cast(tuple[Any, Any], unpack())  # torch.ao: _weight_bias() returns (weight, bias or None)
             out.extend(t for t in (w, b) if t is not None)
         except (RuntimeError, TypeError):
             pass
@@ -109,7 +111,14 @@ def _module_weights(m: nn.Module) -> list[torch.Tensor]:
 
 def weight_bytes(model: nn.Module) -> int:
     """Bytes of every parameter and buffer (tied tensors once), quantized weights at their stored size (int8 data
-    plus scales and zero points)."""
+    plus scales and zero points).
+
+    Args:
+        model: any ``torch.nn.Module``, quantized or not.
+
+    Returns:
+        The byte count.
+    """
     seen: set[int] = set()
     total = 0
     for m in model.modules():
@@ -125,7 +134,14 @@ def weight_bytes(model: nn.Module) -> int:
 
 def linear_weight_bytes(model: nn.Module) -> int:
     """Bytes of the weights (and biases) of every linear layer -- ``nn.Linear`` and its quantized replacements --
-    the part quantization shrinks."""
+    the part quantization shrinks.
+
+    Args:
+        model: any ``torch.nn.Module``, quantized or not.
+
+    Returns:
+        The byte count.
+    """
     total = 0
     for m in model.modules():
         if (
@@ -192,7 +208,7 @@ def _zeus_joules(fn: Any, device: torch.device) -> tuple[float | None, str]:
     ``device`` when it is CUDA, else the CPU packages (RAPL); ``None`` and why when zeus is missing or has no
     counter here."""
     try:
-        from zeus.monitor import ZeusMonitor
+        from zeus.monitor import ZeusMonitor  # pyright: ignore[reportMissingImports]  # optional, not installed here
     except ImportError:
         return None, "zeus not installed"
     try:
@@ -229,7 +245,27 @@ def profile(
     forward + backward when ``train_flops``; a quantized model is counted as its float twin would be, since its
     integer kernels are invisible to the counter), weight bytes, the median latency of ``n_runs`` forwards after
     ``warmup``, tokens/s, joules and grams CO2e per token (``energy``: ``measure`` raises if no counter is
-    readable, ``estimate`` always uses ``power_w`` x time, ``auto`` measures when it can)."""
+    readable, ``estimate`` always uses ``power_w`` x time, ``auto`` measures when it can).
+
+    Args:
+        model: a causal language model; left in the training mode it came in.
+        batch: ``(B, T)`` integer token ids.
+        energy: ``"auto"``, ``"measure"`` or ``"estimate"`` (above).
+        region: carbon-intensity region (a key of ``downscaling.carbon.CARBON_INTENSITY``); default ``world``.
+        pue: power usage effectiveness of the data centre, at least 1.
+        n_runs: timed forwards, at least 1.
+        ci: carbon intensity in kg CO2e per kWh, instead of ``region``.
+        power_w: assumed power of an estimate (module docstring for the default).
+        train_flops: also count forward + backward FLOPs.
+        warmup: untimed forwards before the timed ones.
+
+    Returns:
+        The :class:`Profile`.
+
+    Raises:
+        ValueError: a bad argument (named in the message).
+        RuntimeError: ``energy="measure"`` and no energy counter is readable.
+    """
     energy = check_choice("energy", energy, ("auto", "measure", "estimate"))
     batch = check_tensor("batch", batch, ndim=2)
     if batch.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
@@ -342,8 +378,9 @@ def _float_twin(model: nn.Module) -> nn.Module:
     if not any(m.__module__.startswith("torch.ao.nn.quantized") for m in model.modules()):
         return model
     twin = copy.deepcopy(model)
-    for name, m in list(twin.named_modules()):
-        if m.__module__.startswith("torch.ao.nn.quantized") and hasattr(m, "in_features"):
+    for name, module in list(twin.named_modules()):
+        if module.__module__.startswith("torch.ao.nn.quantized") and hasattr(module, "in_features"):
+            m: Any = module  # torch.ao quantized Linear: weight() and bias() are methods, in/out_features ints
             lin = nn.Linear(m.in_features, m.out_features, bias=m.bias() is not None)
             with torch.no_grad():
                 lin.weight.copy_(m.weight().dequantize())

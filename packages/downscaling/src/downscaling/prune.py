@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import nn
@@ -142,10 +142,18 @@ def _is_conv1d(m: nn.Module) -> bool:
 
 def conv1d_to_linear(model: nn.Module) -> int:
     """Replace every HF GPT-2 ``Conv1D`` (y = x W + b, W of shape (in, out)) in place by the equal ``nn.Linear``
-    (weight Wᵀ); returns how many were replaced."""
+    (weight Wᵀ).
+
+    Args:
+        model: the model to convert, changed in place.
+
+    Returns:
+        How many ``Conv1D`` layers were replaced.
+    """
     n = 0
-    for name, m in list(model.named_modules()):
-        if _is_conv1d(m):
+    for name, module in list(model.named_modules()):
+        if _is_conv1d(module):
+            m: Any = module  # transformers' Conv1D: weight (in, out) and bias are tensors, not sub-modules
             lin = nn.Linear(m.weight.shape[0], m.weight.shape[1], bias=m.bias is not None)
             with torch.no_grad():
                 lin.weight.copy_(m.weight.T)
@@ -160,8 +168,19 @@ def conv1d_to_linear(model: nn.Module) -> int:
 
 def prunable_linears(model: nn.Module) -> dict[str, nn.Linear]:
     """The ``nn.Linear`` layers pruning acts on: all of them except the output head (``get_output_embeddings()``
-    or a module named ``lm_head``). Raises ``ValueError`` naming the layer types found when there is none."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    or a module named ``lm_head``).
+
+    Args:
+        model: any ``torch.nn.Module``.
+
+    Returns:
+        Module name -> ``nn.Linear``.
+
+    Raises:
+        ValueError: the model has no such layer (the message names the layer types found).
+    """
+    hf: Any = model  # a transformers PreTrainedModel when it has get_output_embeddings
+    head = hf.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     out = {
         n: m
         for n, m in model.named_modules()
@@ -175,7 +194,14 @@ def prunable_linears(model: nn.Module) -> dict[str, nn.Linear]:
 
 
 def sparsity_of(model: nn.Module) -> dict[str, float]:
-    """Fraction of zero weights of every prunable Linear (after masks), plus ``"all"`` over them together."""
+    """Fraction of zero weights of every prunable Linear (after masks), plus ``"all"`` over them together.
+
+    Args:
+        model: a model with ``nn.Linear`` layers (see :func:`prunable_linears`).
+
+    Returns:
+        Layer name -> fraction of zeros, and ``"all"`` -> the fraction over all of them.
+    """
     out, zeros, total = {}, 0, 0
     for n, m in prunable_linears(model).items():
         z = int((m.weight == 0).sum())
@@ -187,7 +213,14 @@ def sparsity_of(model: nn.Module) -> dict[str, float]:
 
 def finalize(model: nn.Module) -> nn.Module:
     """Make the masks of unstructured pruning permanent (``torch.nn.utils.prune.remove``), so that the model has
-    plain ``weight`` parameters again; in place, returns ``model``. (``prune`` does this by default.)"""
+    plain ``weight`` parameters again. (``prune`` does this by default.)
+
+    Args:
+        model: a model pruned with ``finalize=False``, changed in place.
+
+    Returns:
+        ``model`` itself.
+    """
     for m in model.modules():
         if torch_prune.is_pruned(m) and hasattr(m, "weight_mask"):
             torch_prune.remove(m, "weight")
@@ -200,7 +233,7 @@ def _fold_mask_on_save(module: nn.Module, state_dict: dict[str, Any], prefix: st
     if prefix + "weight_orig" in state_dict and hasattr(module, "weight_mask"):
         state_dict.pop(prefix + "weight_orig")
         state_dict.pop(prefix + "weight_mask", None)
-        state_dict[prefix + "weight"] = module.weight.detach()
+        state_dict[prefix + "weight"] = cast(torch.Tensor, module.weight).detach()
 
 
 def _unfold_mask_on_load(module: nn.Module, state_dict: dict[str, Any], prefix: str, *_args: Any) -> None:
@@ -214,8 +247,9 @@ def _unfold_mask_on_load(module: nn.Module, state_dict: dict[str, Any], prefix: 
 def _reapply_mask_after_load(module: nn.Module, _incompatible: Any) -> None:
     """Load post-hook: recompute the masked ``weight`` now (torch recomputes it only on the next forward)."""
     if hasattr(module, "weight_orig") and hasattr(module, "weight_mask"):
+        masked: Any = module  # weight_orig / weight_mask are attributes torch.nn.utils.prune added
         with torch.no_grad():
-            module.weight = module.weight_orig * module.weight_mask
+            masked.weight = masked.weight_orig * masked.weight_mask
 
 
 def _calib_batches(calib: Any, device: torch.device, model: nn.Module) -> list[torch.Tensor]:
@@ -254,7 +288,7 @@ def _model_forward(model: nn.Module, x: torch.Tensor) -> Any:
 
 @torch.no_grad()
 def _input_stats(
-    model: nn.Module, modules: dict[str, nn.Module], calib: list[torch.Tensor], hessian: bool
+    model: nn.Module, modules: Mapping[str, nn.Module], calib: list[torch.Tensor], hessian: bool
 ) -> dict[str, torch.Tensor]:
     """Per module: Σ x_j² over calibration tokens (``hessian=False``) or Σ x xᵀ (``True``), in float64."""
     stats: dict[str, torch.Tensor] = {}
@@ -277,7 +311,9 @@ def _input_stats(
 # ------------------------------------------------------------------------------------------------ structured
 
 
-def _decoder_layers(model: nn.Module) -> nn.ModuleList:
+def _decoder_layers(model: nn.Module) -> list[Any]:
+    """The decoder blocks of a Llama-style model, typed ``Any``: their sub-modules (``self_attn.o_proj``,
+    ``mlp.down_proj``, ...) are reached through ``nn.Module.__getattr__``, which types them ``Tensor | Module``."""
     base = getattr(model, "model", model)
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList) or not layers:
@@ -286,7 +322,7 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
             f"self_attn.q/k/v/o_proj and mlp.gate/up/down_proj), got {type(model).__name__}; unstructured methods "
             "(magnitude, wanda, sparsegpt) work on any model with nn.Linear layers"
         )
-    return layers
+    return list(layers)
 
 
 def _slice_linear(lin: nn.Linear, remove: list[int], dim: str) -> None:
@@ -311,7 +347,7 @@ def _n_units(sparsity: float, n: int, unit: str) -> int:
 
 def _prune_heads(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None) -> dict[str, Any]:
     layers = _decoder_layers(model)
-    cfg = model.config
+    cfg: Any = model.config  # a transformers PretrainedConfig (nn.Module.__getattr__ types it Tensor | Module)
     h = cfg.num_attention_heads
     kv = getattr(cfg, "num_key_value_heads", None) or h
     hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // h
@@ -343,7 +379,7 @@ def _prune_heads(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | 
 
 
 def _prune_channels(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None) -> dict[str, Any]:
-    cfg = model.config
+    cfg: Any = model.config  # a transformers PretrainedConfig
     layers = _decoder_layers(model)
     ff = cfg.intermediate_size
     n_remove = _n_units(sparsity, ff, "MLP channels")
@@ -368,7 +404,7 @@ def _prune_channels(model: nn.Module, sparsity: float, calib: list[torch.Tensor]
 
 
 @torch.no_grad()
-def _block_influence(model: nn.Module, layers: nn.ModuleList, calib: list[torch.Tensor]) -> list[float]:
+def _block_influence(model: nn.Module, layers: list[Any], calib: list[torch.Tensor]) -> list[float]:
     """1 − mean cos(h_in, h_out) per block over calibration tokens (Men et al. 2024, ShortGPT)."""
     sims: dict[int, list[float]] = {i: [] for i in range(len(layers))}
     handles = []
@@ -405,7 +441,7 @@ def _prune_layers(model: nn.Module, sparsity: float, calib: list[torch.Tensor] |
     for j, layer in enumerate(kept):
         if hasattr(layer.self_attn, "layer_idx"):
             layer.self_attn.layer_idx = j
-    cfg = model.config
+    cfg: Any = model.config  # a transformers PretrainedConfig
     cfg.num_hidden_layers = len(kept)
     if getattr(cfg, "layer_types", None):
         cfg.layer_types = [t for i, t in enumerate(cfg.layer_types) if i not in drop]
@@ -423,7 +459,20 @@ def prune(model: nn.Module, config: PruneConfig | None = None, **kwargs: Any) ->
     (``save_pretrained`` / ``from_pretrained``) with its pruned weights; with ``finalize=False`` the masks stay
     and the state dict still holds the pruned weights. Structured ones slice the layers and update
     ``model.config``. A GPT-2 ``Conv1D`` is converted to ``nn.Linear`` first. ``config.recover`` trains the pruned
-    copy with the masks applied, before they are baked in."""
+    copy with the masks applied, before they are baked in.
+
+    Args:
+        model: the model to prune (a Llama-style decoder for the structured methods).
+        config: what to do; ``None`` builds ``PruneConfig(**kwargs)``.
+        **kwargs: fields of :class:`PruneConfig`, when ``config`` is ``None``.
+
+    Returns:
+        The pruned copy and a record (method, achieved sparsity, what was removed).
+
+    Raises:
+        ValueError: both ``config`` and keyword arguments, or a model the method cannot prune.
+        TypeError: ``config`` is not a :class:`PruneConfig` or ``model`` not a ``torch.nn.Module``.
+    """
     if config is None:
         config = PruneConfig(**kwargs)
     elif kwargs:

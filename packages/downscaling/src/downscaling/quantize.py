@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import warnings
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 from torch import nn
@@ -65,7 +65,15 @@ def _has_quanto() -> bool:
 
 
 def supported_schemes(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> list[tuple[str, str]]:
-    """The (scheme, backend) pairs that run here for a model on ``device`` in ``dtype``."""
+    """The (scheme, backend) pairs that run here for a model on ``device`` in ``dtype``.
+
+    Args:
+        device: where the model lives.
+        dtype: the model's floating-point dtype.
+
+    Returns:
+        The subset of :data:`SUPPORTED` that runs here.
+    """
     dev = torch.device(device)
     out = []
     for scheme, backend in SUPPORTED:
@@ -89,8 +97,9 @@ def _torch_ao_linear_bytes(q: nn.Module, original: nn.Module) -> int:
     total = 0
     for name, m in q.named_modules():
         if type(m).__module__.startswith("torch.ao.nn.quantized") and type(m).__name__ == "Linear":
-            bias = original.get_submodule(name).bias
-            total += m.out_features * m.in_features + PER_TENSOR_QPARAMS_BYTES
+            qlin: Any = m  # torch.ao quantized Linear: in/out_features are ints
+            bias = cast(nn.Linear, original.get_submodule(name)).bias
+            total += qlin.out_features * qlin.in_features + PER_TENSOR_QPARAMS_BYTES
             total += 4 * bias.numel() if bias is not None else 0
         elif isinstance(m, nn.Linear):
             total += sum(_tensor_bytes(t) for t in _module_weights(m))
@@ -98,7 +107,21 @@ def _torch_ao_linear_bytes(q: nn.Module, original: nn.Module) -> int:
 
 
 def quantize(model: nn.Module, scheme: Scheme = "int8_dynamic", backend: Backend = "torch.ao") -> QuantizeResult:
-    """Quantize the Linear layers of a copy of ``model`` (module docstring); the input is not modified."""
+    """Quantize the Linear layers of a copy of ``model`` (module docstring); the input is not modified.
+
+    Args:
+        model: a model with ``nn.Linear`` layers.
+        scheme: ``"int8_dynamic"``, ``"int8_weight"`` or ``"int4_weight"``.
+        backend: ``"torch.ao"``, ``"torchao"`` or ``"quanto"``.
+
+    Returns:
+        The quantized copy and a record (scheme, backend, Linear weight bytes before and after, their ratio).
+
+    Raises:
+        ValueError: a pair that does not run for this model here (the message lists those that do), or a model
+            without ``nn.Linear``.
+        TypeError: ``model`` is not a ``torch.nn.Module``.
+    """
     scheme = check_choice("scheme", scheme, ("int8_dynamic", "int8_weight", "int4_weight"))
     backend = check_choice("backend", backend, ("torch.ao", "torchao", "quanto"))
     if not isinstance(model, nn.Module):

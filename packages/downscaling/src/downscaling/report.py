@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import nn
@@ -22,7 +22,14 @@ __all__ = ["Report", "bpc_evaluator", "report"]
 
 def bpc_evaluator(val: Any) -> Callable[[nn.Module], dict[str, float]]:
     """An ``evaluate`` for :func:`report`: bits per token on ``val`` -- a list of ``(x, y)`` batches, or a dict of
-    domain -> such a list (one figure per domain)."""
+    domain -> such a list (one figure per domain).
+
+    Args:
+        val: ``(x, y)`` batches, or domain name -> such batches.
+
+    Returns:
+        A function of a model returning domain -> bits per token (``"all"`` for a plain list).
+    """
     from downscaling.experiments import bpc
 
     domains = val if isinstance(val, dict) else {"all": val}
@@ -42,6 +49,14 @@ class Report:
         return self.frame.to_html(index=False, float_format=lambda v: f"{v:.4g}")
 
 
+class _Cost(NamedTuple):
+    """One model's figures the Pareto front and the break-even column compare."""
+
+    quality: float
+    flops_per_token: float
+    train_flops: float
+
+
 def _has_tabulate() -> bool:
     import importlib.util
 
@@ -56,12 +71,30 @@ def report(
     *,
     batch: torch.Tensor | None = None,
     train_flops: dict[str, float] | None = None,
-    energy: str = "estimate",
+    energy: Literal["auto", "measure", "estimate"] = "estimate",
     region: str | None = None,
     n_runs: int = 3,
 ) -> Report:
     """Profile and evaluate ``baseline`` and every candidate (module docstring); lower quality numbers are better.
-    ``train_flops`` (name -> FLOPs, ``"baseline"`` included) adds lifetime compute and break-even columns."""
+    ``train_flops`` (name -> FLOPs, ``"baseline"`` included) adds lifetime compute and break-even columns.
+
+    Args:
+        baseline: the reference model (first row).
+        candidates: name -> downscaled model.
+        evaluate: model -> quality (lower is better), one number or domain -> number.
+        served_tokens: inference tokens for the lifetime-compute column, ≥ 0.
+        batch: ``(B, T)`` token ids to profile on; default a fixed ``(2, 32)`` batch of ids 0 and 1.
+        train_flops: model name -> training FLOPs, ``"baseline"`` included.
+        energy: passed to :func:`downscaling.profile`.
+        region: carbon-intensity region, passed to :func:`downscaling.profile`.
+        n_runs: timed forwards per model.
+
+    Returns:
+        The :class:`Report`.
+
+    Raises:
+        ValueError: negative ``served_tokens`` or ``candidates`` not a dict.
+    """
     served = check_float("served_tokens", served_tokens, min=0.0)
     if not isinstance(candidates, dict):
         raise ValueError(f"candidates must be a dict of name -> model, got {type(candidates).__name__}")
@@ -70,7 +103,8 @@ def report(
     import pandas as pd
 
     models = {"baseline": baseline, **candidates}
-    rows = []
+    rows: list[dict[str, Any]] = []
+    costs: list[_Cost] = []
     base_q: dict[str, float] | None = None
     for name, m in models.items():
         q = evaluate(m)
@@ -85,25 +119,26 @@ def report(
                "joules_per_token": p.joules_per_token, "co2e_g_per_token": p.co2e_g_per_token,
                "energy_measured": p.measured, "params": p.params,
                "uneven_degradation": max(deltas) / mean_d if mean_d > 0 else math.nan}  # fmt: skip
+        tf = train_flops.get(name, math.nan) if train_flops is not None else math.nan
         if train_flops is not None:
-            tf = train_flops.get(name, math.nan)
             row["train_flops"] = tf
             row["lifetime_flops"] = tf + p.flops_per_token_fwd * served
         rows.append(row)
+        costs.append(_Cost(row["quality"], p.flops_per_token_fwd, tf))
     df = pd.DataFrame(rows)
     df["pareto"] = [
         not any(
             (o.quality <= r.quality and o.flops_per_token <= r.flops_per_token)
             and (o.quality < r.quality or o.flops_per_token < r.flops_per_token)
-            for o in df.itertuples()
+            for o in costs
         )
-        for r in df.itertuples()
+        for r in costs
     ]
     if train_flops is not None:
-        b = df.iloc[0]
+        b = costs[0]
         df["break_even_served"] = [
             (r.train_flops - b.train_flops) / (b.flops_per_token - r.flops_per_token)
             if r.flops_per_token < b.flops_per_token else math.inf
-            for r in df.itertuples()
+            for r in costs
         ]  # fmt: skip
     return Report(df)

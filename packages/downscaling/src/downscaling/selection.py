@@ -98,7 +98,19 @@ def select_data(
 ) -> SelectResult:
     """Keep ``round(keep · n)`` (at least 1) of the ``(n, T)`` token windows ``dataset``: the highest-scoring
     (``hard``) or lowest-scoring (``easy``); ties broken by index, so that at ``keep = 0.5`` with even n the hard
-    and easy selections are complementary. ``scorer`` defaults to :class:`Random`."""
+    and easy selections are complementary.
+
+    Args:
+        dataset: ``(n, T)`` token windows (tensor or array).
+        scorer: maps ``(windows, seed)`` to one score per window: :class:`ProxyLoss`, :class:`EL2N` or
+            :class:`Random` (the default).
+        keep: fraction kept, in (0, 1].
+        mode: ``"hard"`` keeps the highest scores, ``"easy"`` the lowest.
+        seed: passed to the scorer.
+
+    Returns:
+        The kept windows, their indices and every window's score.
+    """
     windows = _windows(dataset)
     keep = check_float("keep", keep, min=0.0, max=1.0, min_open=True)
     mode = check_choice("mode", mode, ("hard", "easy"))
