@@ -111,15 +111,23 @@ class FRUGAL(torch.optim.Optimizer):
 
     Args:
         params: parameters or parameter groups; any option below can be overridden per group.
-        lr: learning rate η. betas, eps, weight_decay: AdamW's (decoupled decay λ with the unscaled η, on every
-            parameter; default 0.01 as ``torch.optim.AdamW``). maximize: ascend the objective (the gradient is
-            negated for every part of the update, as AdamW does). foreach: torch's multi-tensor kernels.
-        density: ρ ∈ [0, 1]. update_gap: T ≥ 1 (steps between refreshes).
+        lr: learning rate η.
+        betas: AdamW's moment coefficients.
+        eps: AdamW's ε.
+        weight_decay: decoupled decay λ with the unscaled η, on every parameter (default 0.01 as
+            ``torch.optim.AdamW``).
+        maximize: ascend the objective (the gradient is negated for every part of the update, as AdamW does).
+        foreach: torch's multi-tensor kernels.
+        density: ρ ∈ [0, 1].
+        update_gap: T ≥ 1 (steps between refreshes).
         selector: ``"block"``, ``"svd"``, ``"random"``, ``"randperm"``, ``"columns"``, ``"rows"``, ``"randk"``.
-        state_full: ``"adamw"``, ``"sgdm"`` or ``"lion"``. state_free: ``"signsgd"``, ``"sgd"`` or ``"none"``.
-        state_full_lr_scale, state_free_lr_scale: s_p and s_f (state-full lr η·s_p, state-free lr η·s_p·s_f).
+        state_full: ``"adamw"``, ``"sgdm"`` or ``"lion"``.
+        state_free: ``"signsgd"``, ``"sgd"`` or ``"none"``.
+        state_full_lr_scale: s_p (state-full lr η·s_p).
+        state_free_lr_scale: s_f (state-free lr η·s_p·s_f).
         reset_statistics: zero the state-full moments at every refresh.
-        proj_side: side of ``svd``/``random``/``randperm``. block_order: order of the block selector.
+        proj_side: side of ``svd``/``random``/``randperm``.
+        block_order: order of the block selector.
         seed: seed of the optimizer's generator. Further options: see :class:`frugal.FRUGALConfig`.
     """
 
