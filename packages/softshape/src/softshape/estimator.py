@@ -161,7 +161,8 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         aux_weight: weight of the MoE balance loss.
         epochs: maximum epochs.
         batch_size: mini-batch size (capped at the training-set size).
-        lr, weight_decay: Adam settings.
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
         dropout: dropout rate.
         early_stopping: stop after this many post-warm-up epochs of flat (|delta| <= 1e-4) or rising validation loss;
             ``None`` or 0 disables it.
@@ -172,16 +173,25 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         fill_nan: fill NaN with the training column means (all-NaN columns: 1e-6); otherwise NaN raises.
         sparsification: ``"soft"`` (the paper), ``"hard"`` (drop non-kept shapes) or ``"none"`` (ablations). (Not
             called ``sparsify``: that is the name of a method of scikit-learn's linear models.)
-        use_moe, use_inception: ablation switches.
+        use_moe: ablation switch: run the shared MoE.
+        use_inception: ablation switch: run the Inception expert.
         device: ``"cpu"``, ``"cuda"``, ``"auto"`` ...
         random_state: seed (int), ``RandomState`` or ``None``.
         verbose: progress bar over epochs.
 
     Attributes:
-        classes_, n_channels_, n_timepoints_, config_, network_, history_ (per-epoch losses), best_epoch_,
-        sparse_inference_, expert_utilisation_ (share of the training tokens routed to each expert by the fitted
-        model, in its inference mode; NaN where no layer runs the MoE), nan_fill_ (with ``fill_nan``),
-        n_features_in_ (2-D input only).
+        classes_: the class labels seen in fit.
+        n_channels_: channels C of the training series.
+        n_timepoints_: length T of the (padded) training series.
+        config_: the resolved :class:`~softshape.config.SoftShapeConfig`.
+        network_: the fitted :class:`~softshape.model.SoftShapeNet`.
+        history_: per-epoch losses.
+        best_epoch_: the selected epoch.
+        sparse_inference_: whether inference runs sparsely.
+        expert_utilisation_: share of the training tokens routed to each expert by the fitted model, in its
+            inference mode (NaN where no layer runs the MoE).
+        nan_fill_: the training column means used to fill NaN (with ``fill_nan``).
+        n_features_in_: number of features (2-D input only).
     """
 
     n_features_in_: int  # set by fit on 2-D input (sklearn convention), absent otherwise
