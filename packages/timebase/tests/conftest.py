@@ -15,3 +15,13 @@ def etth1_data() -> None:
         data.resolve("ETTh1")
     except data.DataNotFoundError as err:
         pytest.skip(f"needs ETTh1: pip install 'icml25-timebase[data]' (or download it): {err}")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """The models are tiny: on a loaded 2-core machine a second intra-op thread only spins (the reproduction runs on
+    one thread too)."""
+    from icml25_shared.device import torch_threads
+
+    with torch_threads(1):
+        yield
