@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from html.parser import HTMLParser
 
@@ -172,3 +173,39 @@ def test_terminal_table_fits_120_columns():
 def test_real_entry_points_are_discoverable():
     names = cli.discover()
     assert "timebase" in names and all(":" in ep.value for ep in names.values())
+
+
+_BURN_MODULE = """
+import time
+
+from icml25_shared.report import Claim, ReproResult
+
+
+def burn(seconds):
+    t0 = time.process_time()
+    while time.process_time() - t0 < seconds:
+        pass
+    return time.process_time() - t0
+
+
+def reproduce(full, out_dir, *, download=False, seed=0):
+    from joblib import Parallel, delayed
+
+    used = Parallel(n_jobs=2, backend="loky")(delayed(burn)(0.4) for _ in range(2))
+    return ReproResult("burner", [Claim("workers burned", None, sum(used), None, short="burn")])
+"""
+
+
+def test_runner_counts_the_cpu_time_of_reusable_worker_pools(tmp_path, monkeypatch):
+    """joblib's loky workers outlive the call that used them; the runner stops the pool before reading the
+    children's CPU time, so a reproduction that fans out is not undercounted."""
+    pytest.importorskip("joblib")
+    from icml25_shared import runner
+
+    (tmp_path / "burner_mod.py").write_text(_BURN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = runner.run_in_process("burner", "burner_mod:reproduce", tmp_path / "out")
+    burned = res.claims[0].measured
+    assert isinstance(burned, float) and burned >= 0.8
+    assert res.cpu_s >= burned  # the workers' time is in the total (it was ~0 when they were left running)

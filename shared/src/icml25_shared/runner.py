@@ -54,10 +54,28 @@ def result_path(out_dir: Path, mode: str) -> Path:
     return Path(out_dir) / f"result_{mode}.json"
 
 
+def _reap_workers() -> None:
+    """Stop joblib's reusable (loky) worker pool, if one was started, and join finished children: a worker that is
+    still alive has not been reaped, so its CPU time would be missing from ``RUSAGE_CHILDREN``."""
+    loky = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(loky, "_executor", None) if loky is not None else None
+    if executor is not None:
+        executor.shutdown(wait=True, kill_workers=False)
+    import multiprocessing
+
+    multiprocessing.active_children()  # joins children that have exited
+
+
 def _cpu_seconds() -> float:
+    """CPU seconds of this process and of every child it has reaped (worker processes included)."""
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _cpu_after() -> float:
+    _reap_workers()
+    return _cpu_seconds()
 
 
 def _load_target(target: str) -> Callable[..., ReproResult]:
@@ -127,7 +145,7 @@ def run_in_process(
     res.stamp(
         mode=mode,
         runtime_s=time.perf_counter() - t0,
-        cpu_s=_cpu_seconds() - c0,
+        cpu_s=_cpu_after() - c0,
         started=started,
         out_dir=out_dir,
     )
