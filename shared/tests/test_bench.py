@@ -74,3 +74,17 @@ def test_save_results_writes_numpy_and_torch_values_and_a_log(tmp_path, capsys):
 def test_save_results_refuses_unknown_objects(tmp_path):
     with pytest.raises(TypeError, match="cannot write a builtins.object"):
         bench.save_results(tmp_path / "r.json", {"x": object()}, [])
+
+
+def test_round_robin_reads_the_clock_it_is_given():
+    from icml25_shared import bench
+
+    ticks = iter(range(1000))
+    calls: list[str] = []
+    out = bench.round_robin(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+        repeats=3,
+        clock=lambda: float(next(ticks)),
+    )
+    assert calls == ["a", "b", "b", "a", "a", "b"]  # the order rotates every round
+    assert out["a"].times == [1.0, 1.0, 1.0] and out["b"].times == [1.0, 1.0, 1.0]  # one tick per call

@@ -170,20 +170,11 @@ def svd_work(model: nn.Module) -> tuple[Callable[[], None], dict[str, Callable[[
 
 
 def cpu_round_robin(fns: dict[str, Callable[[], Any]], *, repeats: int, warmup: int = 0) -> dict[str, list[float]]:
-    """:func:`icml25_shared.bench.round_robin`'s rotating order, timed by this thread's CPU clock
-    (``time.thread_time``): on a shared CPU the time the scheduler gives to other processes is not counted, so
-    the ratios stay readable when the machine is loaded (caches and memory bandwidth are still shared)."""
-    names = list(fns)
-    for _ in range(warmup):
-        for k in names:
-            fns[k]()
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(repeats):
-        for k in names[r % len(names) :] + names[: r % len(names)]:
-            t0 = time.thread_time()
-            fns[k]()
-            times[k].append(time.thread_time() - t0)
-    return times
+    """:func:`icml25_shared.bench.round_robin` timed by this thread's CPU clock (``time.thread_time``): on a shared
+    CPU the time the scheduler gives to other processes is not counted, so the ratios stay readable when the machine
+    is loaded (caches and memory bandwidth are still shared)."""
+    timed = round_robin(fns, repeats=repeats, warmup=warmup, clock=time.thread_time)
+    return {k: t.times for k, t in timed.items()}
 
 
 def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> dict[str, Any]:

@@ -139,10 +139,17 @@ def compare(
 
 
 def round_robin(
-    fns: dict[str, Callable[[], Any]], *, repeats: int = 10, warmup: int = 0, device: Any = None
+    fns: dict[str, Callable[[], Any]],
+    *,
+    repeats: int = 10,
+    warmup: int = 0,
+    device: Any = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> dict[str, Timing]:
     """Time several callables once per round, in an order that rotates every round (round r starts at the r-th),
-    so that machine drift hits all of them alike; ``warmup`` untimed rounds first. The N-way :func:`compare`."""
+    so that machine drift hits all of them alike; ``warmup`` untimed rounds first. The N-way :func:`compare`.
+    ``clock`` reads the time (wall clock by default; ``time.thread_time`` counts only this thread's CPU time, which
+    keeps ratios readable on a loaded CPU; never for CUDA work)."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
     names = list(fns)
@@ -153,10 +160,10 @@ def round_robin(
     for r in range(repeats):
         for k in names[r % len(names) :] + names[: r % len(names)]:
             _sync(device)
-            t0 = time.perf_counter()
+            t0 = clock()
             fns[k]()
             _sync(device)
-            times[k].append(time.perf_counter() - t0)
+            times[k].append(clock() - t0)
     return {k: Timing(v) for k, v in times.items()}
 
 
