@@ -33,7 +33,9 @@ class UnifewsGNN(nn.Module):
     (``Linear → GCN2Conv × num_layers → Linear``, α = 0.1, θ = 0.5).
 
     Args:
-        in_channels, hidden_channels, out_channels: feature sizes.
+        in_channels: input feature size.
+        hidden_channels: hidden feature size.
+        out_channels: output feature size.
         num_layers: number of graph layers (>= 1).
         conv: ``"gcn"`` | ``"gat"`` | ``"sage"`` | ``"gcn2"``.
         dropout: dropout probability between layers.

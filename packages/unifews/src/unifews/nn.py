@@ -489,7 +489,8 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
     ``GCNConv(cached=True)``; a different edge list raises instead of being silently replaced).
 
     Args:
-        in_channels, out_channels: feature sizes.
+        in_channels: input feature size.
+out_channels: output feature size.
         improved: self-loops of weight 2 (``Â = A + 2I``).
         cached: keep the prepared graph of the first forward.
         add_self_loops: with ``normalize``, add a self-loop to every node that lacks one.
