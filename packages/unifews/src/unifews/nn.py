@@ -490,7 +490,7 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
 
     Args:
         in_channels: input feature size.
-out_channels: output feature size.
+        out_channels: output feature size.
         improved: self-loops of weight 2 (``Â = A + 2I``).
         cached: keep the prepared graph of the first forward.
         add_self_loops: with ``normalize``, add a self-loop to every node that lacks one.
