@@ -8,7 +8,7 @@ from flwr.app import ArrayRecord, Message, MessageType, MetricRecord, RecordDict
 
 from eagles import fl
 from eagles.flower import MASK_PREFIX, EaglesStrategy, pack_mask, split_arrays, stack_replies
-from eagles.metrics import payload_bytes, payload_bytes_rows
+from eagles.metrics import kept_counts, payload_bytes, payload_bytes_rows
 from eagles.server import GATE_KEY, ClientReply, EaglesServer, StackedReplies
 
 pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning")]
@@ -41,14 +41,27 @@ def _metrics(i: int) -> dict[str, float]:
             "num-examples": 5.0 + i}  # fmt: skip
 
 
-def test_context_distance_equals_the_full_matrix_of_the_closed_form_bit_for_bit():
+def _closed_form_pairs(gates):
+    """mean((sort a - sort b)^2) of every pair, pair by pair in float64 (the reference of the Gram form)."""
+    s = [x.reshape(-1).to(torch.float64).sort().values for x in gates]
+    return torch.tensor([[float(((a - b) ** 2).mean()) for b in s] for a in s], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_context_distance_gram_form_equals_the_pairwise_closed_form(dtype):
     g = torch.Generator().manual_seed(1)
-    gates = [torch.randn(7, 3, generator=g) * (1 + i) for i in range(6)]
-    s = torch.stack([x.reshape(-1).to(torch.float64).sort().values for x in gates])
-    ref = torch.stack([((s - s[i]) ** 2).mean(1) for i in range(len(gates))])
-    ref = (ref + ref.t()) / 2
-    ref.fill_diagonal_(0.0)
-    assert torch.equal(fl.context_distance(gates), ref)
+    gates = [(torch.randn(7, 3, generator=g) * (1 + i)).to(dtype) for i in range(6)]
+    # a cluster far from client 0 whose members are close to each other (the cancellation the Gram form risks)
+    far = torch.randn(7, 3, generator=g, dtype=torch.float64) * 50
+    gates += [(far + 1e-3 * torch.randn(7, 3, generator=g, dtype=torch.float64)).to(dtype) for _ in range(3)]
+    d, ref = fl.context_distance(gates), _closed_form_pairs(gates)
+    torch.testing.assert_close(d, ref, rtol=1e-12, atol=1e-13 * float(ref.max()))
+    assert torch.equal(d, d.t()) and bool((d.diagonal() == 0).all()) and bool((d >= 0).all())
+    assert torch.equal(fl.context_distance_stacked(torch.stack([x.reshape(-1) for x in gates])), d)
+    # clients identical to client 0 are at distance 0 exactly, identical clients give the zero matrix
+    same = fl.context_distance([gates[2], gates[4], gates[2], gates[2].clone()])
+    assert float(same[0, 2]) == 0.0 and float(same[0, 3]) == 0.0 and float(same[2, 3]) == 0.0
+    assert torch.equal(fl.context_distance([gates[1]] * 5), torch.zeros(5, 5, dtype=torch.float64))
 
 
 def test_mask_products_int8_and_float32_blocks_agree_with_the_pairwise_counts(monkeypatch):
@@ -221,3 +234,149 @@ def test_strategy_round_equals_the_server_round_on_the_same_replies():
     for i in range(3):
         for k in states[0]:
             assert torch.equal(strategy.server.personal[i][k], server.personal[i][k]), k
+
+
+def test_mask_grams_give_the_distance_and_every_clients_kept_count():
+    _, masks = _clients(5, 10)
+    st = fl.stack_masks(masks)
+    grams = fl.mask_grams(st)
+    for k in MASKED:
+        assert torch.equal(grams[k].diagonal(), st[k].sum(1).double())
+    assert torch.equal(fl.mask_distance_stacked(st, grams), fl.mask_distance_stacked(st))
+
+
+def test_payload_bytes_rows_from_known_kept_counts_equal_the_counted_masks():
+    states, masks = _clients(4, 11)
+    st, sm = fl.stack_states(states), fl.stack_masks(masks)
+    nnz = {k: sm[k].sum(1) for k in MASKED}
+    for known in (False, True):
+        assert payload_bytes_rows(st, nnz=nnz, mask_known=known) == payload_bytes_rows(st, sm, mask_known=known)
+    with pytest.raises(ValueError, match="counts"):
+        payload_bytes_rows(st, nnz={"gnn.lin.weight": torch.tensor([1, 2, 3, 31])})  # 31 > 30 entries
+    with pytest.raises(ValueError, match="counts"):
+        payload_bytes_rows(st, nnz={"gnn.lin.weight": torch.tensor([1, 2])})
+
+
+@pytest.mark.parametrize("t_dtype", [torch.float32, torch.float64])
+def test_kept_counts_equal_the_masks_a_state_implies(t_dtype):
+    g = torch.Generator().manual_seed(12)
+    w = torch.randn(5, 6, 9, generator=g)
+    w[0, 0, :3] = torch.tensor([0.5, -0.5, float("nan")])
+    t = (torch.rand(5, 6, generator=g) * 0.8).to(t_dtype)
+    t[0, 0] = 0.5  # ties |W| = t are not kept
+    t[1, 2] = -1.0  # a negative threshold keeps the whole row
+    ref = torch.tensor([int((w[i].abs() > t[i].unsqueeze(1)).sum()) for i in range(5)])
+    assert torch.equal(kept_counts(w, t), ref)
+    server = EaglesServer(small_config(), {"a.weight": w[0], "a.threshold": t[0]}, 5)
+    for i in range(5):  # the per-client masks_of the downlink meter reads
+        assert int(server.masks_of({"a.weight": w[i], "a.threshold": t[i]})["a.weight"].sum()) == int(ref[i])
+
+
+def test_buffer_pool_reuses_a_buffer_only_once_nothing_holds_it():
+    pool = fl.BufferPool(keep=2)
+    layout = {"a": ((3, 4), torch.float32), "b": ((3, 2), torch.float32), "n": ((3,), torch.int64)}
+    first = fl.empty_blocks(layout, pool)
+    assert {k: (tuple(v.shape), v.dtype) for k, v in first.items()} == layout
+    assert all(v.is_contiguous() for v in first.values())
+    first["a"].fill_(1.0)
+    held = first["a"][1]  # a view of a row, as a personalised state is
+    ptr_a = first["a"].data_ptr()
+    del first
+    second = fl.empty_blocks(layout, pool)  # the first buffer is still held: a new one
+    assert second["a"].data_ptr() != ptr_a
+    second["a"].fill_(2.0)
+    ptr_second = second["a"].data_ptr()
+    del second
+    third = fl.empty_blocks(layout, pool)  # the second is free again: reused
+    assert third["a"].data_ptr() == ptr_second
+    third["a"].fill_(3.0)
+    assert bool((held == 1.0).all())  # the held view kept its values
+    del held, third
+    assert fl.empty_blocks(layout, pool)["a"].data_ptr() in (ptr_a, ptr_second)
+
+
+def _messages(states, masks, node0=30):
+    msgs = []
+    for i, (s, m) in enumerate(zip(states, masks, strict=True)):
+        sent = Message(RecordDict(), dst_node_id=node0 + i, message_type=MessageType.TRAIN)
+        arrays = ArrayRecord({**s, **{MASK_PREFIX + k: pack_mask(v) for k, v in m.items()}})
+        met = MetricRecord({**_metrics(i), "partition-id": i})
+        msgs.append(Message(RecordDict({"arrays": arrays, "metrics": met}), reply_to=sent))
+    return msgs
+
+
+def test_stack_replies_into_a_reused_buffer_equal_a_fresh_one():
+    from flwr.clientapp import ClientApp
+
+    from eagles.flower import LocalGrid
+
+    LocalGrid(ClientApp(), 1)
+    states, masks = _clients(3, 13)
+    msgs = _messages(states, masks)
+    pool = fl.BufferPool(keep=1)
+    ref = stack_replies(msgs)
+    kept = stack_replies(msgs, pool=pool)  # held: the next call reads into another buffer
+    other = stack_replies(_messages(*_clients(3, 14)), pool=pool)
+    ptr = other.states["gnn.lin.weight"].data_ptr()
+    assert ptr != kept.states["gnn.lin.weight"].data_ptr()
+    del other
+    again = stack_replies(msgs, pool=pool)  # the buffer of ``other``, free again
+    assert again.states["gnn.lin.weight"].data_ptr() == ptr
+    for st in (kept, again):
+        assert st.shapes == ref.shapes and st.partition_ids == ref.partition_ids
+        for k in ref.states:
+            assert torch.equal(st.states[k], ref.states[k])
+        for k in ref.masks:
+            assert torch.equal(st.masks[k], ref.masks[k])
+
+
+def test_strategy_rounds_on_reused_buffers_equal_server_rounds_and_meter_the_serialised_payload():
+    """Four rounds: the strategy reads every round into one buffer and mixes round 4 into round 2's buffer (round
+    1's is held by the caller, so round 3 gets a new one). The personalised models, records and metered bytes
+    equal the server's on ClientReply objects, the personalised state held from round 1 keeps its values, and the
+    uplink bytes equal the serialised payload's (each masked layer: its values' bytes per kept entry plus its
+    packed mask bytes, as Flower carries them)."""
+    from flwr.clientapp import ClientApp
+
+    from eagles.flower import LocalGrid
+
+    LocalGrid(ClientApp(), 1)
+    cfg = small_config()
+    strategy = EaglesStrategy(cfg, _clients(1, 15)[0][0], 3)
+    server = EaglesServer(cfg, _clients(1, 15)[0][0], 3)
+    strategy.node_to_pid.update({30 + i: i for i in range(3)})
+    kept_state, ptrs = None, []
+    for rnd in range(1, 5):
+        states, masks = _clients(3, 20 + rnd)
+        msgs = _messages(states, masks)
+        sent = {i: strategy.server.state_for(i) for i in range(3)}  # what configure_train records
+        strategy._sent.update(sent)
+        strategy.aggregate_train(rnd, msgs)
+        server.count_down_many(rnd, {i: server.state_for(i) for i in range(3)})
+        server.aggregate_train(rnd, [ClientReply(i, s, m, {**_metrics(i), "partition-id": float(i)})
+                                     for i, (s, m) in enumerate(zip(states, masks, strict=True))])  # fmt: skip
+        for i, msg in enumerate(msgs):
+            arrays = msg.content["arrays"]
+            up = {"gnn": 0, "sparsifier": 0}
+            for k, arr in arrays.items():
+                if k.startswith(MASK_PREFIX):
+                    continue
+                v = arr.numpy()
+                b = v.nbytes
+                if k in masks[i]:
+                    packed = arrays[MASK_PREFIX + k].numpy()
+                    b = v.itemsize * int(masks[i][k].sum()) + packed.nbytes
+                up["sparsifier" if k.startswith("sparsifier.") else "gnn"] += b
+            assert {p: strategy.server.comm.records[(rnd, i, "up", p)] for p in up} == up
+        ptrs.append(strategy.server.personal[0]["gnn.lin.weight"].data_ptr())
+        if rnd == 1:
+            kept_state = {k: v.clone() for k, v in strategy.server.personal[0].items()}
+            held = strategy.server.personal[0]
+    assert ptrs[3] == ptrs[1] and len(set(ptrs[:3])) == 3
+    assert strategy.server.history == server.history
+    assert dict(strategy.server.comm.records) == dict(server.comm.records)
+    for i in range(3):
+        for k in server.personal[i]:
+            assert torch.equal(strategy.server.personal[i][k], server.personal[i][k]), k
+    for k, v in kept_state.items():
+        assert torch.equal(held[k], v), k

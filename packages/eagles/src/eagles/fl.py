@@ -14,6 +14,9 @@ Every function takes what clients upload (state dicts, layer masks, router weigh
 
 from __future__ import annotations
 
+import functools
+import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icml25_shared.validate import check_choice, check_float, check_tensor
+from icml25_shared.validate import check_choice, check_float, check_int, check_tensor
 
 __all__ = [
     "consensus_mask",
@@ -30,11 +33,15 @@ __all__ = [
     "mask_distance",
     "mask_distance_stacked",
     "context_distance",
+    "context_distance_stacked",
+    "mask_grams",
     "check_binary",
     "minmax_normalize",
     "personalized_weights",
     "personalized_aggregate",
     "personalized_mix",
+    "empty_blocks",
+    "BufferPool",
     "stack_masks",
     "stack_states",
     "unstack",
@@ -136,20 +143,33 @@ def _gram(rows: Tensor) -> Tensor:
     return _gram_float(rows)
 
 
-def mask_distance_stacked(stacked: Mapping[str, Tensor]) -> Tensor:
-    """:func:`mask_distance` of masks stacked by :func:`stack_masks` (``(C, numel)`` bool per layer)."""
+def mask_grams(stacked: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Layer name → :math:`M M^T` of its ``(C, numel)`` bool masks, ``(C, C)`` float64 exact counts: the pairwise
+    common kept entries, and on the diagonal every client's nnz (what the uplink meter counts)."""
     if not stacked:
         raise ValueError("stacked must hold at least one layer's (C, numel) masks, got none")
     c = next(iter(stacked.values())).size(0)
-    d = torch.zeros(c, c, dtype=torch.float64)
+    out = {}
     for k, rows in stacked.items():
         check_tensor(f"stacked[{k!r}]", rows, ndim=2, dtype=torch.bool)
         if rows.size(0) != c:
             raise ValueError(f"stacked[{k!r}] must have {c} rows (one per client), got {rows.size(0)}")
+        out[k] = _gram(rows) if rows.size(1) else torch.zeros(c, c, dtype=torch.float64)
+    return out
+
+
+def mask_distance_stacked(stacked: Mapping[str, Tensor], grams: Mapping[str, Tensor] | None = None) -> Tensor:
+    """:func:`mask_distance` of masks stacked by :func:`stack_masks` (``(C, numel)`` bool per layer); ``grams``:
+    their :func:`mask_grams` when already computed (the server shares them with the uplink meter)."""
+    if grams is None:
+        grams = mask_grams(stacked)
+    c = next(iter(stacked.values())).size(0)
+    d = torch.zeros(c, c, dtype=torch.float64)
+    for k, rows in stacked.items():
         n = rows.size(1)
         if n == 0:
             continue
-        inter = _gram(rows)
+        inter = grams[k]
         cnt = inter.diagonal().clone()  # |M_i| = M_i · M_i
         d += (cnt[:, None] + cnt[None, :] - 2 * inter) / n
     d.fill_diagonal_(0.0)
@@ -172,19 +192,35 @@ def context_distance(gates: Sequence[Tensor]) -> Tensor:
     flat = []
     for c, g in enumerate(gates):
         check_tensor(f"gates[{c}]", g, dtype="floating", finite=True, nonempty=True)
-        flat.append(g.detach().reshape(-1).to(torch.float64))
+        flat.append(g.detach().reshape(-1))
     if any(f.numel() != flat[0].numel() for f in flat):
         raise ValueError(f"gates must all have {flat[0].numel()} entries, got {[f.numel() for f in flat]}")
-    s = torch.from_numpy(np.sort(torch.stack(flat).numpy(), axis=1))  # every client's sorted weights, at once
-    c = len(flat)
-    d = torch.zeros(c, c, dtype=torch.float64)
-    buf = torch.empty_like(s)  # one work buffer for every row (no allocation per row)
-    for i in range(c - 1):  # the upper triangle; (a − b)² = (b − a)² makes the mirror exact
-        diff = torch.sub(s[i + 1 :], s[i], out=buf[: c - 1 - i])
-        row = diff.square_().mean(1)
-        d[i, i + 1 :] = row
-        d[i + 1 :, i] = row
-    return d
+    dt = functools.reduce(torch.promote_types, [f.dtype for f in flat])
+    return context_distance_stacked(torch.stack([f.to(dt) for f in flat]))
+
+
+def context_distance_stacked(rows: Tensor) -> Tensor:
+    r""":func:`context_distance` of router weights stacked as a ``(C, n)`` matrix (one flattened client per row).
+
+    Each row is sorted once (in its own dtype: the float64 conversion after the sort is exact and keeps the
+    order), and every pair from one Gram matrix of the sorted rows taken relative to client 0's,
+    :math:`u_i = s_i - s_0`: :math:`\mathrm{mean}((s_i - s_j)^2) = (u_i\cdot u_i + u_j\cdot u_j - 2\,u_i\cdot
+    u_j)/n`. Relative to client 0 the cancellation error stays at float64 rounding of the largest distance
+    (:math:`D_{0j} = u_j\cdot u_j/n`); clients identical to client 0 are at distance 0 exactly. Symmetric with a
+    zero diagonal by construction; negative rounding residues are clipped to 0."""
+    check_tensor("rows", rows, ndim=2, dtype="floating", finite=True, nonempty=True)
+    c, n = rows.shape
+    r = rows.detach()
+    if r.dtype in (torch.float16, torch.bfloat16):
+        r = r.to(torch.float32)
+    s = torch.from_numpy(np.sort(r.cpu().numpy(), axis=1).astype(np.float64, copy=False))
+    u = s[1:] - s[0]  # client 0's row is 0: left out of the product
+    gram = torch.zeros(c, c, dtype=torch.float64)
+    if c > 1:
+        gram[1:, 1:] = u @ u.t()
+    q = gram.diagonal()
+    d = (q[:, None] + q[None, :] - 2.0 * gram).div_(n).clamp_(min=0.0).triu_(1)
+    return d + d.t()
 
 
 def minmax_normalize(d: Tensor) -> Tensor:
@@ -242,7 +278,8 @@ def stack_states(states: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
 def unstack(stacked: Mapping[str, Tensor], shapes: Mapping[str, Sequence[int]]) -> list[dict[str, Tensor]]:
     """One dict per row of :func:`stack_states`-shaped matrices, each tensor a view of its row in ``shapes``."""
     c = next(iter(stacked.values())).size(0) if stacked else 0
-    return [{k: m[i].view(tuple(shapes[k])) for k, m in stacked.items()} for i in range(c)]
+    rows = {k: m.view(c, *shapes[k]).unbind(0) for k, m in stacked.items()}
+    return [{k: r[i] for k, r in rows.items()} for i in range(c)]
 
 
 def _check_weights(weights: Tensor, c: int) -> Tensor:
@@ -259,9 +296,12 @@ def _check_weights(weights: Tensor, c: int) -> Tensor:
     return a
 
 
-def personalized_mix(stacked: Mapping[str, Tensor], weights: Tensor) -> dict[str, Tensor]:
+def personalized_mix(
+    stacked: Mapping[str, Tensor], weights: Tensor, pool: BufferPool | None = None
+) -> dict[str, Tensor]:
     r""":math:`\Theta \leftarrow A\,\Theta` on :func:`stack_states`-shaped ``(C, numel)`` matrices: one matrix
-    product per floating key (in its dtype, float32 at least); integer and bool rows stay the clients' own."""
+    product per floating key (in its dtype, float32 at least) written straight into its block of one output
+    buffer (:func:`empty_blocks`, from ``pool`` when given); integer and bool rows stay the clients' own."""
     if not stacked:
         raise ValueError("stacked must hold at least one (C, numel) matrix, got none")
     c = next(iter(stacked.values())).size(0)
@@ -270,13 +310,78 @@ def personalized_mix(stacked: Mapping[str, Tensor], weights: Tensor) -> dict[str
         if m.size(0) != c:
             raise ValueError(f"stacked[{k!r}] must have {c} rows (one per client), got {m.size(0)}")
     a = _check_weights(weights, c)
+    direct = [k for k, m in stacked.items() if m.dtype in (torch.float32, torch.float64)]
+    blocks = empty_blocks({k: (tuple(stacked[k].shape), stacked[k].dtype) for k in direct}, pool)
+    a_dt = {dt: a.to(dt) for dt in {stacked[k].dtype for k in direct}}
     out = {}
     for k, m in stacked.items():
-        if not m.is_floating_point():
+        if k in blocks:  # one product straight into its block of the output
+            torch.mm(a_dt[m.dtype], m, out=blocks[k])
+            out[k] = blocks[k]
+        elif not m.is_floating_point():
             out[k] = m.clone()
+        else:  # half precision: the product in float32
+            out[k] = (a.to(torch.float32) @ m.to(torch.float32)).to(m.dtype)
+    return out
+
+
+class BufferPool:
+    """Flat NumPy buffers kept from one round to the next, handed out again only once nothing else holds them.
+
+    A fresh buffer of 100+ MB costs the kernel tens of ms of page zeroing every round; a buffer this pool kept is
+    reused when no tensor or array made from it is still alive anywhere (its reference count is back to what the
+    pool alone holds), so a caller that keeps a view (a personalised state, a stacked matrix) keeps its values:
+    the pool then allocates a new buffer instead. At most ``keep`` buffers of each dtype are tracked.
+    """
+
+    def __init__(self, keep: int = 2) -> None:
+        self.keep = check_int("keep", keep, min=1)
+        self._bufs: list[np.ndarray] = []
+        self._probe: list[np.ndarray] = [np.empty(0)]  # held as the buffers are, never shared: the free count
+
+    def _free(self, i: int) -> bool:
+        return sys.getrefcount(self._bufs[i]) <= sys.getrefcount(self._probe[0])
+
+    def take(self, numel: int, dtype: np.dtype) -> np.ndarray:
+        """A flat uninitialised buffer of ``numel`` entries of ``dtype``: a kept one nobody holds, else a new one."""
+        dtype = np.dtype(dtype)
+        for i in range(len(self._bufs)):
+            if self._bufs[i].size == numel and self._bufs[i].dtype == dtype and self._free(i):
+                self._bufs.append(self._bufs.pop(i))  # most recently used last
+                return self._bufs[-1]
+        buf = np.empty(numel, dtype=dtype)
+        same = [i for i in range(len(self._bufs)) if self._bufs[i].dtype == dtype]
+        if len(same) >= self.keep:  # forget a free buffer of this dtype first, else the oldest (its holders keep it)
+            free = [i for i in same if self._free(i)]
+            self._bufs.pop(free[0] if free else same[0])
+        self._bufs.append(buf)
+        return buf
+
+
+def empty_blocks(
+    layout: Mapping[str, tuple[tuple[int, ...], torch.dtype]], pool: BufferPool | None = None
+) -> dict[str, Tensor]:
+    """Key → an uninitialised contiguous tensor of (shape, dtype), all those of one dtype laid one after the other
+    in one buffer allocated by NumPy (which asks the kernel for transparent huge pages on large buffers: far fewer
+    page faults than ``torch.empty``), or taken from ``pool`` (no page faults at all). Per key, the products stay
+    on contiguous matrices. Dtypes without a NumPy equivalent get one ``torch.empty`` each."""
+    out: dict[str, Tensor] = {}
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for k, (_, dt) in layout.items():
+        by_dtype.setdefault(dt, []).append(k)
+    for dt, keys in by_dtype.items():
+        numels = [math.prod(layout[k][0]) for k in keys]
+        try:
+            np_dt = torch.empty(0, dtype=dt).numpy().dtype
+        except TypeError:
+            out.update({k: torch.empty(layout[k][0], dtype=dt) for k in keys})
             continue
-        dt = torch.promote_types(m.dtype, torch.float32)
-        out[k] = (a.to(dt) @ m.to(dt)).to(m.dtype)
+        total = sum(numels)
+        buf = torch.from_numpy(pool.take(total, np_dt) if pool is not None else np.empty(total, dtype=np_dt))
+        off = 0
+        for k, n in zip(keys, numels, strict=True):
+            out[k] = buf[off : off + n].view(layout[k][0])
+            off += n
     return out
 
 

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
@@ -46,6 +47,7 @@ from eagles.client import (
     state_of,
 )
 from eagles.config import EaglesConfig
+from eagles.fl import BufferPool, empty_blocks
 from eagles.server import ClientReply, EaglesServer, StackedReplies
 from icml25_shared.flower import LocalGrid as _SharedLocalGrid
 from icml25_shared.validate import check_choice, check_int, check_tensor
@@ -136,11 +138,15 @@ def _npy_layout(arr: Array) -> tuple[np.dtype, int, bytes | None]:
     return dt, nbytes, head if ok else None
 
 
-def stack_replies(replies: Sequence[Message], arrays_key: str = "arrays") -> StackedReplies:
+def stack_replies(
+    replies: Sequence[Message], arrays_key: str = "arrays", pool: BufferPool | None = None
+) -> StackedReplies:
     """Train replies (one ``ArrayRecord`` under ``arrays_key``, one ``MetricRecord`` with ``partition-id``) as
     :class:`eagles.server.StackedReplies`, in partition order: each array is read once, in place from its
-    ``.npy`` bytes straight into its row of a ``(C, numel)`` matrix (``Array.numpy()`` would copy it first), and
-    every client's bit-packed masks are unpacked together. The same tensors as :func:`split_arrays` per reply."""
+    ``.npy`` bytes straight into its row of a ``(C, numel)`` matrix (``Array.numpy()`` would copy it first); the
+    matrices of one dtype are blocks of one buffer (:func:`eagles.fl.empty_blocks`), and every client's bit-packed
+    masks are unpacked together (``np.unpackbits``). The same tensors as :func:`split_arrays` per reply.
+    ``pool``: where the buffer comes from (the strategy reuses one across rounds)."""
     if not replies:
         raise ValueError("replies must hold at least one train reply, got none")
     parsed = []
@@ -153,33 +159,30 @@ def stack_replies(replies: Sequence[Message], arrays_key: str = "arrays") -> Sta
     keys = list(first.keys())
     shapes = {k: tuple(int(d) for d in first[k].shape) for k in keys}
     layout = {k: _npy_layout(first[k]) for k in keys}
-    bufs = {}
-    for k in keys:
-        numel = int(np.prod(shapes[k], dtype=np.int64))
-        bufs[k] = torch.from_numpy(np.empty((c, numel), dtype=layout[k][0].newbyteorder("=")))
-    rows = {k: b.numpy() for k, b in bufs.items()}
+    dtypes = {k: torch.from_numpy(np.empty(0, layout[k][0].newbyteorder("="))).dtype for k in keys}
+    blocks = empty_blocks({k: ((c, math.prod(shapes[k])), dtypes[k]) for k in keys}, pool)
+    rows = [(k, blocks[k].numpy(), *layout[k]) for k in keys]
     for i, (pid, _, rec) in enumerate(parsed):
         if list(rec.keys()) != keys:
             raise ValueError(
                 f"the reply of partition {pid} must hold the arrays of partition {parsed[0][0]}'s, got "
                 f"{sorted(set(rec.keys()) ^ set(keys))} apart"
             )
-        for k, arr in rec.items():
-            dt, nbytes, head = layout[k]
+        for (k, out, dt, nbytes, head), arr in zip(rows, rec.values(), strict=True):
             data = arr.data
             off = len(data) - nbytes
-            if head is not None and off == len(head) and data[:off] == head:  # same dtype, shape and layout
-                rows[k][i] = np.frombuffer(data, dtype=dt, count=rows[k].shape[1], offset=off)
+            if head is not None and off == len(head) and data.startswith(head):  # same dtype, shape and layout
+                out[i] = np.frombuffer(data, dtype=dt, count=out.shape[1], offset=off)
                 continue
             if tuple(int(d) for d in arr.shape) != shapes[k] or np.dtype(arr.dtype) != dt:
                 raise ValueError(
                     f"array {k!r} of partition {pid} must be {dt} of shape {shapes[k]} as in partition "
                     f"{parsed[0][0]}'s reply, got {arr.dtype} of shape {tuple(arr.shape)}"
                 )
-            rows[k][i] = arr.numpy().reshape(-1)
-    states = {k: v for k, v in bufs.items() if not k.startswith(MASK_PREFIX)}
+            out[i] = arr.numpy().reshape(-1)
+    states = {k: v for k, v in blocks.items() if not k.startswith(MASK_PREFIX)}
     masks = {}
-    for k, packed in bufs.items():
+    for k, packed in blocks.items():
         if not k.startswith(MASK_PREFIX):
             continue
         name = k[len(MASK_PREFIX) :]
@@ -187,7 +190,8 @@ def stack_replies(replies: Sequence[Message], arrays_key: str = "arrays") -> Sta
             raise ValueError(f"mask entry {k!r} must name a parameter of the reply, got no {name!r}")
         numel = states[name].size(1)
         check_tensor(f"packed {k!r}", packed, ndim=2, shape=(c, (numel + 7) // 8), dtype=torch.uint8)
-        masks[name] = ((packed[:, :, None] & _BITS) != 0).reshape(c, -1)[:, :numel]
+        bits = np.unpackbits(packed.numpy(), axis=1, count=numel, bitorder="little")  # bit i of byte j: entry 8j + i
+        masks[name] = torch.from_numpy(bits.view(np.bool_))
     for k in [k for k in shapes if k.startswith(MASK_PREFIX)]:
         del shapes[k]
     return StackedReplies([p[0] for p in parsed], [p[1] for p in parsed], states, shapes, masks)
@@ -299,6 +303,8 @@ class EaglesStrategy(FedAvg):
         self.node_to_pid: dict[int, int] = {}
         """Partition id of every node seen (asked with a ``query`` message before the node's first round)."""
         self._sent: dict[int, dict[str, Tensor]] = {}
+        self._read_pool = BufferPool(keep=1)
+        """The buffer the replies are read into, reused every round (nothing keeps a view of it past a round)."""
         self.failures = self.server.failures
         """(round, node id, reason) of every error reply, the partition-id queries' included (the server's list)."""
 
@@ -390,7 +396,7 @@ class EaglesStrategy(FedAvg):
                 )
             pids.append(pid)
         self.server.count_down_many(server_round, {pid: self._sent[pid] for pid in pids})
-        record = self.server.aggregate_train(server_round, stack_replies(valid, self.arrayrecord_key))
+        record = self.server.aggregate_train(server_round, stack_replies(valid, self.arrayrecord_key, self._read_pool))
         return None, MetricRecord(cast(dict[str, Any], record))
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:

@@ -20,12 +20,13 @@ import torch
 from torch import Tensor
 
 from eagles.fl import check_binary
-from icml25_shared.validate import check_choice, check_int
+from icml25_shared.validate import check_choice, check_int, check_tensor
 
 __all__ = [
     "TRAIN_FACTOR",
     "payload_bytes",
     "payload_bytes_rows",
+    "kept_counts",
     "CommMeter",
     "FlopsMeter",
     "gnn_macs",
@@ -64,34 +65,69 @@ def payload_bytes(
 
 
 def payload_bytes_rows(
-    states: Mapping[str, Tensor], masks: Mapping[str, Tensor] | None = None, *, mask_known: bool = False
+    states: Mapping[str, Tensor],
+    masks: Mapping[str, Tensor] | None = None,
+    *,
+    mask_known: bool = False,
+    nnz: Mapping[str, Tensor] | None = None,
 ) -> list[dict[str, int]]:
     """:func:`payload_bytes` of every client at once: ``states`` maps each key to a ``(C, numel)`` matrix (one
     row per client, :func:`eagles.fl.stack_states`), ``masks`` each masked key to a ``(C, numel)`` bool matrix or
-    to one mask shared by every client (the re-train's fixed mask, any shape of ``numel`` entries)."""
+    to one mask shared by every client (the re-train's fixed mask, any shape of ``numel`` entries).
+
+    ``nnz``: masked key → every client's kept count, ``(C,)`` integers, when already known (the diagonal of the
+    mask products, :func:`eagles.fl.mask_grams`, or :func:`kept_counts`); those keys need no entry in ``masks``.
+    Only shapes, dtypes and those counts enter the sum: nothing is serialised."""
     masks = masks or {}
-    unknown = sorted(set(masks) - set(states))
+    nnz = nnz or {}
+    unknown = sorted((set(masks) | set(nnz)) - set(states))
     if unknown:
         raise ValueError(f"masks must name tensors of state, got {unknown} which state does not hold")
     c = next(iter(states.values())).size(0) if states else 0
     out = {"gnn": torch.zeros(c, dtype=torch.int64), "sparsifier": torch.zeros(c, dtype=torch.int64)}
     for k, t in states.items():
         numel, size = t.size(1), t.element_size()
-        if k in masks:
+        if k in nnz:
+            cnt = torch.as_tensor(nnz[k]).reshape(-1).to(torch.int64)
+            if cnt.numel() != c or bool((cnt < 0).any()) or bool((cnt > numel).any()):
+                raise ValueError(f"nnz[{k!r}] must hold {c} counts in [0, {numel}], got {cnt.tolist()}")
+            b = size * cnt + (0 if mask_known else math.ceil(numel / 8))
+        elif k in masks:
             m = check_binary(f"masks[{k!r}]", masks[k])
-            if tuple(m.shape) != (c, numel):  # one mask shared by every client
-                if m.numel() != numel:
-                    raise ValueError(
-                        f"masks[{k!r}] must be ({c}, {numel}) or hold {numel} entries (state[{k!r}]), got "
-                        f"{tuple(m.shape)}"
-                    )
-                m = m.reshape(1, numel).expand(c, numel)
-            nnz = torch.from_numpy(np.count_nonzero(m.bool().numpy(), axis=1).astype(np.int64))  # per client
-            b = size * nnz + (0 if mask_known else math.ceil(numel / 8))
+            if tuple(m.shape) == (c, numel):
+                cnt = torch.from_numpy(np.count_nonzero(m.bool().numpy(), axis=1).astype(np.int64))  # per client
+            elif m.numel() == numel:  # one mask shared by every client: counted once
+                cnt = torch.full((c,), int(m.count_nonzero()), dtype=torch.int64)
+            else:
+                raise ValueError(
+                    f"masks[{k!r}] must be ({c}, {numel}) or hold {numel} entries (state[{k!r}]), got {tuple(m.shape)}"
+                )
+            b = size * cnt + (0 if mask_known else math.ceil(numel / 8))
         else:
             b = torch.full((c,), numel * size, dtype=torch.int64)
         out["sparsifier" if k.startswith("sparsifier.") else "gnn"] += b
     return [{"gnn": int(g), "sparsifier": int(s)} for g, s in zip(out["gnn"].tolist(), out["sparsifier"].tolist())]
+
+
+def kept_counts(weights: Tensor, thresholds: Tensor) -> Tensor:
+    """Every client's count of :math:`|W| > t` (the mask a state dict implies, each output row against its own
+    threshold): ``weights`` ``(C, out, in)``, ``thresholds`` ``(C, out)``; ``(C,)`` int64. One client at a time
+    through two small reused buffers (they stay in cache), instead of a ``(C, out, in)`` temporary per step."""
+    check_tensor("weights", weights, ndim=3, dtype="floating")
+    c, rows, cols = weights.shape
+    check_tensor("thresholds", thresholds, shape=(c, rows))
+    if weights.dtype == torch.bfloat16 or thresholds.dtype == torch.bfloat16:  # no NumPy dtype: one torch pass
+        return (weights.abs() > thresholds.unsqueeze(-1)).reshape(c, -1).sum(1)
+    w = weights.detach().cpu().numpy()
+    t = thresholds.detach().cpu().numpy()[:, :, None]  # NumPy promotes the comparison as torch does
+    mag = np.empty((rows, cols), dtype=w.dtype)
+    kept = np.empty((rows, cols), dtype=bool)
+    out = np.empty(c, dtype=np.int64)
+    for i in range(c):
+        np.abs(w[i], out=mag)
+        np.greater(mag, t[i], out=kept)
+        out[i] = np.count_nonzero(kept)
+    return torch.from_numpy(out)
 
 
 @dataclass

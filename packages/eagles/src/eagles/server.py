@@ -16,11 +16,13 @@ from torch import Tensor
 
 from eagles.config import EaglesConfig
 from eagles.fl import (
+    BufferPool,
     DensityBandSelector,
     consensus_stacked,
-    context_distance,
+    context_distance_stacked,
     mask_density,
     mask_distance_stacked,
+    mask_grams,
     personalized_mix,
     personalized_weights,
     select_score,
@@ -29,7 +31,7 @@ from eagles.fl import (
     unstack,
     weighted_mean_stacked,
 )
-from eagles.metrics import CommMeter, FlopsMeter, payload_bytes, payload_bytes_rows
+from eagles.metrics import CommMeter, FlopsMeter, kept_counts, payload_bytes, payload_bytes_rows
 
 __all__ = ["ClientReply", "EaglesServer", "GATE_KEY", "StackedReplies"]
 
@@ -118,6 +120,8 @@ class EaglesServer:
         self.flops = FlopsMeter()
         self.history: list[dict[str, float]] = []
         self.last_weights: Tensor | None = None
+        self._pool = BufferPool(keep=2)
+        """The personalised states' buffers: the one of the round before last is reused once nothing holds it."""
         self._stacked: tuple[list[int], dict[str, Tensor]] | None = None
         """(partition ids, key → (C, numel)) of the last personalised states, which ``personal`` holds as views."""
         self.failures: list[tuple[int, int, str | None]] = []
@@ -154,20 +158,21 @@ class EaglesServer:
             states = last[1]
         else:
             states = stack_states([sent[p] for p in pids])
+        masks: dict[str, Tensor] = {}
+        nnz: dict[str, Tensor] = {}
         if self.fixed_mask is not None:
-            masks: dict[str, Tensor] = dict(self.fixed_mask)
+            masks = dict(self.fixed_mask)
         else:
-            masks = {}
             shape0 = {k: tuple(t.shape) for k, t in sent[pids[0]].items()}
             for k, w in states.items():
                 t = states.get(k[: -len("weight")] + "threshold") if k.endswith(".weight") else None
                 if t is None:
                     continue
-                if len(shape0[k]) == 2:  # |W| > t per output row, every client at once
-                    masks[k] = (w.view(len(pids), *shape0[k]).abs() > t.unsqueeze(-1)).reshape(len(pids), -1)
+                if len(shape0[k]) == 2:  # |W| > t per output row, counted client by client
+                    nnz[k] = kept_counts(w.view(len(pids), *shape0[k]), t)
                 else:
                     masks[k] = torch.stack([self.masks_of(sent[p])[k].reshape(-1) for p in pids])
-        rows = payload_bytes_rows(states, masks, mask_known=self.fixed_mask is not None)
+        rows = payload_bytes_rows(states, masks, mask_known=self.fixed_mask is not None, nnz=nnz)
         for pid, parts in zip(pids, rows, strict=True):
             self.comm.add_payload(server_round, pid, "down", parts)
 
@@ -177,12 +182,21 @@ class EaglesServer:
         st = replies if isinstance(replies, StackedReplies) else StackedReplies.of(replies)
         cfg = self.config
         fixed = self.fixed_mask
-        up = payload_bytes_rows(st.states, fixed if fixed is not None else st.masks, mask_known=fixed is not None)
+        has_masks = bool(st.masks)
+        # the mask products serve the distance and, on their diagonal, the uplink meter's kept counts
+        use_mask = has_masks and cfg.aggregation != "fedavg" and cfg.distance in ("both", "mask")
+        grams = mask_grams(st.masks) if use_mask else None
+        if fixed is not None:
+            up = payload_bytes_rows(st.states, fixed, mask_known=True)
+        elif grams is not None:
+            kept = {k: g.diagonal().round().to(torch.int64) for k, g in grams.items()}
+            up = payload_bytes_rows(st.states, nnz=kept)
+        else:
+            up = payload_bytes_rows(st.states, st.masks)
         for pid, parts, m in zip(st.partition_ids, up, st.metrics, strict=True):
             self.comm.add_payload(server_round, pid, "up", parts)
             self.flops.add(server_round, "gnn", int(m["macs-gnn"]), cfg.local_epochs)
             self.flops.add(server_round, "sparsifier", int(m["macs-sparsifier"]), cfg.local_epochs)
-        has_masks = bool(st.masks)
         c = len(st.partition_ids)
         if cfg.aggregation == "fedavg":
             avg = weighted_mean_stacked(st.states, [m["num-examples"] for m in st.metrics])
@@ -191,15 +205,15 @@ class EaglesServer:
             self.last_weights = None
             self._stacked = None
         else:
-            d_mask = mask_distance_stacked(st.masks) if has_masks and cfg.distance in ("both", "mask") else None
+            d_mask = mask_distance_stacked(st.masks, grams) if grams is not None else None
             has_gate = GATE_KEY in st.states
-            d_ctx = context_distance(list(st.states[GATE_KEY])) if has_gate and cfg.distance != "mask" else None
+            d_ctx = context_distance_stacked(st.states[GATE_KEY]) if has_gate and cfg.distance != "mask" else None
             if d_mask is None and d_ctx is None:  # nothing to compare: unweighted FedAvg
                 a = torch.full((c, c), 1.0 / c, dtype=torch.float64)
             else:
                 a = personalized_weights(d_mask, d_ctx)
             self.last_weights = a
-            mixed = personalized_mix(st.states, a)
+            mixed = personalized_mix(st.states, a, self._pool)
             new = unstack(mixed, st.shapes)
             self._stacked = (list(st.partition_ids), mixed)
         record = {
