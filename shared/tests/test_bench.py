@@ -88,3 +88,28 @@ def test_round_robin_reads_the_clock_it_is_given():
     )
     assert calls == ["a", "b", "b", "a", "a", "b"]  # the order rotates every round
     assert out["a"].times == [1.0, 1.0, 1.0] and out["b"].times == [1.0, 1.0, 1.0]  # one tick per call
+
+
+def test_round_robin_shuffles_and_runs_the_between_call_untimed():
+    from icml25_shared import bench
+
+    ticks = iter(range(10_000))
+    calls: list[str] = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in "abcd"}
+    out = bench.round_robin(
+        fns,
+        repeats=40,
+        order="shuffle",
+        between=lambda: (calls.append("|"), next(ticks)),
+        clock=lambda: float(next(ticks)),
+    )
+    rounds = [calls[i : i + 8] for i in range(0, len(calls), 8)]
+    assert all(r[0::2] == ["|"] * 4 and sorted(r[1::2]) == list("abcd") for r in rounds)  # a permutation per round
+    predecessors = {(r[1::2][i - 1], r[1::2][i]) for r in rounds for i in range(1, 4)}
+    assert len(predecessors) > 6  # not the rotation's fixed pairs (4 of them)
+    assert all(t == [1.0] * 40 for t in (v.times for v in out.values()))  # the between call is not timed
+    again: list[str] = []
+    bench.round_robin({k: (lambda k=k: again.append(k)) for k in "abcd"}, repeats=40, order="shuffle")
+    assert again == [c for c in calls if c != "|"]  # seeded: the same orders
+    with pytest.raises(ValueError, match="order must be"):
+        bench.round_robin(fns, order="random")

@@ -145,20 +145,39 @@ def round_robin(
     warmup: int = 0,
     device: Any = None,
     clock: Callable[[], float] = time.perf_counter,
+    order: str = "rotate",
+    between: Callable[[], Any] | None = None,
+    seed: int = 0,
 ) -> dict[str, Timing]:
-    """Time several callables once per round, in an order that rotates every round (round r starts at the r-th),
-    so that machine drift hits all of them alike; ``warmup`` untimed rounds first. The N-way :func:`compare`.
+    """Time several callables once per round, so that machine drift hits all of them alike; ``warmup`` untimed rounds
+    first. The N-way :func:`compare`.
+
+    ``order="rotate"``: round r starts at the r-th callable (each keeps the same predecessor, so what one leaves in
+    the caches always meets the same next one); ``"shuffle"``: a fresh permutation every round (seeded by ``seed``),
+    so no callable always follows the same one. ``between``: run untimed before every timed call (e.g. the work
+    that precedes the timed part in real use, or a cache flush), so that every callable starts from the same state.
     ``clock`` reads the time (wall clock by default; ``time.thread_time`` counts only this thread's CPU time, which
     keeps ratios readable on a loaded CPU; never for CUDA work)."""
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats}, {warmup}")
+    if order not in ("rotate", "shuffle"):
+        raise ValueError(f"order must be 'rotate' or 'shuffle', got {order!r}")
+    import random
+
+    rng = random.Random(seed)
     names = list(fns)
     for _ in range(warmup):
         for k in names:
             fns[k]()
     times: dict[str, list[float]] = {k: [] for k in names}
     for r in range(repeats):
-        for k in names[r % len(names) :] + names[: r % len(names)]:
+        if order == "rotate":
+            seq = names[r % len(names) :] + names[: r % len(names)]
+        else:
+            seq = rng.sample(names, len(names))
+        for k in seq:
+            if between is not None:
+                between()
             _sync(device)
             t0 = clock()
             fns[k]()
