@@ -188,7 +188,7 @@ def server_case(cfg, state, mask, c: int) -> dict:
     d_mask = fl.mask_distance_stacked(st.masks, grams)
     d_ctx = fl.context_distance_stacked(st.states[GATE_KEY])
     a = fl.personalized_weights(d_mask, d_ctx)
-    read_pool, mix_pool = fl.BufferPool(keep=1), fl.BufferPool(keep=1)  # the steps reuse buffers as the strategy does
+    read_pool, mix_pool = fl.BufferPool(keep=1), fl.BufferPool(keep=1, huge_pages=False)  # as the strategy's
     payload = torch.cat([v.reshape(c, -1).view(torch.uint8) for v in (*st.states.values(),)], 1)
     packed = {k: torch.stack([m.reshape(-1) for m in ms]) for k, ms in
               {k: [x[k] for x in rep["masks"]] for k in mask}.items()}  # fmt: skip

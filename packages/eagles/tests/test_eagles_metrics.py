@@ -1,5 +1,6 @@
 import math
 
+import pytest
 import torch
 
 from eagles.metrics import TRAIN_FACTOR, CommMeter, FlopsMeter, gnn_macs, payload_bytes, sparsifier_macs
@@ -41,3 +42,18 @@ def test_macs_closed_forms():
     f = FlopsMeter()
     f.add(1, "gnn", 100, steps=5)
     assert f.total("gnn") == TRAIN_FACTOR * 500
+
+
+def test_comm_meter_add_payloads_equals_add_payload_per_client_and_refuses_bad_rows():
+    rows = [{"gnn": 10, "sparsifier": 3}, {"gnn": 0, "sparsifier": 7}]
+    one, many = CommMeter(), CommMeter()
+    for pid, parts in zip([4, 2], rows, strict=True):
+        one.add_payload(1, pid, "up", parts)
+    many.add_payloads(1, [4, 2], "up", rows)
+    assert dict(one.records) == dict(many.records)
+    with pytest.raises(ValueError):
+        many.add_payloads(1, [4], "up", rows)
+    with pytest.raises(ValueError):
+        many.add_payloads(1, [4, 2], "sideways", rows)
+    with pytest.raises(ValueError):
+        many.add_payloads(1, [4], "up", [{"gnn": -1}])

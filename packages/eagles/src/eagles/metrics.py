@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -143,6 +143,19 @@ class CommMeter:
     def add_payload(self, server_round: int, client: int, direction: str, parts: Mapping[str, int]) -> None:
         for part, b in parts.items():
             self.add(server_round, client, direction, part, b)
+
+    def add_payloads(
+        self, server_round: int, clients: Sequence[int], direction: str, rows: Sequence[Mapping[str, int]]
+    ) -> None:
+        """:meth:`add_payload` of several clients (one row of parts per client), checked once for all."""
+        check_choice("direction", direction, ("up", "down"))
+        if len(clients) != len(rows):
+            raise ValueError(f"rows must hold one payload per client, got {len(rows)} for {len(clients)} clients")
+        for client, parts in zip(clients, rows, strict=True):
+            for part, b in parts.items():
+                if not isinstance(b, int) or isinstance(b, bool) or b < 0:
+                    check_int("nbytes", b, min=0)  # raises the usual error
+                self.records[(server_round, client, direction, part)] += b
 
     def total(self, *, server_round: int | None = None, direction: str | None = None, part: str | None = None) -> int:
         return sum(

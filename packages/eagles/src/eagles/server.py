@@ -120,7 +120,7 @@ class EaglesServer:
         self.flops = FlopsMeter()
         self.history: list[dict[str, float]] = []
         self.last_weights: Tensor | None = None
-        self._pool = BufferPool(keep=2)
+        self._pool = BufferPool(keep=2, huge_pages=False)
         """The personalised states' buffers: the one of the round before last is reused once nothing holds it."""
         self._stacked: tuple[list[int], dict[str, Tensor]] | None = None
         """(partition ids, key → (C, numel)) of the last personalised states, which ``personal`` holds as views."""
@@ -173,8 +173,7 @@ class EaglesServer:
                 else:
                     masks[k] = torch.stack([self.masks_of(sent[p])[k].reshape(-1) for p in pids])
         rows = payload_bytes_rows(states, masks, mask_known=self.fixed_mask is not None, nnz=nnz)
-        for pid, parts in zip(pids, rows, strict=True):
-            self.comm.add_payload(server_round, pid, "down", parts)
+        self.comm.add_payloads(server_round, pids, "down", rows)
 
     def aggregate_train(self, server_round: int, replies: list[ClientReply] | StackedReplies) -> dict[str, float]:
         """One round of server work; returns the round's record (also appended to ``history``). Each reply's
@@ -193,8 +192,8 @@ class EaglesServer:
             up = payload_bytes_rows(st.states, nnz=kept)
         else:
             up = payload_bytes_rows(st.states, st.masks)
-        for pid, parts, m in zip(st.partition_ids, up, st.metrics, strict=True):
-            self.comm.add_payload(server_round, pid, "up", parts)
+        self.comm.add_payloads(server_round, st.partition_ids, "up", up)
+        for m in st.metrics:
             self.flops.add(server_round, "gnn", int(m["macs-gnn"]), cfg.local_epochs)
             self.flops.add(server_round, "sparsifier", int(m["macs-sparsifier"]), cfg.local_epochs)
         c = len(st.partition_ids)
