@@ -98,3 +98,106 @@ def test_inference_mode_forward_equals_no_grad_forward():
         outs += [conv(x, ei) for _ in range(2)]
     for out in outs:
         torch.testing.assert_close(out, ref)
+
+
+def _layer(kind: str, f: int, cfg: UnifewsConfig, dtype: torch.dtype):
+    from unifews import UnifewsGCN2Conv, UnifewsSAGEConv
+
+    torch.manual_seed(0)
+    if kind == "gcn":
+        conv = UnifewsGCNConv(f, 5, config=cfg)
+    elif kind == "sage":
+        conv = UnifewsSAGEConv(f, 5, config=cfg)
+    else:
+        conv = UnifewsGCN2Conv(f, alpha=0.1, theta=0.5, layer=1, config=cfg)
+    return conv.to(dtype)
+
+
+def _run(conv, x, ei, active=None, grad=True):
+    xr = x.clone().requires_grad_(grad)
+    kw = {} if active is None else {"active": active}
+    args = (xr, x, ei) if type(conv).__name__ == "UnifewsGCN2Conv" else (xr, ei)
+    out = conv(*args, **kw)
+    if grad:
+        out.square().sum().backward()
+    return out.detach(), None if xr.grad is None else xr.grad, conv.edge_keep.clone(), dict(conv.last_stats)
+
+
+@needs_numba
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gcn2"])
+@pytest.mark.parametrize("threshold", ["relative", "absolute"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_rule_equals_torch_rule(monkeypatch, kind, threshold, dtype):
+    """The one-pass rule (scores, threshold, keep mask, both kept CSRs: ``LayerGraph.select_scored``) against the
+    torch rule on the same layer: the same mask bit for bit, the same statistics, outputs and gradients; on an
+    unsorted edge list (the CSR order is a permutation), with and without ``active``, at several thresholds."""
+    from unifews import _kept
+
+    if not _kept.AVAILABLE:
+        pytest.skip("numba is not installed")
+    x, ei = random_graph(n=70, m=500, f=6, seed=11, dtype=dtype)
+    ei = ei[:, torch.randperm(ei.size(1), generator=torch.Generator().manual_seed(0))]  # not sorted by target
+    calls = {"n": 0}
+    real = LayerGraph.select_scored
+
+    def counted(self, *a, **k):
+        out = real(self, *a, **k)
+        calls["n"] += out is not None
+        return out
+
+    monkeypatch.setattr(LayerGraph, "select_scored", counted)
+    partial = 0  # cases where something was pruned and something kept
+    for delta in (0.3, 1.0, 2.5) if threshold == "relative" else (0.05, 0.4, 1.5):
+        cfg = UnifewsConfig(delta_a=delta, delta_w=0.0, threshold=threshold)
+        for use_active in (False, True):
+            conv = _layer(kind, 6, cfg, dtype)
+            probe = _run(conv, x, ei, grad=False)[2]  # the layer's edge count (self-loops added)
+            active = None
+            if use_active:
+                active = torch.rand(probe.numel(), generator=torch.Generator().manual_seed(1)) < 0.7
+            before = calls["n"]
+            fast = _run(conv, x, ei, active)
+            assert calls["n"] == before + 1  # the compiled rule ran
+            monkeypatch.setattr(graph_mod._kept, "AVAILABLE", False)
+            ref_conv = _layer(kind, 6, cfg, dtype)
+            ref = _run(ref_conv, x, ei, active)
+            monkeypatch.setattr(graph_mod._kept, "AVAILABLE", True)
+            assert calls["n"] == before + 1  # the reference did not
+            assert torch.equal(fast[2], ref[2])
+            partial += 0 < int(fast[2].sum()) < fast[2].numel()
+            assert fast[3] == ref[3]
+            torch.testing.assert_close(fast[0], ref[0], rtol=0, atol=0)
+            torch.testing.assert_close(fast[1], ref[1], rtol=0, atol=0)
+    assert partial >= 3
+
+
+@needs_numba
+def test_compiled_rule_kept_csrs_equal_fresh_selections():
+    """The kept CSRs the compiled rule leaves for the SpMMs equal a fresh torch selection under its mask, in both
+    orders; a frozen threshold takes the same path; inference mode and a lock fall back to the torch rule."""
+    from unifews import _kept
+
+    if not _kept.AVAILABLE:
+        pytest.skip("numba is not installed")
+    x, ei = random_graph(n=60, m=400, f=5, seed=12, dtype=torch.float32)
+    conv = UnifewsGCNConv(5, 4, cached=True, config=UnifewsConfig(delta_a=0.9, delta_w=0.0))
+    out = conv(x.requires_grad_(), ei)
+    out.sum().backward()
+    g = conv._cached_graph
+    keep = conv.edge_keep
+    for transposed in (False, True):
+        memo = g.csr(g.w, g.__dict__["_kept_fwd"][0], transposed)
+        assert memo is g.__dict__["_kept_bwd" if transposed else "_kept_fwd"][3]  # remembered, not selected again
+        fresh = g.csr(g.w, keep.clone(), transposed)
+        for a, b in zip(_parts(memo), _parts(fresh)):
+            assert torch.equal(a, b)
+    theta = conv.freeze_edge_threshold()
+    frozen = conv(x, ei)
+    assert conv.last_stats["theta_a"] == theta and torch.equal(conv.edge_keep, keep)
+    torch.testing.assert_close(frozen, out)
+    with torch.inference_mode():
+        inf = conv(x.detach(), ei)
+    assert torch.equal(conv.edge_keep, keep)
+    torch.testing.assert_close(inf, out.detach())
+    locked = conv(x, ei, lock=torch.tensor([0, 1]))
+    assert torch.equal(conv.edge_keep, keep) and locked.shape == out.shape

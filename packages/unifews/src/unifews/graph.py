@@ -27,7 +27,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from unifews import _fused, _pyg  # noqa: F401  (_pyg imports torch_geometric quietly)
+from unifews import _fused, _kept, _pyg  # noqa: F401  (_pyg imports torch_geometric quietly)
 from unifews.functional import check_edge_index, check_edge_weight, diffusion_weights
 
 from torch_geometric import EdgeIndex  # isort: skip
@@ -39,6 +39,7 @@ SparseTensor: Any = pyg_typing.SparseTensor
 __all__ = ["LayerGraph", "as_edge_list", "graph_fingerprint", "is_sparse_adj", "kept_spmm", "kept_spmm_csr"]
 
 _M32 = 0xFFFFFFFF
+_CSR_QUIET = False  # set once the first CSR tensor was built with torch's once-per-process beta warning silenced
 
 
 def _mix32(x: Tensor) -> Tensor:
@@ -247,11 +248,69 @@ class LayerGraph:
             torch.cumsum(sel, 0, out=csum[1:])
             ptr = csum.index_select(0, ptr).to(ptr.dtype)
             col, vals = col.index_select(0, idx), vals.index_select(0, idx)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-            out = torch.sparse_csr_tensor(ptr, col, vals, (self.n, self.n), check_invariants=False)
+        out = self._csr_tensor(ptr, col, vals)
         self.__dict__[key] = (mask, w, version, out) if remember else None
         return out
+
+    def _csr_tensor(self, ptr: Tensor, col: Tensor, vals: Tensor) -> Tensor:
+        global _CSR_QUIET
+        if _CSR_QUIET:
+            return torch.sparse_csr_tensor(ptr, col, vals, (self.n, self.n), check_invariants=False)
+        with warnings.catch_warnings():  # torch warns once per process that CSR is beta: not the user's concern
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+            out = torch.sparse_csr_tensor(ptr, col, vals, (self.n, self.n), check_invariants=False)
+        _CSR_QUIET = True
+        return out
+
+    def _numpy_order(self, transposed: bool) -> tuple[tuple[Any, ...], Any, Any]:
+        """``((perm | None, ptr, col, vals), |vals|, is_loop)`` of a CSR order over the graph's own weights, as numpy
+        views (kept while ``w`` and ``is_loop`` are the same tensors, ``w`` unchanged in place)."""
+        key = "_np_bwd" if transposed else "_np_fwd"
+        w, loop = self.w, self.is_loop
+        memo = self.__dict__.get(key)
+        if memo is None or memo[0] is not w or memo[1] != w._version or memo[2] is not loop:
+            perm, ptr, col = self.backward_order() if transposed else self.forward_order()
+            vals = self._sorted_values(w, perm, transposed).contiguous()
+            order = (None if perm is None else perm.numpy(), ptr.numpy(), col.numpy(), vals.numpy())
+            memo = (w, w._version, loop, order, vals.abs().numpy(), loop.contiguous().numpy())
+            self.__dict__[key] = memo
+        return memo[3], memo[4], memo[5]
+
+    def select_scored(
+        self, norms: Tensor, theta: float, active: Tensor | None, backward: bool
+    ) -> tuple[Tensor, int] | None:
+        """The edge rule and the kept CSRs in one compiled pass over the graph's own weights
+        (:func:`unifews._kept.scored_kept_pair`): ``keep_e = (|w_e| · norms[src_e] >= θ ∨ is_loop_e) ∧ active_e``.
+
+        Returns ``(keep, number kept)`` and remembers the kept forward CSR (and, with ``backward``, the transposed
+        one) for :meth:`csr` under the returned mask, so the SpMMs that follow select nothing. Returns None where this
+        path does not apply (numba missing, not on the CPU, a dtype other than float32 / float64, inference mode):
+        the caller then runs the torch rule, whose mask this one equals bit for bit.
+        """
+        w = self.w
+        if not (
+            _kept.AVAILABLE
+            and norms.device.type == "cpu"
+            and norms.dtype in (torch.float32, torch.float64)
+            and w.dtype == norms.dtype
+            and w.device.type == "cpu"
+            and not torch.is_inference_mode_enabled()
+        ):
+            return None
+        fwd, fabs, loop = self._numpy_order(False)
+        bwd = self._numpy_order(True)[0] if backward else None
+        keep_np, k, f, b = _kept.scored_kept_pair(
+            norms.detach().contiguous().numpy(), theta, fwd, fabs, loop,
+            None if active is None else active.contiguous().numpy(), bwd,
+        )  # fmt: skip
+        keep = torch.from_numpy(keep_np)
+        f = tuple(torch.from_numpy(a) for a in f)
+        b = None if b is None else tuple(torch.from_numpy(a) for a in b)
+        version = (w._version, keep._version)
+        self.__dict__["_kept_fwd"] = (keep, w, version, self._csr_tensor(*f))
+        if b is not None:
+            self.__dict__["_kept_bwd"] = (keep, w, version, self._csr_tensor(*b))
+        return keep, k
 
     def abs_weights(self) -> Tensor:
         """``|w|`` (kept for the edge scores of every forward)."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -362,13 +363,17 @@ class UnifewsConvMixin(_MixinBase):
         lock: Tensor | None,
         active: Tensor | None,
         batch: tuple[Tensor, int] | None = None,
+        z: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Return ``(keep, agg)``: bool masks over the graph's edges (steps 3-4 of the rule in the module docstring;
         ``agg`` None when every edge is aggregated), and record ``keep``. With ``batch = (batch vector, number of
-        graphs)`` a relative threshold is taken per graph (the graph of an edge is its target's)."""
+        graphs)`` a relative threshold is taken per graph (the graph of an edge is its target's). ``z``: the matrix
+        propagated over the graph's own weights when ``scores_fn`` is ``_scores(graph, z)``; it allows the compiled
+        rule (:meth:`LayerGraph.select_scored`, the same mask in one pass, the kept CSRs selected on the way)."""
         cfg = self.config
         is_loop = graph.is_loop
         every_edge = False
+        m_fast: int | None = None
         if self.scheme_a == "keep":
             keep = self._stored_keep(graph)
             if active is not None:
@@ -379,6 +384,8 @@ class UnifewsConvMixin(_MixinBase):
                 keep = edge_keep_mask(is_loop, is_loop, cfg.delta_a, active=active)
                 every_edge = cfg.delta_a == 0 and active is None
                 theta = 0.0 if cfg.delta_a == 0 else math.inf
+            elif (fast := self._compiled_rule(graph, z, lock, active, batch)) is not None:
+                keep, m_fast, theta = fast
             else:
                 with torch.no_grad():
                     scores = scores_fn()
@@ -429,7 +436,7 @@ class UnifewsConvMixin(_MixinBase):
             agg = keep | (restored if active is None else restored & active)
         n_loop = graph.num_loops
         m_in = graph.m if active is None else int(torch.count_nonzero(active))
-        m_kept = m_in if every_edge else int(torch.count_nonzero(keep))
+        m_kept = m_in if every_edge else m_fast if m_fast is not None else int(torch.count_nonzero(keep))
         self.last_stats.update(
             num_nodes=graph.n,
             edges_in=m_in,
@@ -439,6 +446,34 @@ class UnifewsConvMixin(_MixinBase):
             edges_aggregated=m_kept if agg is None or agg is keep else int(torch.count_nonzero(agg)),
         )
         return keep, agg
+
+    def _compiled_rule(
+        self,
+        graph: LayerGraph,
+        z: Tensor | None,
+        lock: Tensor | None,
+        active: Tensor | None,
+        batch: tuple[Tensor, int] | None,
+    ) -> tuple[Tensor, int, float] | None:
+        """``(keep, number kept, θ)`` of a ``prune_all`` forward through :meth:`LayerGraph.select_scored`, or None
+        where it does not apply (no ``z``, another scheme, locked nodes, an explainer, a mini-batch of several
+        graphs, or the graph's own reasons). θ is the torch rule's: the frozen one, ``δa`` in the scores' dtype, or
+        ``δa`` times the mean score (computed as :func:`~unifews.functional.edge_threshold` does)."""
+        if z is None or self.scheme_a != "prune_all" or lock is not None or self.explain:
+            return None
+        if batch is not None and batch[1] > 1:
+            return None
+        cfg = self.config
+        norms = torch.linalg.vector_norm(z.detach(), dim=1)
+        if self.theta_a is not None:
+            theta = self.theta_a
+        elif cfg.threshold == "absolute":  # δa in the scores' dtype, as edge_threshold's 0-d tensor holds it
+            theta = float(np.asarray(cfg.delta_a, dtype=np.float32 if norms.dtype == torch.float32 else np.float64))
+        else:
+            scores = graph.abs_weights() * norms.index_select(0, graph.edge_index[0])
+            theta = float(edge_threshold(scores, cfg.delta_a, cfg.threshold, active))
+        got = graph.select_scored(norms, theta, active, backward=torch.is_grad_enabled() and z.requires_grad)
+        return None if got is None else (got[0], got[1], theta)
 
     # ---- propagation ----------------------------------------------------------------------------------------
     def _propagate(self, graph: LayerGraph, z: Tensor, agg: Tensor | None, w: Tensor | None = None) -> Tensor:
@@ -568,7 +603,7 @@ class UnifewsGCNConv(UnifewsConvMixin, MessagePassing):
         active = check_active(active, graph.m, x.device)
         b = _batch(batch, x)
         z = self._linear("lin", x, batch=b)  # transform first (step 2 of the rule)
-        keep, agg = self._edge_step(graph, lambda: _scores(graph, z), lock, active, b)
+        keep, agg = self._edge_step(graph, lambda: _scores(graph, z), lock, active, b, z=z)
         out = self._propagate(graph, z, agg)
         if self.bias is not None:
             out = out + self.bias
@@ -698,7 +733,7 @@ class UnifewsSAGEConv(UnifewsConvMixin, MessagePassing):
             lock = torch.cat([lock, lock.new_zeros(n - n_dst)])
         active = check_active(active, graph.m, xs.device)
         b = _batch(batch, xs)
-        keep, agg = self._edge_step(graph, lambda: _scores(graph, xs), lock, active, b)
+        keep, agg = self._edge_step(graph, lambda: _scores(graph, xs), lock, active, b, z=xs)
         h = self._propagate(graph, xs, agg)[:n_dst]  # propagation first
         out = self._linear("lin_l", h, bias=self.lin_l.bias, batch=b)
         if self.lin_r is not None and x_dst is not None:
@@ -965,7 +1000,7 @@ class UnifewsGCN2Conv(UnifewsConvMixin, MessagePassing):
         lock = check_lock(lock, n, x.device)
         active = check_active(active, graph.m, x.device)
         b = _batch(batch, x)
-        keep, agg = self._edge_step(graph, lambda: _scores(graph, x), lock, active, b)
+        keep, agg = self._edge_step(graph, lambda: _scores(graph, x), lock, active, b, z=x)
         h = self._propagate(graph, x, agg)
         beta = self.beta
         if self.weight2 is None:

@@ -1,0 +1,120 @@
+"""The layers' edge rule and kept-edge selection in one compiled pass (numba; optional).
+
+A pruning forward of a layer needs, for the message matrix ``Z``: the scores ``s_e = |w_e| · ‖Z[src_e]‖₂``, the
+mask ``keep_e = (s_e >= θ ∨ is_loop_e) ∧ active_e``, the kept CSR in target order (the forward SpMM) and, when a
+gradient flows, the kept CSR in source order (the backward SpMM). In torch these are about ten passes over the edges
+and two selections; :func:`scored_kept_pair` does them in two passes over the cached CSR orders, given the node norms
+``‖Z[v]‖₂``. The score of an edge is the same product in the same dtype as :func:`unifews.nn._scores` (one rounding of
+``|w_e| · ‖Z[src_e]‖₂``), compared with ``θ`` cast to that dtype, as ``torch.ge`` does: the mask is equal bit for bit.
+
+:data:`AVAILABLE` is False without numba; :class:`unifews.graph.LayerGraph` then runs the torch passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+try:  # pragma: no cover - exercised where numba is installed
+    import numba
+
+    AVAILABLE = True
+except ImportError:  # pragma: no cover
+    numba = None
+    AVAILABLE = False
+
+__all__ = ["AVAILABLE", "scored_kept_pair"]
+
+
+def _scored_kept_pair_py(
+    nrm, theta, fptr, fcol, fvals, fabs, fperm, loop, active, bptr, bcol, bvals, bperm,
+    keep, optr, ocol, ovals, tptr, tcol, tvals,
+):  # fmt: skip
+    # ``fperm``, ``active`` and the source order may be None: numba compiles one specialisation per combination and
+    # prunes the dead branches (a runtime flag would stay in the loop). One flat loop per order (a loop per CSR row
+    # costs more than its few entries); the row pointer is gathered afterwards from the running count.
+    m = fcol.shape[0]
+    th = theta[0]
+    pref = np.empty(m + 1, dtype=fptr.dtype)
+    k = 0
+    for p in range(m):  # target order: score, rule, forward selection
+        if fperm is None:
+            e = p
+        else:
+            e = fperm[p]
+        c = fcol[p]
+        kk = fabs[p] * nrm[c] >= th or loop[e]
+        if active is not None:
+            kk = kk and active[e]
+        keep[e] = kk
+        pref[p] = k
+        if kk:
+            ocol[k] = c
+            ovals[k] = fvals[p]
+            k += 1
+    pref[m] = k
+    for r in range(fptr.shape[0]):
+        optr[r] = pref[fptr[r]]
+    if bperm is not None:  # source order: the backward's transposed selection
+        j = 0
+        for p in range(m):
+            pref[p] = j
+            if keep[bperm[p]]:
+                tcol[j] = bcol[p]
+                tvals[j] = bvals[p]
+                j += 1
+        pref[m] = j
+        for r in range(bptr.shape[0]):
+            tptr[r] = pref[bptr[r]]
+    return k
+
+
+_kernel: Any = None
+if numba is not None:
+    _kernel = numba.njit(cache=True, nogil=True)(_scored_kept_pair_py)
+
+
+def scored_kept_pair(nrm, theta, fwd, fabs, loop, active, bwd):
+    """``(keep, k, (ptr, col, vals), (ptr, col, vals) | None)`` for one pruning forward, as numpy arrays.
+
+    ``nrm`` [n] node norms (the dtype of the scores), ``theta`` the threshold (a float, cast to that dtype),
+    ``fwd = (perm | None, ptr, col, vals)`` the target-sorted CSR order with its values and ``fabs`` their absolute
+    values, ``loop`` / ``active`` bool over the edges (``active`` None: all), ``bwd = (perm, ptr, col, vals)`` the
+    source-sorted order or None (no backward selection). Contiguous numpy arrays (views of CPU tensors).
+    """
+    fperm, fptr, fcol, fvals = fwd
+    m = fcol.shape[0]
+    keep = np.empty(m, dtype=np.bool_)
+    optr, ocol, ovals = np.empty_like(fptr), np.empty_like(fcol), np.empty_like(fvals)
+    th = np.full(1, theta, dtype=nrm.dtype)
+    if bwd is None:
+        bperm = bptr = bcol = bvals = tptr = tcol = tvals = None
+    else:
+        bperm, bptr, bcol, bvals = bwd
+        tptr, tcol, tvals = np.empty_like(bptr), np.empty_like(bcol), np.empty_like(bvals)
+    k = int(
+        _kernel(
+            nrm,
+            th,
+            fptr,
+            fcol,
+            fvals,
+            fabs,
+            fperm,
+            loop,
+            active,
+            bptr,
+            bcol,
+            bvals,
+            bperm,
+            keep,
+            optr,
+            ocol,
+            ovals,
+            tptr,
+            tcol,
+            tvals,
+        )  # fmt: skip
+    )
+    return keep, k, (optr, ocol[:k], ovals[:k]), None if bwd is None else (tptr, tcol[:k], tvals[:k])
