@@ -27,15 +27,16 @@ except ImportError:  # pragma: no cover
 __all__ = ["AVAILABLE", "scored_kept_pair"]
 
 
-def _scored_kept_pair_py(
-    nrm, theta, fptr, fcol, fvals, fabs, fperm, loop, active, bptr, bcol, bvals, bperm,
-    keep, optr, ocol, ovals, tptr, tcol, tvals,
-):  # fmt: skip
+def _scored_kept_pair_py(nrm, theta, fptr, fcol, fvals, fperm, loop, active, bptr, bcol, bvals, bperm):
     # ``fperm``, ``active`` and the source order may be None: numba compiles one specialisation per combination and
     # prunes the dead branches (a runtime flag would stay in the loop). One flat loop per order (a loop per CSR row
-    # costs more than its few entries); the row pointer is gathered afterwards from the running count.
+    # costs more than its few entries); the row pointer is gathered afterwards from the running count. The outputs
+    # are allocated here (no Python allocation per call).
     m = fcol.shape[0]
-    th = theta[0]
+    keep = np.empty(m, dtype=np.bool_)
+    optr = np.empty_like(fptr)
+    ocol = np.empty_like(fcol)
+    ovals = np.empty_like(fvals)
     pref = np.empty(m + 1, dtype=fptr.dtype)
     k = 0
     for p in range(m):  # target order: score, rule, forward selection
@@ -44,30 +45,35 @@ def _scored_kept_pair_py(
         else:
             e = fperm[p]
         c = fcol[p]
-        kk = fabs[p] * nrm[c] >= th or loop[e]
+        v = fvals[p]
+        kk = abs(v) * nrm[c] >= theta or loop[e]
         if active is not None:
             kk = kk and active[e]
         keep[e] = kk
         pref[p] = k
         if kk:
             ocol[k] = c
-            ovals[k] = fvals[p]
+            ovals[k] = v
             k += 1
     pref[m] = k
     for r in range(fptr.shape[0]):
         optr[r] = pref[fptr[r]]
-    if bperm is not None:  # source order: the backward's transposed selection
-        j = 0
-        for p in range(m):
-            pref[p] = j
-            if keep[bperm[p]]:
-                tcol[j] = bcol[p]
-                tvals[j] = bvals[p]
-                j += 1
-        pref[m] = j
-        for r in range(bptr.shape[0]):
-            tptr[r] = pref[bptr[r]]
-    return k
+    if bperm is None:
+        return k, keep, optr, ocol[:k], ovals[:k], optr, ocol[:0], ovals[:0]
+    tptr = np.empty_like(bptr)
+    tcol = np.empty_like(bcol)
+    tvals = np.empty_like(bvals)
+    j = 0
+    for p in range(m):  # source order: the backward's transposed selection
+        pref[p] = j
+        if keep[bperm[p]]:
+            tcol[j] = bcol[p]
+            tvals[j] = bvals[p]
+            j += 1
+    pref[m] = j
+    for r in range(bptr.shape[0]):
+        tptr[r] = pref[bptr[r]]
+    return k, keep, optr, ocol[:k], ovals[:k], tptr, tcol[:k], tvals[:k]
 
 
 _kernel: Any = None
@@ -75,46 +81,18 @@ if numba is not None:
     _kernel = numba.njit(cache=True, nogil=True)(_scored_kept_pair_py)
 
 
-def scored_kept_pair(nrm, theta, fwd, fabs, loop, active, bwd):
+def scored_kept_pair(nrm, theta, fwd, loop, active, bwd):
     """``(keep, k, (ptr, col, vals), (ptr, col, vals) | None)`` for one pruning forward, as numpy arrays.
 
     ``nrm`` [n] node norms (the dtype of the scores), ``theta`` the threshold (a float, cast to that dtype),
-    ``fwd = (perm | None, ptr, col, vals)`` the target-sorted CSR order with its values and ``fabs`` their absolute
-    values, ``loop`` / ``active`` bool over the edges (``active`` None: all), ``bwd = (perm, ptr, col, vals)`` the
-    source-sorted order or None (no backward selection). Contiguous numpy arrays (views of CPU tensors).
+    ``fwd = (perm | None, ptr, col, vals)`` the target-sorted CSR order with its values, ``loop`` / ``active`` bool
+    over the edges (``active`` None: all), ``bwd = (perm, ptr, col, vals)`` the source-sorted order or None (no
+    backward selection). Contiguous numpy arrays (views of CPU tensors). ``|vals|`` times the norm is compared with
+    ``theta`` in ``nrm``'s dtype, as ``torch.ge`` compares a float32 score with a Python float.
     """
     fperm, fptr, fcol, fvals = fwd
-    m = fcol.shape[0]
-    keep = np.empty(m, dtype=np.bool_)
-    optr, ocol, ovals = np.empty_like(fptr), np.empty_like(fcol), np.empty_like(fvals)
-    th = np.full(1, theta, dtype=nrm.dtype)
-    if bwd is None:
-        bperm = bptr = bcol = bvals = tptr = tcol = tvals = None
-    else:
-        bperm, bptr, bcol, bvals = bwd
-        tptr, tcol, tvals = np.empty_like(bptr), np.empty_like(bcol), np.empty_like(bvals)
-    k = int(
-        _kernel(
-            nrm,
-            th,
-            fptr,
-            fcol,
-            fvals,
-            fabs,
-            fperm,
-            loop,
-            active,
-            bptr,
-            bcol,
-            bvals,
-            bperm,
-            keep,
-            optr,
-            ocol,
-            ovals,
-            tptr,
-            tcol,
-            tvals,
-        )  # fmt: skip
+    bperm, bptr, bcol, bvals = (None, None, None, None) if bwd is None else bwd
+    k, keep, optr, ocol, ovals, tptr, tcol, tvals = _kernel(
+        nrm, nrm.dtype.type(theta), fptr, fcol, fvals, fperm, loop, active, bptr, bcol, bvals, bperm
     )
-    return keep, k, (optr, ocol[:k], ovals[:k]), None if bwd is None else (tptr, tcol[:k], tvals[:k])
+    return keep, int(k), (optr, ocol, ovals), None if bwd is None else (tptr, tcol, tvals)

@@ -262,9 +262,9 @@ class LayerGraph:
         _CSR_QUIET = True
         return out
 
-    def _numpy_order(self, transposed: bool) -> tuple[tuple[Any, ...], Any, Any]:
-        """``((perm | None, ptr, col, vals), |vals|, is_loop)`` of a CSR order over the graph's own weights, as numpy
-        views (kept while ``w`` and ``is_loop`` are the same tensors, ``w`` unchanged in place)."""
+    def _numpy_order(self, transposed: bool) -> tuple[tuple[Any, ...], Any]:
+        """``((perm | None, ptr, col, vals), is_loop)`` of a CSR order over the graph's own weights, as numpy views
+        (kept while ``w`` and ``is_loop`` are the same tensors, ``w`` unchanged in place)."""
         key = "_np_bwd" if transposed else "_np_fwd"
         w, loop = self.w, self.is_loop
         memo = self.__dict__.get(key)
@@ -272,9 +272,9 @@ class LayerGraph:
             perm, ptr, col = self.backward_order() if transposed else self.forward_order()
             vals = self._sorted_values(w, perm, transposed).contiguous()
             order = (None if perm is None else perm.numpy(), ptr.numpy(), col.numpy(), vals.numpy())
-            memo = (w, w._version, loop, order, vals.abs().numpy(), loop.contiguous().numpy())
+            memo = (w, w._version, loop, order, loop.contiguous().numpy())
             self.__dict__[key] = memo
-        return memo[3], memo[4], memo[5]
+        return memo[3], memo[4]
 
     def select_scored(
         self, norms: Tensor, theta: float, active: Tensor | None, backward: bool
@@ -297,10 +297,10 @@ class LayerGraph:
             and not torch.is_inference_mode_enabled()
         ):
             return None
-        fwd, fabs, loop = self._numpy_order(False)
+        fwd, loop = self._numpy_order(False)
         bwd = self._numpy_order(True)[0] if backward else None
         keep_np, k, f, b = _kept.scored_kept_pair(
-            norms.detach().contiguous().numpy(), theta, fwd, fabs, loop,
+            norms.detach().contiguous().numpy(), theta, fwd, loop,
             None if active is None else active.contiguous().numpy(), bwd,
         )  # fmt: skip
         keep = torch.from_numpy(keep_np)
