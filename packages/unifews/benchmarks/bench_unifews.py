@@ -181,6 +181,40 @@ def dense_sgc(a: torch.Tensor, x: torch.Tensor, hops: int) -> torch.Tensor:
     return p
 
 
+def prop_breakdown(x: torch.Tensor, ei: torch.Tensor, G: PropGraph, hops: int, delta_a: float, repeats: int) -> dict:
+    """Where a fused propagation's time goes (timed apart from the round robin): the numba kernel of each pruned
+    hop (thresholds, uniforms, selection and scatter of the pushes, counts) against the torch work around it
+    (self-loop term, uniform hashes, column chunks, concatenation); medians over ``repeats`` calls."""
+    kernel = _fused._kernel
+    per_hop: list[float] = []
+
+    def timed(*args):
+        t0 = time.perf_counter()
+        res = kernel(*args)
+        per_hop.append(time.perf_counter() - t0)
+        return res
+
+    totals, kernels, hop_rows = [], [], []
+    _fused._kernel = timed
+    try:
+        for _ in range(repeats):
+            per_hop.clear()
+            t0 = time.perf_counter()
+            unifews_propagate(x, ei, hops, delta_a, graph=G, generator=0, impl="fused")
+            totals.append(time.perf_counter() - t0)
+            kernels.append(sum(per_hop))
+            chunks = len(per_hop) // hops  # the hops of one chunk follow each other
+            hop_rows.append([sum(per_hop[c * hops + h] for c in range(chunks)) for h in range(hops)])
+    finally:
+        _fused._kernel = kernel
+    total, kern = statistics.median(totals), statistics.median(kernels)
+    return {
+        "call ms": round(1e3 * total, 2), "kernel ms": round(1e3 * kern, 2),
+        "around the kernel ms": round(1e3 * (total - kern), 2), "kernel share": round(kern / total, 3),
+        "kernel ms per hop": [round(1e3 * statistics.median(r[h] for r in hop_rows), 2) for h in range(hops)],
+    }  # fmt: skip
+
+
 def prop_bench(x: torch.Tensor, ei: torch.Tensor, hops: int, delta_a: float, repeats: int) -> dict:
     """Part (b): decoupled SGC on Cora."""
     n, f = x.shape
@@ -202,6 +236,7 @@ def prop_bench(x: torch.Tensor, ei: torch.Tensor, hops: int, delta_a: float, rep
     limit = st.total_macs / st.full_macs
     peer = "dense torch.sparse.mm"
     res = {k: _spread(_per_round(t, k, peer)) for k in fns if k != peer}
+    visits = n * f * hops  # (node, feature) entries a pruned hop looks at
     row = {
         "graph": "Cora LCC", "hops": hops, "delta_a": delta_a,
         "pushes / dense non-zero messages": round(st.total_macs / st0.total_macs, 4),
@@ -210,12 +245,20 @@ def prop_bench(x: torch.Tensor, ei: torch.Tensor, hops: int, delta_a: float, rep
         "time / dense": res, "goal": PROP_GOAL,
         "ns per dense SpMM multiply-add": round(1e9 * t[peer].median / st.full_macs, 3),
         "ns per executed push (auto)": round(1e9 * t["unifews auto"].median / st.total_macs, 3),
+        "ns per (node, feature) entry per hop (auto)": round(1e9 * t["unifews auto"].median / visits, 3),
         "median_ms": {k: round(1e3 * v.median, 2) for k, v in t.items()}, "rounds": repeats,
     }  # fmt: skip
     _say(f"decoupled SGC, Cora, {hops} hops, δa={delta_a}: {row['pushes / dense non-zero messages']:.2f}x the "
          f"non-zero messages, {limit:.3f}x the SpMM's multiply-adds (limit); time / dense SpMM "
          + ", ".join(f"{k} {v['ratio']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]" for k, v in res.items())
          + f" (goal <= {PROP_GOAL})")  # fmt: skip
+    if _fused.AVAILABLE:
+        bd = prop_breakdown(x, ei, G, hops, delta_a, repeats)
+        bd["dense torch.sparse.mm ms per hop"] = round(1e3 * t[peer].median / hops, 2)
+        row["breakdown (fused)"] = bd
+        _say(f"decoupled SGC breakdown (fused, median ms): call {bd['call ms']}, numba kernel {bd['kernel ms']} "
+             f"({100 * bd['kernel share']:.0f} %; per hop {bd['kernel ms per hop']}), torch around it "
+             f"{bd['around the kernel ms']}; dense SpMM {bd['dense torch.sparse.mm ms per hop']} per hop")  # fmt: skip
     return row
 
 
@@ -258,6 +301,7 @@ def main() -> dict:
     ap.add_argument("--powerlaw-nodes", type=int, default=50_000, help="0 skips the power-law graph")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--summarize", action="store_true", help="only rebuild performance.json from the committed JSON")
+    ap.add_argument("--prop-only", action="store_true", help="only part (b); prints, writes nothing")
     args = ap.parse_args()
     if args.summarize:
         result = json.loads((RESULTS / SOURCE).read_text())
@@ -269,6 +313,10 @@ def main() -> dict:
     _say(f"load average at start {out['loadavg_start']}, {args.threads} thread(s)")
     with torch_threads(args.threads):
         cora = load_planetoid_lcc("Cora")
+        if args.prop_only:
+            out["prop"] = prop_bench(cora.x, cora.edge_index, 5, 0.25, args.prop_repeats)
+            print(f"load average at end {[round(v, 2) for v in os.getloadavg()]}")
+            raise SystemExit(0)
         out["conv"] = [conv_bench("Cora LCC", cora.x, cora.edge_index, 64, args.repeats, warmup=3)]
         if args.powerlaw_nodes:
             n = args.powerlaw_nodes

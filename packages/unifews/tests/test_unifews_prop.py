@@ -269,6 +269,44 @@ def test_fused_hop_equals_masked_and_prefix(graph, push, kind):
         _assert_same_runs(x, ei, 3, delta_a, kind, push, impls)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("push", ["random", "drop"])
+def test_fused_row_paths_agree_bit_for_bit_and_with_the_masked_hop(dtype, push):
+    """The fused hop's two ways of running a source row -- entry by entry (sparse rows) and whole-row vector
+    passes (denser rows) -- give the same features bit for bit (each target sums in the same order) and the same
+    regime and counts; both equal the masked hop (features to rounding, counts exactly). The input mixes dense,
+    sparse and empty rows, an all-zero column (θ_k = 0: nan thresholds at its zeros), a regime already shrunk in
+    places, and a source with more neighbours than the others."""
+    pytest.importorskip("numba")
+    import unifews.prop as prop
+    from unifews import _fused
+
+    x, ei = random_graph(n=50, m=400, f=37, seed=11, dtype=dtype)
+    hub = torch.stack([torch.zeros(30, dtype=torch.long), torch.arange(1, 31)])
+    ei = torch.unique(torch.cat([ei, hub, hub.flip(0)], dim=1), dim=1)
+    g = torch.Generator().manual_seed(3)
+    x = x * (torch.rand(50, 1, generator=g) < 0.5)  # half the rows sparse below, half dense
+    x[::2] *= torch.rand(25, 37, generator=g) < 0.05
+    x[5], x[:, 4] = 0.0, 0.0
+    n, K = x.shape
+    G = PropGraph(ei, n, 0.5, dtype)
+    theta = 0.3 * x.abs().mean(0)
+    c_prev = torch.minimum(G.out_deg.unsqueeze(1), torch.randint(0, 40, (n, K), generator=g)).to(torch.int32)
+    rnd = (7, 2, n, torch.arange(K)) if push == "random" else None
+    parts = prop.uniform_parts(*rnd) if rnd is not None else None
+    runs = {}
+    for sparse_row in (0, 16, K + 1):  # every row entry by entry / the default split / every row vectorised
+        out = G.w_loop.unsqueeze(1) * x
+        runs[sparse_row] = (out, *_fused.pruned_hop(x, G, theta, c_prev, parts, out, sparse_row))
+    ref_out, c, kept, det, executed, nnz = runs[0]
+    assert det > 0 and executed > det if push == "random" else executed == det
+    for out_, *rest in runs.values():
+        assert torch.equal(out_, ref_out) and torch.equal(rest[0], c) and rest[1:] == [kept, det, executed, nnz]
+    m_out, m_kept, m_det, m_rnd, m_c, m_nnz = prop._run_hop("masked", x, G, theta, c_prev, rnd)
+    torch.testing.assert_close(ref_out, m_out)
+    assert torch.equal(c, m_c.to(c.dtype)) and (kept, det, executed, nnz) == (m_kept, m_det, m_det + m_rnd, m_nnz)
+
+
 @pytest.mark.slow
 def test_fused_hop_equals_masked_on_cora():
     pytest.importorskip("numba")
