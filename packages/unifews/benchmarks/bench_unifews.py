@@ -184,17 +184,19 @@ def dense_sgc(a: torch.Tensor, x: torch.Tensor, hops: int) -> torch.Tensor:
 def prop_breakdown(x: torch.Tensor, ei: torch.Tensor, G: PropGraph, hops: int, delta_a: float, repeats: int) -> dict:
     """Where a fused propagation's time goes (timed apart from the round robin): the numba kernel of each pruned
     hop (thresholds, uniforms, selection and scatter of the pushes, counts) against the torch work around it
-    (self-loop term, uniform hashes, column chunks, concatenation); medians over ``repeats`` calls."""
+    (self-loop term, uniform hashes, column chunks, concatenation); medians over ``repeats`` calls. Also the
+    kernel's push work: pushes run entry by entry plus every lane of its masked row passes (a push or a
+    ``0 · value``), against the dense SpMM's multiply-adds."""
     kernel = _fused._kernel
-    per_hop: list[float] = []
+    per_hop: list[tuple[float, int]] = []
 
     def timed(*args):
         t0 = time.perf_counter()
         res = kernel(*args)
-        per_hop.append(time.perf_counter() - t0)
+        per_hop.append((time.perf_counter() - t0, int(res[4])))
         return res
 
-    totals, kernels, hop_rows = [], [], []
+    totals, kernels, hop_rows, lanes = [], [], [], []
     _fused._kernel = timed
     try:
         for _ in range(repeats):
@@ -202,16 +204,19 @@ def prop_breakdown(x: torch.Tensor, ei: torch.Tensor, G: PropGraph, hops: int, d
             t0 = time.perf_counter()
             unifews_propagate(x, ei, hops, delta_a, graph=G, generator=0, impl="fused")
             totals.append(time.perf_counter() - t0)
-            kernels.append(sum(per_hop))
+            kernels.append(sum(dt for dt, _ in per_hop))
             chunks = len(per_hop) // hops  # the hops of one chunk follow each other
-            hop_rows.append([sum(per_hop[c * hops + h] for c in range(chunks)) for h in range(hops)])
+            hop_rows.append([sum(per_hop[c * hops + h][0] for c in range(chunks)) for h in range(hops)])
+            lanes.append([sum(per_hop[c * hops + h][1] for c in range(chunks)) for h in range(hops)])
     finally:
         _fused._kernel = kernel
     total, kern = statistics.median(totals), statistics.median(kernels)
+    full = (G.m + G.n) * x.size(1)  # one hop's dense multiply-adds
     return {
         "call ms": round(1e3 * total, 2), "kernel ms": round(1e3 * kern, 2),
         "around the kernel ms": round(1e3 * (total - kern), 2), "kernel share": round(kern / total, 3),
         "kernel ms per hop": [round(1e3 * statistics.median(r[h] for r in hop_rows), 2) for h in range(hops)],
+        "kernel push lanes / dense SpMM multiply-adds per hop": [round(v / full, 3) for v in lanes[0]],
     }  # fmt: skip
 
 
@@ -256,9 +261,12 @@ def prop_bench(x: torch.Tensor, ei: torch.Tensor, hops: int, delta_a: float, rep
         bd = prop_breakdown(x, ei, G, hops, delta_a, repeats)
         bd["dense torch.sparse.mm ms per hop"] = round(1e3 * t[peer].median / hops, 2)
         row["breakdown (fused)"] = bd
-        _say(f"decoupled SGC breakdown (fused, median ms): call {bd['call ms']}, numba kernel {bd['kernel ms']} "
-             f"({100 * bd['kernel share']:.0f} %; per hop {bd['kernel ms per hop']}), torch around it "
-             f"{bd['around the kernel ms']}; dense SpMM {bd['dense torch.sparse.mm ms per hop']} per hop")  # fmt: skip
+        _say(
+            f"decoupled SGC breakdown (fused, median ms): call {bd['call ms']}, numba kernel {bd['kernel ms']} "
+            f"({100 * bd['kernel share']:.0f} %; per hop {bd['kernel ms per hop']}), torch around it "
+            f"{bd['around the kernel ms']}; dense SpMM {bd['dense torch.sparse.mm ms per hop']} per hop; kernel push "
+            f"lanes / SpMM multiply-adds per hop {bd['kernel push lanes / dense SpMM multiply-adds per hop']}"
+        )
     return row
 
 

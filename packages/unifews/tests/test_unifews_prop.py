@@ -265,6 +265,9 @@ def test_fused_hop_equals_masked_and_prefix(graph, push, kind):
         q, t = unifews_propagate(x, ei, 4, delta_a, kind=kind, push=push, impl="masked", generator=5)
         torch.testing.assert_close(p, q)
         assert s.macs == t.macs and s.kept == t.kept and s.random_pushes == t.random_pushes
+        # θ does not depend on the chunk width, nor the fused hop's sums: chunked equals whole bit for bit
+        whole, _ = unifews_propagate(x, ei, 4, delta_a, kind=kind, push=push, impl="fused", generator=5, chunk_size=99)
+        assert torch.equal(p, whole)
     for delta_a in (0.0, float("inf")):
         _assert_same_runs(x, ei, 3, delta_a, kind, push, impls)
 

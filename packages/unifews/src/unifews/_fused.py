@@ -100,7 +100,7 @@ def _row_min(tf, scratch):
     return scratch[0]
 
 
-def _push_random(orow, xr, theta, td, tf, cd, gj, wj):
+def _push_random(orow, xr, theta, tf, gj, wj):
     # one neighbour, the whole row: the entries with g >= t · U fire and carry sign(τ) · max(|τ|, θ_k); a masked
     # add (0 · value for the others), no branch, so the loop is one vector pass
     fired = 0
@@ -110,9 +110,14 @@ def _push_random(orow, xr, theta, td, tf, cd, gj, wj):
         at = abs(tau)
         th = theta[k]
         orow[k] = orow[k] + math.copysign(at if at > th else th, tau) * np.float32(fi)
-        cd[k] += np.int32(gj >= td[k])
         fired += np.int32(fi)
     return fired
+
+
+def _count_det(td, cd, gj):
+    # one neighbour, the whole row: the entries whose message is deterministic there (g >= t)
+    for k in range(td.shape[0]):
+        cd[k] += np.int32(gj >= td[k])
 
 
 def _push_drop(orow, xr, crow, td, cd, gj, wj, pos):
@@ -147,6 +152,7 @@ def _pruned_hop_py(cp, theta, c_prev, use_u, hv, hk, ptr, nbr, g, w, a, out, c_o
     det = 0
     executed = 0
     nnz = 0
+    lanes = 0  # pushes entry by entry, plus every lane of the masked push passes (a push or a 0 · value)
     for v in range(n):
         xr = cp[v]
         av = a[v]
@@ -178,6 +184,7 @@ def _pruned_hop_py(cp, theta, c_prev, use_u, hv, hk, ptr, nbr, g, w, a, out, c_o
                         j += 1
                     c = min(c_prev[v, k], c)
                     executed += j - s
+                    lanes += j - s
                 else:
                     while j < e and g[j] >= t_det:
                         j += 1
@@ -185,6 +192,7 @@ def _pruned_hop_py(cp, theta, c_prev, use_u, hv, hk, ptr, nbr, g, w, a, out, c_o
                     for jj in range(s, s + c):
                         out[nbr[jj], k] += w[jj] * x
                     executed += c
+                    lanes += c
                 kept += c - c_prev[v, k]
                 det += c
                 c_out[v, k] = c
@@ -198,21 +206,30 @@ def _pruned_hop_py(cp, theta, c_prev, use_u, hv, hk, ptr, nbr, g, w, a, out, c_o
             crow = c_prev[v]
             while j < e and g[j] >= t_min:
                 if use_u:
-                    executed += _push_random(out[nbr[j]], xr, theta, td, tf, cd, g[j], w[j])
+                    executed += _push_random(out[nbr[j]], xr, theta, tf, g[j], w[j])
                 else:
                     executed += _push_drop(out[nbr[j]], xr, crow, td, cd, g[j], w[j], j - s)
                 j += 1
+            lanes += (j - s) * K
+            if use_u:  # the deterministic prefixes (the regime), over the shorter walk of the least t
+                t_min = _row_min(td, scratch)
+                j = s
+                while j < e and g[j] >= t_min:
+                    _count_det(td, cd, g[j])
+                    j += 1
         k_row, d_row = _row_stats(xr, c_prev[v], cd, c_out[v])
         kept += k_row
         det += d_row
-    return kept, det, executed, nnz
+    return kept, det, executed, nnz, lanes
 
 
 _kernel: Any = None
 if numba is not None:
     _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
     _row_nnz, _row_copy, _row_setup, _row_min = (_jit(f) for f in (_row_nnz, _row_copy, _row_setup, _row_min))
-    _push_random, _push_drop, _row_stats = (_jit(f) for f in (_push_random, _push_drop, _row_stats))
+    _push_random, _push_drop, _count_det, _row_stats = (
+        _jit(f) for f in (_push_random, _push_drop, _count_det, _row_stats)
+    )
     _kernel = _jit(_pruned_hop_py)
 
 
@@ -233,7 +250,7 @@ def pruned_hop(cp, G, theta, c_prev, uniform_parts, out, sparse_row: int = SPARS
     else:
         hv, hk = uniform_parts
     scratch = torch.zeros(1, dtype=cp.dtype)
-    kept, det, executed, nnz = _kernel(
+    kept, det, executed, nnz, _ = _kernel(
         cp.numpy(), theta.to(cp.dtype).contiguous().numpy(), c_prev.numpy(), uniform_parts is not None,
         hv.contiguous().numpy(), hk.contiguous().numpy(), G.ptr.numpy(), G.nbr.numpy(), G.g.numpy(), G.w.numpy(),
         G.a.numpy(), out.numpy(), c_out.numpy(), scratch.numpy(), int(sparse_row),
