@@ -389,8 +389,9 @@ def available_impls(cp: Tensor) -> tuple[str, ...]:
 
 def hop_work(impl: str, n: int, m: int, K: int, pushes: int) -> int:
     """The unit of work each execution's time is taken proportional to: ``m · K`` (masked: every edge × feature
-    is visited) or the executed pushes plus one visit per (node, feature) (prefix, fused: only firing pushes are
-    enumerated)."""
+    is visited) or the executed pushes plus one visit per (node, feature) (prefix: only firing pushes are
+    enumerated; fused: the same model, though its row passes also pay a lane for an entry that stopped firing
+    while others in its row still fire)."""
     return m * K if impl == "masked" else n * K + max(0, pushes)
 
 
