@@ -233,18 +233,19 @@ if numba is not None:
     _kernel = _jit(_pruned_hop_py)
 
 
-def pruned_hop(cp, G, theta, c_prev, uniform_parts, out, sparse_row: int = SPARSE_ROW):
+def pruned_hop(cp, G, theta, c_prev, uniform_parts, out, sparse_row: int = SPARSE_ROW, c_out=None):
     """One pruned hop. ``cp`` (n × K) = c · P_l; ``out`` (n × K) holds the self-loop terms and receives the pushes
     (in place); ``uniform_parts`` the node and column hashes of :func:`unifews.prop.hashed_uniform` (random push)
     or None (drop). Returns ``(c, kept, deterministic pushes, executed pushes, non-zero entries)``, ``c``
     (n × K, int32) the regime after the hop. ``sparse_row``: rows with fewer than ``K / sparse_row`` non-zero
     entries run entry by entry, the others as vector passes (0: every row entry by entry; above ``K``: every
-    non-empty row as vector passes); the result does not depend on it."""
+    non-empty row as vector passes); the result does not depend on it. ``c_out``: an int32 n × K buffer for ``c``
+    (default: a new one)."""
     import torch
 
     cp = cp.contiguous()
     c_prev = c_prev.to(torch.int32).contiguous()
-    c_out = torch.empty_like(c_prev)
+    c_out = torch.empty_like(c_prev) if c_out is None else c_out
     if uniform_parts is None:
         hv = hk = torch.zeros(1, dtype=torch.int64)
     else:

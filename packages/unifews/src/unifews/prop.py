@@ -326,6 +326,8 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     kept_dense = int(G.out_deg.sum()) * K
     col_hash = _column_hash(cols) if push == "random" and 0 < delta_a < float("inf") else None
     hashes = {} if hashes is None else hashes
+    # the fused hop writes P and c into two pairs of buffers, alternately: hop l reads hop l - 1's pair
+    bufs: list = [None, None]
     for hop in range(hops):
         cp = p if coef == 1.0 else coef * p
         if delta_a == 0:
@@ -355,8 +357,14 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
                 if hop not in hashes:
                     hashes[hop] = _node_hash(seed, hop, n, x.device)
                 parts = (hashes[hop], col_hash)
+            if bufs[hop % 2] is None:
+                dev = cp.device
+                bufs[hop % 2] = (
+                    torch.empty(n, K, dtype=cp.dtype, device=dev),
+                    torch.empty(n, K, dtype=torch.int32, device=dev),
+                )
             nxt, kept, det, rnd, c_prev, loop_pushes = _entry_hop(
-                cp, G, theta, c_prev, push, seed, hop, cols, impl, est, parts
+                cp, G, theta, c_prev, push, seed, hop, cols, impl, est, parts, bufs[hop % 2]
             )
             st.kept.append(kept)
             st.deterministic_pushes.append(det + loop_pushes)
@@ -404,7 +412,18 @@ def choose_impl(per_unit: dict[str, float], n: int, m: int, K: int, pushes: int)
 
 
 def _entry_hop(
-    cp: Tensor, G: PropGraph, theta, c_prev, push: str, seed: int, hop: int, cols, impl, est: int = 0, parts=None
+    cp: Tensor,
+    G: PropGraph,
+    theta,
+    c_prev,
+    push: str,
+    seed: int,
+    hop: int,
+    cols,
+    impl,
+    est: int = 0,
+    parts=None,
+    bufs=None,
 ):
     """One hop of the prefix form; ``cp`` = c · P_l (n × K), ``c_prev`` the deterministic prefix lengths.
 
@@ -413,7 +432,7 @@ def _entry_hop(
     ∝ pushes, about ten passes over them), ``"masked"`` (the same prefixes as an ``m × K`` comparison, then SpMMs:
     about ten passes over ``m × K``) and ``"fused"`` (numba, one pass: entry by entry over sparse source rows,
     whole-row vector passes over denser ones; :mod:`unifews._fused`). ``parts``: the uniforms' node and column
-    hashes when already computed (:func:`uniform_parts`).
+    hashes when already computed (:func:`uniform_parts`); ``bufs`` the fused hop's output buffers.
     ``"auto"`` picks by the measured cost model (:func:`choose_impl`), calibrated on the first pruned hop a graph
     size sees in a dtype (:func:`calibrate_hop`).
     """
@@ -430,16 +449,20 @@ def _entry_hop(
         impl = choose_impl({i: costs[i] for i in cands}, n, G.m, K, est)
     if impl == "fused" and "fused" not in available_impls(cp):
         raise ModuleNotFoundError("impl='fused' needs numba, CPU tensors and no autograd through x")
-    return _run_hop(impl, cp, G, theta, c_prev, rnd, parts)
+    return _run_hop(impl, cp, G, theta, c_prev, rnd, parts, bufs)
 
 
-def _run_hop(impl, cp, G, theta, c_prev, rnd, parts=None):
-    """One pruned hop with execution ``impl``: ``(P_{l+1}, kept, det, random, c, non-zero entries)``."""
-    out = G.w_loop.unsqueeze(1) * cp  # self-loops: always deterministic
+def _run_hop(impl, cp, G, theta, c_prev, rnd, parts=None, bufs=None):
+    """One pruned hop with execution ``impl``: ``(P_{l+1}, kept, det, random, c, non-zero entries)``. ``bufs``:
+    the fused hop's output buffers ``(P, c)`` (reused hop after hop: fresh pages cost more than the pass)."""
     if impl == "fused":
+        w_loop = G.w_loop.unsqueeze(1)
+        out = w_loop * cp if bufs is None else torch.mul(w_loop, cp, out=bufs[0])  # self-loops: deterministic
         parts = (uniform_parts(*rnd) if parts is None else parts) if rnd is not None else None
-        c, kept, det, executed, nnz = _fused.pruned_hop(cp.detach(), G, theta, c_prev, parts, out)
+        c_buf = None if bufs is None else bufs[1]
+        c, kept, det, executed, nnz = _fused.pruned_hop(cp.detach(), G, theta, c_prev, parts, out, c_out=c_buf)
         return out, kept, det, executed - det, c.to(c_prev.dtype), nnz
+    out = G.w_loop.unsqueeze(1) * cp  # self-loops: always deterministic
     u = hashed_uniform(*rnd).to(cp.dtype) if rnd is not None else None
     nz = cp != 0
     if impl == "masked":
