@@ -260,17 +260,21 @@ def pruned_hop(cp, G, theta, c_prev, uniform_parts, out, sparse_row: int = SPARS
 
 
 def _select_csr_py(ptr, col, vals, perm, use_perm, mask, ptr_out, col_out, vals_out):
-    n = ptr.shape[0] - 1
+    # one flat loop over the entries (a loop per CSR row costs more than its few entries); the row pointer is
+    # gathered afterwards from the running count at every entry
+    m = col.shape[0]
+    pref = np.empty(m + 1, dtype=ptr.dtype)
     k = 0
-    ptr_out[0] = 0
-    for r in range(n):
-        for p in range(ptr[r], ptr[r + 1]):
-            e = perm[p] if use_perm else p
-            if mask[e]:
-                col_out[k] = col[p]
-                vals_out[k] = vals[p]
-                k += 1
-        ptr_out[r + 1] = k
+    for p in range(m):
+        pref[p] = k
+        e = perm[p] if use_perm else p
+        if mask[e]:
+            col_out[k] = col[p]
+            vals_out[k] = vals[p]
+            k += 1
+    pref[m] = k
+    for r in range(ptr.shape[0]):
+        ptr_out[r] = pref[ptr[r]]
     return k
 
 

@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover
     numba = None
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "scored_kept_pair"]
+__all__ = ["AVAILABLE", "scored_kept_pair", "spmm_gather", "spmm_scatter"]
 
 
 def _scored_kept_pair_py(nrm, theta, fptr, fcol, fvals, fperm, loop, active, bptr, bcol, bvals, bperm):
@@ -76,9 +76,49 @@ def _scored_kept_pair_py(nrm, theta, fptr, fcol, fvals, fperm, loop, active, bpt
     return k, keep, optr, ocol[:k], ovals[:k], tptr, tcol[:k], tvals[:k]
 
 
+def _gather_py(ptr, col, vals, z, out):
+    # out[r] = sum over the row's entries of vals[p] * z[col[p]], in entry order (as MKL's CSR SpMM sums)
+    n = ptr.shape[0] - 1
+    f = z.shape[1]
+    for r in range(n):
+        for j in range(f):
+            out[r, j] = 0
+        for p in range(ptr[r], ptr[r + 1]):
+            c = col[p]
+            v = vals[p]
+            for j in range(f):
+                out[r, j] += v * z[c, j]
+
+
+def _scatter_py(ptr, col, vals, g, out):
+    # out[col[p]] += vals[p] * g[r]: the transposed product from the same CSR, no transposed copy
+    n = ptr.shape[0] - 1
+    f = g.shape[1]
+    for r in range(n):
+        for p in range(ptr[r], ptr[r + 1]):
+            c = col[p]
+            v = vals[p]
+            for j in range(f):
+                out[c, j] += v * g[r, j]
+
+
 _kernel: Any = None
+_gather: Any = None
+_scatter: Any = None
 if numba is not None:
     _kernel = numba.njit(cache=True, nogil=True)(_scored_kept_pair_py)
+    _gather = numba.njit(cache=True, nogil=True)(_gather_py)
+    _scatter = numba.njit(cache=True, nogil=True)(_scatter_py)
+
+
+def spmm_gather(ptr, col, vals, z, out) -> None:
+    """``out = A @ z`` for the CSR ``A = (ptr, col, vals)`` (numpy arrays; ``z``, ``out`` C-contiguous 2-D)."""
+    _gather(ptr, col, vals, z, out)
+
+
+def spmm_scatter(ptr, col, vals, g, out) -> None:
+    """``out += Aᵀ @ g`` for the CSR ``A = (ptr, col, vals)``, read row by row (``out`` zeroed by the caller)."""
+    _scatter(ptr, col, vals, g, out)
 
 
 def scored_kept_pair(nrm, theta, fwd, loop, active, bwd):

@@ -298,6 +298,8 @@ class LayerGraph:
         ):
             return None
         fwd, loop = self._numpy_order(False)
+        if backward and compiled_spmm_applies(norms, w):
+            backward = False  # the compiled backward scatters from the forward CSR: no transposed selection
         bwd = self._numpy_order(True)[0] if backward else None
         keep_np, k, f, b = _kept.scored_kept_pair(
             norms.detach().contiguous().numpy(), theta, fwd, loop,
@@ -338,17 +340,44 @@ def check_cached_graph(
     return edge_index
 
 
+def compiled_spmm_applies(z: Tensor, w: Tensor) -> bool:
+    """Whether :class:`_KeptSpMM` runs its SpMMs as compiled loops (:func:`unifews._kept.spmm_gather` /
+    :func:`~unifews._kept.spmm_scatter`) rather than through torch's CSR kernel: numba installed, CPU, float32 /
+    float64, and one torch thread (the library's default; with more threads torch's parallel kernel is used). The
+    loops sum every row in the CSR's entry order, as torch's kernel does, and need no transposed CSR: the backward
+    scatters from the forward's."""
+    return (
+        _kept.AVAILABLE
+        and z.device.type == "cpu"
+        and z.dtype in (torch.float32, torch.float64)
+        and w.dtype == z.dtype
+        and torch.get_num_threads() == 1
+    )
+
+
+def _csr_numpy(a: Tensor) -> tuple[Any, Any, Any]:
+    return a.crow_indices().numpy(), a.col_indices().numpy(), a.values().detach().numpy()
+
+
 class _KeptSpMM(torch.autograd.Function):
-    """``out = (A ⊙ M) @ Z`` over a :class:`LayerGraph`: forward through the target-sorted CSR, backward through the
-    source-sorted one, both selected by the mask ``M`` (no m × f message tensor)."""
+    """``out = (A ⊙ M) @ Z`` over a :class:`LayerGraph`: forward through the target-sorted CSR; backward through the
+    source-sorted one (torch's kernel) or by scattering from the forward's (compiled loops,
+    :func:`compiled_spmm_applies`), both selected by the mask ``M`` (no m × f message tensor)."""
 
     @staticmethod
     def forward(ctx, w: Tensor, z: Tensor, graph: LayerGraph, mask: Tensor | None, adj_t: Tensor | None):  # type: ignore[override]
         ctx.graph, ctx.mask, ctx.own_weights = graph, mask, w is graph.w
         ctx.save_for_backward(w, z)
+        ctx.csr_np = None
         if graph.m == 0:
             return z.new_zeros(graph.n, z.size(1))
-        return (graph.csr(w, mask) if adj_t is None else adj_t) @ z.detach()
+        a = graph.csr(w, mask) if adj_t is None else adj_t
+        if compiled_spmm_applies(z, w):
+            ctx.csr_np = _csr_numpy(a)
+            out = torch.empty((graph.n, z.size(1)), dtype=z.dtype)
+            _kept.spmm_gather(*ctx.csr_np, z.detach().contiguous().numpy(), out.numpy())
+            return out
+        return a @ z.detach()
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
@@ -358,7 +387,13 @@ class _KeptSpMM(torch.autograd.Function):
             w = graph.w
         grad_w = grad_z = None
         if ctx.needs_input_grad[1]:
-            grad_z = torch.zeros_like(z) if graph.m == 0 else graph.csr(w, mask, transposed=True) @ grad_out
+            if graph.m == 0:
+                grad_z = torch.zeros_like(z)
+            elif ctx.csr_np is not None:
+                grad_z = torch.zeros((graph.n, z.size(1)), dtype=z.dtype)
+                _kept.spmm_scatter(*ctx.csr_np, grad_out.detach().contiguous().numpy(), grad_z.numpy())
+            else:
+                grad_z = graph.csr(w, mask, transposed=True) @ grad_out
         if ctx.needs_input_grad[0]:
             src, dst = graph.edge_index
             grad_w = torch.zeros_like(w)

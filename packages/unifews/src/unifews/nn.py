@@ -470,8 +470,9 @@ class UnifewsConvMixin(_MixinBase):
         elif cfg.threshold == "absolute":  # δa in the scores' dtype, as edge_threshold's 0-d tensor holds it
             theta = float(np.asarray(cfg.delta_a, dtype=np.float32 if norms.dtype == torch.float32 else np.float64))
         else:
-            scores = graph.abs_weights() * norms.index_select(0, graph.edge_index[0])
-            theta = float(edge_threshold(scores, cfg.delta_a, cfg.threshold, active))
+            with torch.no_grad():
+                scores = graph.abs_weights() * norms.index_select(0, graph.edge_index[0])
+                theta = float(edge_threshold(scores, cfg.delta_a, cfg.threshold, active))
         got = graph.select_scored(norms, theta, active, backward=torch.is_grad_enabled() and z.requires_grad)
         return None if got is None else (got[0], got[1], theta)
 
