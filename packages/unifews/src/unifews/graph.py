@@ -373,9 +373,9 @@ class _KeptSpMM(torch.autograd.Function):
             return z.new_zeros(graph.n, z.size(1))
         a = graph.csr(w, mask) if adj_t is None else adj_t
         if compiled_spmm_applies(z, w):
-            ctx.csr_np = _csr_numpy(a)
+            ctx.csr_np = ptr, col, vals = _csr_numpy(a)
             out = torch.empty((graph.n, z.size(1)), dtype=z.dtype)
-            _kept.spmm_gather(*ctx.csr_np, z.detach().contiguous().numpy(), out.numpy())
+            _kept.spmm_gather(ptr, col, vals, z.detach().contiguous().numpy(), out.numpy())
             return out
         return a @ z.detach()
 
@@ -391,7 +391,8 @@ class _KeptSpMM(torch.autograd.Function):
                 grad_z = torch.zeros_like(z)
             elif ctx.csr_np is not None:
                 grad_z = torch.zeros((graph.n, z.size(1)), dtype=z.dtype)
-                _kept.spmm_scatter(*ctx.csr_np, grad_out.detach().contiguous().numpy(), grad_z.numpy())
+                ptr, col, vals = ctx.csr_np
+                _kept.spmm_scatter(ptr, col, vals, grad_out.detach().contiguous().numpy(), grad_z.numpy())
             else:
                 grad_z = graph.csr(w, mask, transposed=True) @ grad_out
         if ctx.needs_input_grad[0]:
