@@ -298,7 +298,7 @@ def test_fused_row_paths_agree_bit_for_bit_and_with_the_masked_hop(dtype, push):
     rnd = (7, 2, n, torch.arange(K)) if push == "random" else None
     parts = prop.uniform_parts(*rnd) if rnd is not None else None
     runs = {}
-    for sparse_row in (0, 16, K + 1):  # every row entry by entry / the default split / every row vectorised
+    for sparse_row in (0, _fused.SPARSE_ROW, K + 1):  # every row entry by entry / the default split / vectorised
         out = G.w_loop.unsqueeze(1) * x
         runs[sparse_row] = (out, *_fused.pruned_hop(x, G, theta, c_prev, parts, out, sparse_row))
     ref_out, c, kept, det, executed, nnz = runs[0]
@@ -308,6 +308,55 @@ def test_fused_row_paths_agree_bit_for_bit_and_with_the_masked_hop(dtype, push):
     m_out, m_kept, m_det, m_rnd, m_c, m_nnz = prop._run_hop("masked", x, G, theta, c_prev, rnd)
     torch.testing.assert_close(ref_out, m_out)
     assert torch.equal(c, m_c.to(c.dtype)) and (kept, det, executed, nnz) == (m_kept, m_det, m_det + m_rnd, m_nnz)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("push", ["random", "drop"])
+def test_fused_in_place_regime_and_zero_block_skip_agree_bit_for_bit(dtype, push):
+    """The regime updated in place (``c_out=c_prev``, only non-zero entries written, ``kept`` from ``kept_prev``)
+    equals the copying call bit for bit, features included, with every row path forced; sparse rows whose
+    non-zero entries sit at the edges of the zero-skipping blocks (and in the tail after the last whole block)
+    give the entry walk's result; everything equals the masked hop; zero entries keep their regime."""
+    pytest.importorskip("numba")
+    import unifews.prop as prop
+    from unifews import _fused
+
+    K = 2 * _fused.BLOCK + 5  # two whole blocks and a tail
+    x, ei = random_graph(n=40, m=300, f=K, seed=12, dtype=dtype)
+    g = torch.Generator().manual_seed(4)
+    x[:20] = 0.0
+    edges = [0, _fused.BLOCK - 1, _fused.BLOCK, 2 * _fused.BLOCK - 1, 2 * _fused.BLOCK, K - 1]
+    for i, k in enumerate(edges):  # one non-zero entry at a block edge / in the tail
+        x[i, k] = 1.5 - i
+    x[10, [_fused.BLOCK - 1, _fused.BLOCK]] = torch.tensor([0.7, -2.0], dtype=dtype)
+    x[11, K - 1] = -0.0  # a negative zero is a zero
+    x[12:20] = torch.randn(8, K, generator=g, dtype=dtype) * (torch.rand(8, K, generator=g) < 0.1)
+    x[25] = 0.0  # an empty row among the dense ones
+    n = x.size(0)
+    G = PropGraph(ei, n, 0.5, dtype)
+    theta = 0.3 * x.abs().mean(0)
+    c_prev = torch.minimum(G.out_deg.unsqueeze(1), torch.randint(0, 40, (n, K), generator=g)).to(torch.int32)
+    rnd = (9, 1, n, torch.arange(K)) if push == "random" else None
+    parts = prop.uniform_parts(*rnd) if rnd is not None else None
+    runs = []
+    for sparse_row in (0, _fused.SPARSE_ROW, K + 1):
+        for in_place in (False, True):
+            out = G.w_loop.unsqueeze(1) * x
+            c_in = c_prev.clone()
+            kw = {"c_out": c_in, "kept_prev": int(c_prev.sum())} if in_place else {}
+            c, *counts = _fused.pruned_hop(x, G, theta, c_in, parts, out, sparse_row, **kw)
+            assert (c is c_in) == in_place and (in_place or torch.equal(c_in, c_prev))
+            runs.append((out, c, counts))
+    ref_out, ref_c, ref_counts = runs[0]  # the entry walk, copying
+    assert ref_counts[2] > 0
+    for out, c, counts in runs[1:]:
+        assert torch.equal(out.view(-1).view(torch.int8), ref_out.view(-1).view(torch.int8))  # bits, zeros' signs
+        assert torch.equal(c, ref_c) and counts == ref_counts
+    zero = x == 0
+    assert torch.equal(ref_c[zero], c_prev[zero])
+    m_out, m_kept, m_det, m_rnd, m_c, m_nnz = prop._run_hop("masked", x, G, theta, c_prev, rnd)
+    torch.testing.assert_close(ref_out, m_out)
+    assert torch.equal(ref_c, m_c.to(torch.int32)) and ref_counts == [m_kept, m_det, m_det + m_rnd, m_nnz]
 
 
 @pytest.mark.slow

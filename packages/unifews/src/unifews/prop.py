@@ -326,7 +326,7 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     kept_dense = int(G.out_deg.sum()) * K
     col_hash = _column_hash(cols) if push == "random" and 0 < delta_a < float("inf") else None
     hashes = {} if hashes is None else hashes
-    # the fused hop writes P and c into two pairs of buffers, alternately: hop l reads hop l - 1's pair
+    # the fused hop writes P into two buffers, alternately (hop l reads hop l - 1's), and the regime c in place
     bufs: list = [None, None]
     for hop in range(hops):
         cp = p if coef == 1.0 else coef * p
@@ -358,13 +358,10 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
                     hashes[hop] = _node_hash(seed, hop, n, x.device)
                 parts = (hashes[hop], col_hash)
             if bufs[hop % 2] is None:
-                dev = cp.device
-                bufs[hop % 2] = (
-                    torch.empty(n, K, dtype=cp.dtype, device=dev),
-                    torch.empty(n, K, dtype=torch.int32, device=dev),
-                )
+                bufs[hop % 2] = torch.empty(n, K, dtype=cp.dtype, device=cp.device)
+            kept_prev = st.kept[-1] if st.kept else kept_dense
             nxt, kept, det, rnd, c_prev, loop_pushes = _entry_hop(
-                cp, G, theta, c_prev, push, seed, hop, cols, impl, est, parts, bufs[hop % 2]
+                cp, G, theta, c_prev, push, seed, hop, cols, impl, est, parts, (bufs[hop % 2], kept_prev)
             )
             st.kept.append(kept)
             st.deterministic_pushes.append(det + loop_pushes)
@@ -432,7 +429,8 @@ def _entry_hop(
     ∝ pushes, about ten passes over them), ``"masked"`` (the same prefixes as an ``m × K`` comparison, then SpMMs:
     about ten passes over ``m × K``) and ``"fused"`` (numba, one pass: entry by entry over sparse source rows,
     whole-row vector passes over denser ones; :mod:`unifews._fused`). ``parts``: the uniforms' node and column
-    hashes when already computed (:func:`uniform_parts`); ``bufs`` the fused hop's output buffers.
+    hashes when already computed (:func:`uniform_parts`); ``bufs`` the fused hop's output buffer for ``P`` and
+    ``c_prev``'s sum, given when ``c_prev`` may be updated in place.
     ``"auto"`` picks by the measured cost model (:func:`choose_impl`), calibrated on the first pruned hop a graph
     size sees in a dtype (:func:`calibrate_hop`).
     """
@@ -454,13 +452,16 @@ def _entry_hop(
 
 def _run_hop(impl, cp, G, theta, c_prev, rnd, parts=None, bufs=None):
     """One pruned hop with execution ``impl``: ``(P_{l+1}, kept, det, random, c, non-zero entries)``. ``bufs``:
-    the fused hop's output buffers ``(P, c)`` (reused hop after hop: fresh pages cost more than the pass)."""
+    the fused hop's output buffer for ``P`` (reused hop after hop: fresh pages cost more than the pass) and
+    ``c_prev``'s sum; given, the fused hop updates ``c_prev`` in place (only at non-zero entries)."""
     if impl == "fused":
         w_loop = G.w_loop.unsqueeze(1)
         out = w_loop * cp if bufs is None else torch.mul(w_loop, cp, out=bufs[0])  # self-loops: deterministic
         parts = (uniform_parts(*rnd) if parts is None else parts) if rnd is not None else None
-        c_buf = None if bufs is None else bufs[1]
-        c, kept, det, executed, nnz = _fused.pruned_hop(cp.detach(), G, theta, c_prev, parts, out, c_out=c_buf)
+        c_out, kept_prev = (None, None) if bufs is None else (c_prev, bufs[1])
+        c, kept, det, executed, nnz = _fused.pruned_hop(
+            cp.detach(), G, theta, c_prev, parts, out, c_out=c_out, kept_prev=kept_prev
+        )
         return out, kept, det, executed - det, c.to(c_prev.dtype), nnz
     out = G.w_loop.unsqueeze(1) * cp  # self-loops: always deterministic
     u = hashed_uniform(*rnd).to(cp.dtype) if rnd is not None else None
