@@ -5,7 +5,7 @@ Sources run one by one, each in one of two ways (the result is the same):
 * a sparse row (fewer than ``K / SPARSE_ROW`` non-zero entries, as bag-of-words features before the first hop):
   entry by entry, each non-zero entry ``(v, k)`` walking ``v``'s neighbour list (sorted by target degree, message
   magnitude descending) only as far as its pushes fire -- work ∝ the executed pushes plus one visit per entry
-  (blocks of :data:`BLOCK` zeros are skipped in one vector test);
+  (the non-zero columns are listed first, a block of :data:`BLOCK` values tested at once);
 * a denser row: as whole-row vector passes -- the row's thresholds (and hashed uniforms) in one pass, then one
   masked pass over the row per neighbour, in list order, while any entry of the row still fires (the row's least
   threshold bounds the walk): an entry that does not fire at a neighbour adds ``-0``. Entries that stopped
@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover
 __all__ = ["AVAILABLE", "pruned_hop", "select_csr"]
 
 
-SPARSE_ROW = 32
+SPARSE_ROW = 16
 """A source row with fewer than ``K / SPARSE_ROW`` non-zero entries runs entry by entry; a denser one runs as
 whole-row vector passes."""
 
@@ -145,15 +145,47 @@ def _row_stats(xr, crow, cd):
 
 
 BLOCK = 16
-"""Width of the blocks a sparse row's scan for non-zero entries skips when they hold none."""
+"""Width of the blocks a sparse row's scan for non-zero entries tests at once (and skips when they hold none)."""
 
 
-def _block_any(xr, k0):
-    # whether xr[k0 : k0 + BLOCK] holds a non-zero value (a fixed trip count: one unrolled vector pass)
-    nz = False
-    for q in range(BLOCK):
-        nz |= xr[k0 + q] != 0
-    return nz
+def _nz_list(xr, ks):
+    # the row's non-zero columns into ks, in order; returns their count. Blocks of BLOCK values are tested at once
+    # (the OR of their bits without the sign bit: a fixed-length integer loop), only blocks holding a non-zero
+    # value are listed (branch-free)
+    K = xr.shape[0]
+    nk = 0
+    k0 = 0
+    if xr.itemsize == 4:
+        b32 = xr.view(np.uint32)
+        m32 = np.uint32(0x7FFFFFFF)
+        while k0 + BLOCK <= K:
+            a32 = np.uint32(0)
+            for q in range(BLOCK):
+                a32 |= b32[k0 + q]
+            if a32 & m32:
+                for k in range(k0, k0 + BLOCK):
+                    ks[nk] = k
+                    nk += (b32[k] & m32) != 0
+            k0 += BLOCK
+        for k in range(k0, K):
+            ks[nk] = k
+            nk += (b32[k] & m32) != 0
+    else:
+        b64 = xr.view(np.uint64)
+        m64 = np.uint64(0x7FFFFFFFFFFFFFFF)
+        while k0 + BLOCK <= K:
+            a64 = np.uint64(0)
+            for q in range(BLOCK):
+                a64 |= b64[k0 + q]
+            if a64 & m64:
+                for k in range(k0, k0 + BLOCK):
+                    ks[nk] = k
+                    nk += (b64[k] & m64) != 0
+            k0 += BLOCK
+        for k in range(k0, K):
+            ks[nk] = k
+            nk += (b64[k] & m64) != 0
+    return nk
 
 
 def _pruned_hop_py(cp, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, out, scratch, sparse_row):
@@ -162,6 +194,7 @@ def _pruned_hop_py(cp, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, out, scratch,
     td = np.empty(K, cp.dtype)
     tf = np.empty(K, cp.dtype)
     cd = np.empty(K, np.int32)
+    ks = np.empty(K, np.int64)
     dkept = 0  # change of the regime's sum
     det = 0
     executed = 0
@@ -180,48 +213,38 @@ def _pruned_hop_py(cp, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, out, scratch,
         if nzr * sparse_row < K:
             # a sparse row, entry by entry: only the non-zero entries are visited (blocks without one skipped),
             # each walks its prefix
-            left = nzr
-            k0 = 0
-            while left > 0:
-                if k0 + BLOCK <= K and not _block_any(xr, k0):
-                    k0 += BLOCK
-                    continue
-                k1 = min(k0 + BLOCK, K)
-                for k in range(k0, k1):
-                    x = xr[k]
-                    if x == 0:
-                        continue
-                    left -= 1
-                    th = theta[k]
-                    t_det = th / (av * abs(x))
-                    j = s
-                    if use_u:
-                        h = (hv[v] ^ hk[k]) & 0xFFFFFFFF
-                        h = (h * 0x45D9F3B) & 0xFFFFFFFF
-                        h ^= h >> 16
-                        scratch[0] = (h + 0.5) * (1.0 / 4294967296.0)
-                        t_fire = t_det * scratch[0]
-                        cc = 0
-                        while j < e and g[j] >= t_fire:
-                            tau = w[j] * x
-                            out[nbr[j], k] += math.copysign(max(abs(tau), th), tau)
-                            cc += g[j] >= t_det
-                            j += 1
-                        cc = min(crow[k], cc)
-                        executed += j - s
-                        lanes += j - s
-                    else:
-                        while j < e and g[j] >= t_det:
-                            j += 1
-                        cc = min(crow[k], j - s)
-                        for jj in range(s, s + cc):
-                            out[nbr[jj], k] += w[jj] * x
-                        executed += cc
-                        lanes += cc
-                    dkept += cc - crow[k]
-                    det += cc
-                    crow[k] = cc
-                k0 = k1
+            for i in range(_nz_list(xr, ks)):
+                k = ks[i]
+                x = xr[k]
+                th = theta[k]
+                t_det = th / (av * abs(x))
+                j = s
+                if use_u:
+                    h = (hv[v] ^ hk[k]) & 0xFFFFFFFF
+                    h = (h * 0x45D9F3B) & 0xFFFFFFFF
+                    h ^= h >> 16
+                    scratch[0] = (h + 0.5) * (1.0 / 4294967296.0)
+                    t_fire = t_det * scratch[0]
+                    cc = 0
+                    while j < e and g[j] >= t_fire:
+                        tau = w[j] * x
+                        out[nbr[j], k] += math.copysign(max(abs(tau), th), tau)
+                        cc += g[j] >= t_det
+                        j += 1
+                    cc = min(crow[k], cc)
+                    executed += j - s
+                    lanes += j - s
+                else:
+                    while j < e and g[j] >= t_det:
+                        j += 1
+                    cc = min(crow[k], j - s)
+                    for jj in range(s, s + cc):
+                        out[nbr[jj], k] += w[jj] * x
+                    executed += cc
+                    lanes += cc
+                dkept += cc - crow[k]
+                det += cc
+                crow[k] = cc
             continue
         # a dense row, whole-row vector passes: thresholds, then one masked pass per neighbour while any entry
         # fires (the neighbours come by message magnitude, so the row's least threshold bounds the walk)
@@ -252,7 +275,7 @@ def _pruned_hop_py(cp, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, out, scratch,
 _kernel: Any = None
 if numba is not None:
     _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
-    _row_nnz, _block_any, _row_setup, _row_min = (_jit(f) for f in (_row_nnz, _block_any, _row_setup, _row_min))
+    _row_nnz, _nz_list, _row_setup, _row_min = (_jit(f) for f in (_row_nnz, _nz_list, _row_setup, _row_min))
     _push_random, _push_drop, _count_det, _row_stats = (
         _jit(f) for f in (_push_random, _push_drop, _count_det, _row_stats)
     )
