@@ -11,7 +11,7 @@ Sources run one by one, each in one of two ways (the result is the same):
   threshold bounds the walk): an entry that does not fire at a neighbour adds ``-0``. Entries that stopped
   firing still cost a lane, but every pass is branch-free and SIMD-vectorised, where the entry-by-entry walk pays
   a mispredicted exit and a scattered add per entry. (A shrinking list of the entries still walking, compacted
-  after every neighbour, does work ∝ the pushes but runs scalar: on Cora it measured 1.3-2.3× slower per hop
+  after every neighbour, does work ∝ the pushes but runs scalar: on Cora it measured 1.1-2.3× slower per hop
   than these passes, also when used only once fewer than K / 16 entries fire.)
 
 The regime ``c`` can be updated in place, where only the non-zero entries change (no pass over the zeros).
