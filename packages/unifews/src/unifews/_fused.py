@@ -96,10 +96,10 @@ def _row_min(tf, scratch):
     return scratch[0]
 
 
-def _push_random(orow, xr, theta, tf, gj, wj):
-    # one neighbour, the whole row: the entries with g >= t · U fire and carry sign(τ) · max(|τ|, θ_k); a masked
-    # add (-0 for the others: x + (-0) is x bit for bit, a negative zero included), no branch, so the loop is one
-    # vector pass
+def _push_random(orow, xr, theta, tf, td, cd, gj, wj):
+    # one neighbour, the whole row: the entries with g >= t · U fire and carry sign(τ) · max(|τ|, θ_k), counted
+    # deterministic where g >= t (t · U <= t: inside the firing walk, which the least t · U bounds); a masked add
+    # (-0 for the others: x + (-0) is x bit for bit, a negative zero included), no branch: one vector pass
     nz = xr.dtype.type(-0.0)
     fired = 0
     for k in range(xr.shape[0]):
@@ -108,14 +108,9 @@ def _push_random(orow, xr, theta, tf, gj, wj):
         at = abs(tau)
         th = theta[k]
         orow[k] = orow[k] + (math.copysign(at if at > th else th, tau) if fi else nz)
+        cd[k] += np.int32(gj >= td[k])
         fired += np.int32(fi)
     return fired
-
-
-def _count_det(td, cd, gj):
-    # one neighbour, the whole row: the entries whose message is deterministic there (g >= t)
-    for k in range(td.shape[0]):
-        cd[k] += np.int32(gj >= td[k])
 
 
 def _push_drop(orow, xr, crow, td, cd, gj, wj, pos):
@@ -254,18 +249,12 @@ def _pruned_hop_py(cp, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, out, scratch,
             j = s
             while j < e and g[j] >= t_min:
                 if use_u:
-                    f = _push_random(out[nbr[j]], xr, theta, tf, g[j], w[j])
+                    f = _push_random(out[nbr[j]], xr, theta, tf, td, cd, g[j], w[j])
                 else:
                     f = _push_drop(out[nbr[j]], xr, crow, td, cd, g[j], w[j], j - s)
                 executed += f
                 j += 1
             lanes += (j - s) * K
-            if use_u:  # the deterministic prefixes (the regime), over the shorter walk of the least t
-                t_min = _row_min(td, scratch)
-                j = s
-                while j < e and g[j] >= t_min:
-                    _count_det(td, cd, g[j])
-                    j += 1
         d_row, det_row = _row_stats(xr, crow, cd)
         dkept += d_row
         det += det_row
@@ -276,9 +265,7 @@ _kernel: Any = None
 if numba is not None:
     _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
     _row_nnz, _nz_list, _row_setup, _row_min = (_jit(f) for f in (_row_nnz, _nz_list, _row_setup, _row_min))
-    _push_random, _push_drop, _count_det, _row_stats = (
-        _jit(f) for f in (_push_random, _push_drop, _count_det, _row_stats)
-    )
+    _push_random, _push_drop, _row_stats = (_jit(f) for f in (_push_random, _push_drop, _row_stats))
     _kernel = _jit(_pruned_hop_py)
 
 
