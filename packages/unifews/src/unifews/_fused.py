@@ -37,13 +37,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 try:  # pragma: no cover - exercised where numba is installed
     import numba
-    import numpy as np
 
     AVAILABLE = True
 except ImportError:  # pragma: no cover
-    numba = np = None
+    numba = None
     AVAILABLE = False
 
 __all__ = ["AVAILABLE", "pruned_hop", "select_csr"]
