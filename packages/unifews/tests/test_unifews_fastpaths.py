@@ -146,6 +146,9 @@ def test_compiled_rule_equals_torch_rule(monkeypatch, kind, threshold, dtype):
         return out
 
     monkeypatch.setattr(LayerGraph, "select_scored", counted)
+    # the SpMMs through torch's kernel in both runs (the compiled ones, used on one thread, scatter the backward in
+    # another order; they have their own test below): only the rule differs
+    monkeypatch.setattr(graph_mod, "compiled_spmm_applies", lambda z, w: False)
     partial = 0  # cases where something was pruned and something kept
     for delta in (0.3, 1.0, 2.5) if threshold == "relative" else (0.05, 0.4, 1.5):
         cfg = UnifewsConfig(delta_a=delta, delta_w=0.0, threshold=threshold)
