@@ -131,7 +131,6 @@ def conv_bench(name: str, x: torch.Tensor, ei: torch.Tensor, f_out: int, repeats
                 ours._propagate(g, z, agg).backward(g_out)
 
             fns[f"unifews propagation η={eta} {scheme}"] = prop
-    _transform(x, weight)  # warm the transform's kernels
     # every timed call follows the layer's dense transform (untimed), as a propagation does in a training step: all
     # start from the caches that leaves; the order is reshuffled every round (no fixed predecessor)
     t = round_robin(fns, repeats=repeats, warmup=warmup, order="shuffle", between=lambda: _transform(x, weight))

@@ -7,13 +7,13 @@ import warnings
 import pytest
 import torch
 
-from unifews import UnifewsConfig, UnifewsGCNConv, _fused
+from unifews import UnifewsConfig, UnifewsGCNConv, _kept
 from unifews import graph as graph_mod
 from unifews.graph import LayerGraph
 
 from .helpers import random_graph
 
-needs_numba = pytest.mark.skipif(not _fused.AVAILABLE, reason="numba is not installed (the [fast] extra)")
+needs_numba = pytest.mark.skipif(not _kept.AVAILABLE, reason="numba is not installed (the [fast] extra)")
 
 
 def _dense(a: torch.Tensor) -> torch.Tensor:
@@ -40,9 +40,9 @@ def test_one_pass_selection_equals_torch_selection(monkeypatch, transposed, inpu
     for seed, p_keep in ((0, 0.0), (1, 0.3), (2, 0.8), (3, 1.0)):
         mask = torch.rand(g.m, generator=torch.Generator().manual_seed(seed)) < p_keep
         fast = _parts(g.csr(g.w, mask, transposed))
-        monkeypatch.setattr(graph_mod._fused, "AVAILABLE", False)
+        monkeypatch.setattr(graph_mod._kept, "AVAILABLE", False)
         ref = _parts(g.csr(g.w, mask.clone(), transposed))  # a new mask object: no remembered CSR
-        monkeypatch.setattr(graph_mod._fused, "AVAILABLE", True)
+        monkeypatch.setattr(graph_mod._kept, "AVAILABLE", True)
         for a, b in zip(fast, ref):
             assert a.dtype == b.dtype
             assert torch.equal(a, b)
@@ -131,10 +131,6 @@ def test_compiled_rule_equals_torch_rule(monkeypatch, kind, threshold, dtype):
     """The one-pass rule (scores, threshold, keep mask, both kept CSRs: ``LayerGraph.select_scored``) against the
     torch rule on the same layer: the same mask bit for bit, the same statistics, outputs and gradients; on an
     unsorted edge list (the CSR order is a permutation), with and without ``active``, at several thresholds."""
-    from unifews import _kept
-
-    if not _kept.AVAILABLE:
-        pytest.skip("numba is not installed")
     x, ei = random_graph(n=70, m=500, f=6, seed=11, dtype=dtype)
     ei = ei[:, torch.randperm(ei.size(1), generator=torch.Generator().manual_seed(0))]  # not sorted by target
     calls = {"n": 0}
@@ -178,10 +174,6 @@ def test_compiled_rule_equals_torch_rule(monkeypatch, kind, threshold, dtype):
 def test_compiled_rule_kept_csrs_equal_fresh_selections():
     """The kept CSRs the compiled rule leaves for the SpMMs equal a fresh torch selection under its mask, in both
     orders; a frozen threshold takes the same path; inference mode and a lock fall back to the torch rule."""
-    from unifews import _kept
-
-    if not _kept.AVAILABLE:
-        pytest.skip("numba is not installed")
     x, ei = random_graph(n=60, m=400, f=5, seed=12, dtype=torch.float32)
     conv = UnifewsGCNConv(5, 4, cached=True, config=UnifewsConfig(delta_a=0.9, delta_w=0.0))
     out = conv(x.requires_grad_(), ei)

@@ -24,12 +24,8 @@ deterministic when ``g_e >= t``, fires when ``g_e >= t · U`` (random push) and 
 ``sign(τ) · max(|τ|, θ_k)`` (random) or ``τ`` (drop), ``τ = w_e · cp[v, k]``. Only the order of the sums into a
 target differs from the SpMM of the masked hop (equal to rounding).
 
-:func:`select_csr` is the layers' kept-edge selection (:meth:`unifews.graph.LayerGraph.csr`) in one pass: the
-kept entries of a CSR order, with their row pointer, instead of five torch passes (gather, nonzero, cumsum, two
-selects).
-
-numba is optional: :data:`AVAILABLE` is False without it, and :mod:`unifews.prop` and :mod:`unifews.graph` then run
-the torch executions.
+numba is optional: :data:`AVAILABLE` is False without it, and :mod:`unifews.prop` then runs the torch
+executions.
 """
 
 from __future__ import annotations
@@ -47,7 +43,7 @@ except ImportError:  # pragma: no cover
     numba = None
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "pruned_hop", "select_csr"]
+__all__ = ["AVAILABLE", "pruned_hop"]
 
 
 SPARSE_ROW = 16
@@ -144,48 +140,33 @@ BLOCK = 16
 """Width of the blocks a sparse row's scan for non-zero entries tests at once (and skips when they hold none)."""
 
 
-def _nz_list(xr, ks):
-    # the row's non-zero columns into ks, in order; returns their count. Blocks of BLOCK values are tested at once
-    # (the OR of their bits without the sign bit: a fixed-length integer loop), only blocks holding a non-zero
-    # value are listed (branch-free)
-    K = xr.shape[0]
+def _nz_list(bits, sign, ks):
+    # the row's non-zero columns into ks, in order; returns their count. ``bits``: the row's values seen as unsigned
+    # integers of their width, ``sign`` that width's sign bit (a value is non-zero when a bit other than the sign's
+    # is set). Blocks of BLOCK values are tested at once (the OR of their bits: a fixed-length integer loop), only
+    # blocks holding a non-zero value are listed (branch-free)
+    K = bits.shape[0]
+    low = ~sign
     nk = 0
     k0 = 0
-    if xr.itemsize == 4:
-        b32 = xr.view(np.uint32)
-        m32 = np.uint32(0x7FFFFFFF)
-        while k0 + BLOCK <= K:
-            a32 = np.uint32(0)
-            for q in range(BLOCK):
-                a32 |= b32[k0 + q]
-            if a32 & m32:
-                for k in range(k0, k0 + BLOCK):
-                    ks[nk] = k
-                    nk += (b32[k] & m32) != 0
-            k0 += BLOCK
-        for k in range(k0, K):
-            ks[nk] = k
-            nk += (b32[k] & m32) != 0
-    else:
-        b64 = xr.view(np.uint64)
-        m64 = np.uint64(0x7FFFFFFFFFFFFFFF)
-        while k0 + BLOCK <= K:
-            a64 = np.uint64(0)
-            for q in range(BLOCK):
-                a64 |= b64[k0 + q]
-            if a64 & m64:
-                for k in range(k0, k0 + BLOCK):
-                    ks[nk] = k
-                    nk += (b64[k] & m64) != 0
-            k0 += BLOCK
-        for k in range(k0, K):
-            ks[nk] = k
-            nk += (b64[k] & m64) != 0
+    while k0 + BLOCK <= K:
+        acc = bits[k0]
+        for q in range(1, BLOCK):
+            acc |= bits[k0 + q]
+        if acc & low:
+            for k in range(k0, k0 + BLOCK):
+                ks[nk] = k
+                nk += (bits[k] & low) != 0
+        k0 += BLOCK
+    for k in range(k0, K):
+        ks[nk] = k
+        nk += (bits[k] & low) != 0
     return nk
 
 
-def _pruned_hop_py(cp, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, out, scratch, sparse_row):
-    # c: the regime, updated in place (only non-zero entries change)
+def _pruned_hop_py(cp, bits, sign, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, out, scratch, sparse_row):
+    # c: the regime, updated in place (only non-zero entries change); bits, sign: cp seen as unsigned integers of
+    # its width and that width's sign bit (the sparse rows' scan for non-zero entries)
     n, K = cp.shape
     td = np.empty(K, cp.dtype)
     tf = np.empty(K, cp.dtype)
@@ -209,7 +190,7 @@ def _pruned_hop_py(cp, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, out, scratch,
         if nzr * sparse_row < K:
             # a sparse row, entry by entry: only the non-zero entries are visited (blocks without one skipped),
             # each walks its prefix
-            for i in range(_nz_list(xr, ks)):
+            for i in range(_nz_list(bits[v], sign, ks)):
                 k = ks[i]
                 x = xr[k]
                 th = theta[k]
@@ -296,50 +277,12 @@ def pruned_hop(cp, G, theta, c_prev, uniform_parts, out, sparse_row: int = SPARS
     else:
         hv, hk = uniform_parts
     scratch = torch.zeros(1, dtype=cp.dtype)
+    cpn = cp.numpy()
+    bits = cpn.view(np.uint32 if cpn.itemsize == 4 else np.uint64)
     dkept, det, executed, nnz, _ = _kernel(
-        cp.numpy(), theta.to(cp.dtype).contiguous().numpy(), c_out.numpy(), uniform_parts is not None,
+        cpn, bits, bits.dtype.type(1 << (8 * cpn.itemsize - 1)), theta.to(cp.dtype).contiguous().numpy(), c_out.numpy(),
+        uniform_parts is not None,
         hv.contiguous().numpy(), hk.contiguous().numpy(), G.ptr.numpy(), G.nbr.numpy(), G.g.numpy(), G.w.numpy(),
         G.a.numpy(), out.numpy(), scratch.numpy(), int(sparse_row),
     )  # fmt: skip
     return c_out, int(kept_prev) + int(dkept), int(det), int(executed), int(nnz)
-
-
-def _select_csr_py(ptr, col, vals, perm, use_perm, mask, ptr_out, col_out, vals_out):
-    # one flat loop over the entries (a loop per CSR row costs more than its few entries); the row pointer is
-    # gathered afterwards from the running count at every entry
-    m = col.shape[0]
-    pref = np.empty(m + 1, dtype=ptr.dtype)
-    k = 0
-    for p in range(m):
-        pref[p] = k
-        e = perm[p] if use_perm else p
-        if mask[e]:
-            col_out[k] = col[p]
-            vals_out[k] = vals[p]
-            k += 1
-    pref[m] = k
-    for r in range(ptr.shape[0]):
-        ptr_out[r] = pref[ptr[r]]
-    return k
-
-
-_select_kernel: Any = None
-if numba is not None:
-    _select_kernel = numba.njit(cache=True, nogil=True)(_select_csr_py)
-
-
-def select_csr(ptr, col, vals, perm, mask):
-    """The kept part of a CSR order in one pass: ``(ptr, col, vals)`` over the entries ``p`` with
-    ``mask[perm[p]]`` (``perm`` None: ``mask[p]``), in order. CPU tensors; ``mask`` bool over the original edges."""
-    import torch
-
-    m = col.numel()
-    ptr_out = torch.empty_like(ptr)
-    col_out = torch.empty(m, dtype=col.dtype)
-    vals_out = torch.empty(m, dtype=vals.dtype)
-    use_perm = perm is not None
-    k = _select_kernel(
-        ptr.numpy(), col.numpy(), vals.numpy(), (perm if use_perm else ptr).numpy(), use_perm, mask.numpy(),
-        ptr_out.numpy(), col_out.numpy(), vals_out.numpy(),
-    )  # fmt: skip
-    return ptr_out, col_out[:k], vals_out[:k]

@@ -2,10 +2,14 @@
 
 A pruning forward of a layer needs, for the message matrix ``Z``: the scores ``s_e = |w_e| · ‖Z[src_e]‖₂``, the
 mask ``keep_e = (s_e >= θ ∨ is_loop_e) ∧ active_e``, the kept CSR in target order (the forward SpMM) and, when a
-gradient flows, the kept CSR in source order (the backward SpMM). In torch these are about ten passes over the edges
-and two selections; :func:`scored_kept_pair` does them in two passes over the cached CSR orders, given the node norms
-``‖Z[v]‖₂``. The score of an edge is the same product in the same dtype as :func:`unifews.nn._scores` (one rounding of
-``|w_e| · ‖Z[src_e]‖₂``), compared with ``θ`` cast to that dtype, as ``torch.ge`` does: the mask is equal bit for bit.
+gradient flows through torch's CSR kernel, the kept CSR in source order (its backward SpMM). In torch these are about
+ten passes over the edges and two selections; :func:`scored_kept_pair` does them in two passes over the cached CSR
+orders, given the node norms ``‖Z[v]‖₂``. The score of an edge is the same product in the same dtype as
+:func:`unifews.nn._scores` (one rounding of ``|w_e| · ‖Z[src_e]‖₂``), compared with ``θ`` cast to that dtype, as
+``torch.ge`` does: the mask is equal bit for bit.
+
+:func:`select_csr` is the selection alone (a given mask: locks, ``prune_inc``, a reused mask) and the source-order
+half of :func:`scored_kept_pair`; :func:`spmm_gather` / :func:`spmm_scatter` are the layers' SpMMs on one thread.
 
 :data:`AVAILABLE` is False without numba; :class:`unifews.graph.LayerGraph` then runs the torch passes.
 """
@@ -24,7 +28,7 @@ except ImportError:  # pragma: no cover
     numba = None
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "scored_kept_pair", "spmm_gather", "spmm_scatter"]
+__all__ = ["AVAILABLE", "scored_kept_pair", "select_csr", "spmm_gather", "spmm_scatter"]
 
 
 def _scored_kept_pair_py(nrm, theta, fptr, fcol, fvals, fperm, loop, active, bptr, bcol, bvals, bperm):
@@ -63,17 +67,30 @@ def _scored_kept_pair_py(nrm, theta, fptr, fcol, fvals, fperm, loop, active, bpt
     tptr = np.empty_like(bptr)
     tcol = np.empty_like(bcol)
     tvals = np.empty_like(bvals)
-    j = 0
-    for p in range(m):  # source order: the backward's transposed selection
-        pref[p] = j
-        if keep[bperm[p]]:
-            tcol[j] = bcol[p]
-            tvals[j] = bvals[p]
-            j += 1
-    pref[m] = j
-    for r in range(bptr.shape[0]):
-        tptr[r] = pref[bptr[r]]
+    _select(bptr, bcol, bvals, bperm, keep, tptr, tcol, tvals)  # source order: the backward's transposed selection
     return k, keep, optr, ocol[:k], ovals[:k], tptr, tcol[:k], tvals[:k]
+
+
+def _select_py(ptr, col, vals, perm, mask, ptr_out, col_out, vals_out):
+    # the entries p of a CSR order with mask[perm[p]] (perm None: mask[p]), in order; one flat loop over the entries
+    # (a loop per CSR row costs more than its few entries), the row pointer gathered afterwards from the running count
+    m = col.shape[0]
+    pref = np.empty(m + 1, dtype=ptr.dtype)
+    k = 0
+    for p in range(m):
+        pref[p] = k
+        if perm is None:
+            e = p
+        else:
+            e = perm[p]
+        if mask[e]:
+            col_out[k] = col[p]
+            vals_out[k] = vals[p]
+            k += 1
+    pref[m] = k
+    for r in range(ptr.shape[0]):
+        ptr_out[r] = pref[ptr[r]]
+    return k
 
 
 def _gather_py(ptr, col, vals, z, out):
@@ -103,12 +120,30 @@ def _scatter_py(ptr, col, vals, g, out):
 
 
 _kernel: Any = None
+_select: Any = None
 _gather: Any = None
 _scatter: Any = None
 if numba is not None:
+    _select = numba.njit(cache=True, nogil=True)(_select_py)
     _kernel = numba.njit(cache=True, nogil=True)(_scored_kept_pair_py)
     _gather = numba.njit(cache=True, nogil=True)(_gather_py)
     _scatter = numba.njit(cache=True, nogil=True)(_scatter_py)
+
+
+def select_csr(ptr, col, vals, perm, mask):
+    """The kept part of a CSR order in one pass: ``(ptr, col, vals)`` over the entries ``p`` with
+    ``mask[perm[p]]`` (``perm`` None: ``mask[p]``), in order. CPU tensors; ``mask`` bool over the original edges."""
+    import torch
+
+    m = col.numel()
+    ptr_out = torch.empty_like(ptr)
+    col_out = torch.empty(m, dtype=col.dtype)
+    vals_out = torch.empty(m, dtype=vals.dtype)
+    k = _select(
+        ptr.numpy(), col.numpy(), vals.numpy(), None if perm is None else perm.numpy(), mask.numpy(),
+        ptr_out.numpy(), col_out.numpy(), vals_out.numpy(),
+    )  # fmt: skip
+    return ptr_out, col_out[:k], vals_out[:k]
 
 
 def spmm_gather(ptr, col, vals, z, out) -> None:

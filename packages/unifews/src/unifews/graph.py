@@ -27,7 +27,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor
 
-from unifews import _fused, _kept, _pyg  # noqa: F401  (_pyg imports torch_geometric quietly)
+from unifews import _kept, _pyg  # noqa: F401  (_pyg imports torch_geometric quietly)
 from unifews.functional import check_edge_index, check_edge_weight, diffusion_weights
 
 from torch_geometric import EdgeIndex  # isort: skip
@@ -238,8 +238,8 @@ class LayerGraph:
             return memo[3]
         perm, ptr, col = self.backward_order() if transposed else self.forward_order()
         vals = self._sorted_values(w, perm, transposed)
-        if mask is not None and _fused.AVAILABLE and mask.device.type == "cpu" and mask.is_contiguous():
-            ptr, col, vals = _fused.select_csr(ptr, col, vals.contiguous(), perm, mask)  # one pass (numba)
+        if mask is not None and _kept.AVAILABLE and mask.device.type == "cpu" and mask.is_contiguous():
+            ptr, col, vals = _kept.select_csr(ptr, col, vals.contiguous(), perm, mask)  # one pass (numba)
         elif mask is not None:
             sel = mask if perm is None else mask.index_select(0, perm)
             idx = sel.nonzero().view(-1)  # kept positions, in CSR order
