@@ -160,3 +160,29 @@ def test_chunk_size_must_be_positive():
     x, ei = random_graph()
     with pytest.raises(ValueError, match="chunk_size must be a positive int"):
         unifews_propagate(x, ei, 2, 0.1, chunk_size=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_layer_runs_on_cpu(dtype):
+    """Half-precision layers on the CPU, where torch's CSR kernel and numba have no half types: the selection runs
+    in torch and the SpMMs in float32, cast back; outputs and gradients follow the float32 layer to half
+    rounding, and a pruning forward works too."""
+    x, ei = random_graph(n=40, m=200, f=6, seed=21, dtype=torch.float32)
+    x = x.to(dtype).float()  # representable in both
+    for delta in (0.0, 0.8):
+        torch.manual_seed(0)
+        ref = UnifewsGCNConv(6, 4, config=UnifewsConfig(delta_a=delta, delta_w=0.0))
+        half = UnifewsGCNConv(6, 4, config=UnifewsConfig(delta_a=delta, delta_w=0.0))
+        half.load_state_dict(ref.state_dict())
+        half = half.to(dtype)
+        xh, xr = x.to(dtype).requires_grad_(), x.clone().requires_grad_()
+        out = half(xh, ei)
+        out.float().sum().backward()
+        assert out.dtype == dtype and xh.grad is not None and xh.grad.dtype == dtype
+        assert torch.isfinite(out.float()).all() and 0 < int(half.edge_keep.sum()) <= half.edge_keep.numel()
+        if delta == 0.0:  # every edge kept: the same sum, in half rounding
+            o_ref = ref(xr, ei)
+            o_ref.sum().backward()
+            tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 3e-3, "rtol": 3e-3}
+            torch.testing.assert_close(out.float(), o_ref.detach(), **tol)
+            torch.testing.assert_close(xh.grad.float(), xr.grad, **tol)

@@ -238,7 +238,13 @@ class LayerGraph:
             return memo[3]
         perm, ptr, col = self.backward_order() if transposed else self.forward_order()
         vals = self._sorted_values(w, perm, transposed)
-        if mask is not None and _kept.AVAILABLE and mask.device.type == "cpu" and mask.is_contiguous():
+        if (
+            mask is not None
+            and _kept.AVAILABLE
+            and mask.device.type == "cpu"
+            and mask.is_contiguous()
+            and vals.dtype in (torch.float32, torch.float64)  # numba has no half types
+        ):
             ptr, col, vals = _kept.select_csr(ptr, col, vals.contiguous(), perm, mask)  # one pass (numba)
         elif mask is not None:
             sel = mask if perm is None else mask.index_select(0, perm)
@@ -355,6 +361,14 @@ def compiled_spmm_applies(z: Tensor, w: Tensor) -> bool:
     )
 
 
+def _csr_mm(a: Tensor, m: Tensor) -> Tensor:
+    """``a @ m`` through torch's CSR kernel; half precision on the CPU (which that kernel lacks) in float32, the
+    result cast back."""
+    if m.device.type == "cpu" and m.dtype in (torch.float16, torch.bfloat16):
+        return (a.to(torch.float32) @ m.to(torch.float32)).to(m.dtype)
+    return a @ m
+
+
 def _csr_numpy(a: Tensor) -> tuple[Any, Any, Any]:
     return a.crow_indices().numpy(), a.col_indices().numpy(), a.values().detach().numpy()
 
@@ -377,7 +391,7 @@ class _KeptSpMM(torch.autograd.Function):
             out = torch.empty((graph.n, z.size(1)), dtype=z.dtype)
             _kept.spmm_gather(ptr, col, vals, z.detach().contiguous().numpy(), out.numpy())
             return out
-        return a @ z.detach()
+        return _csr_mm(a, z.detach())
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
@@ -394,7 +408,7 @@ class _KeptSpMM(torch.autograd.Function):
                 ptr, col, vals = ctx.csr_np
                 _kept.spmm_scatter(ptr, col, vals, grad_out.detach().contiguous().numpy(), grad_z.numpy())
             else:
-                grad_z = graph.csr(w, mask, transposed=True) @ grad_out
+                grad_z = _csr_mm(graph.csr(w, mask, transposed=True), grad_out)
         if ctx.needs_input_grad[0]:
             src, dst = graph.edge_index
             grad_w = torch.zeros_like(w)
