@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover
     numba = None
     AVAILABLE = False
 
-__all__ = ["AVAILABLE", "pruned_hop"]
+__all__ = ["AVAILABLE", "pruned_hop", "row_nonzeros"]
 
 
 SPARSE_ROW = 16
@@ -243,12 +243,34 @@ def _pruned_hop_py(cp, bits, sign, theta, c, use_u, hv, hk, ptr, nbr, g, w, a, o
     return dkept, det, executed, nnz, lanes
 
 
+def _row_counts_py(x, out):
+    for v in range(x.shape[0]):
+        out[v] = _row_nnz(x[v])
+
+
 _kernel: Any = None
+_row_counts: Any = None
 if numba is not None:
     _jit = numba.njit(cache=True, nogil=True, error_model="numpy")
     _row_nnz, _nz_list, _row_setup, _row_min = (_jit(f) for f in (_row_nnz, _nz_list, _row_setup, _row_min))
     _push_random, _push_drop, _row_stats = (_jit(f) for f in (_push_random, _push_drop, _row_stats))
     _kernel = _jit(_pruned_hop_py)
+    _row_counts = _jit(_row_counts_py)
+
+
+def row_nonzeros(x):
+    """Non-zero entries of each row of a 2-D tensor (int64, one per row): one compiled pass where numba, a CPU
+    tensor and a float32/float64 dtype allow it, else torch's (which builds an ``n × f`` temporary). ``x`` finite."""
+    import torch
+
+    if x.dtype not in (torch.float32, torch.float64):  # a half-precision sum of ones stops counting at 2,048
+        return torch.count_nonzero(x.detach(), dim=1)
+    if _row_counts is None or x.is_cuda:  # finite input: |x| has sign 0 or 1, a float sum of <= 2**24 ones is exact
+        return x.detach().abs().sign_().sum(1).long()
+    xc = x.detach().contiguous()
+    out = torch.empty(xc.size(0), dtype=torch.int64)
+    _row_counts(xc.numpy(), out.numpy())
+    return out
 
 
 def pruned_hop(cp, G, theta, c_prev, uniform_parts, out, sparse_row: int = SPARSE_ROW, c_out=None, kept_prev=None):

@@ -294,7 +294,7 @@ def unifews_propagate(
         step = min(step, FUSED_CHUNK)  # the fused hop's row passes stay in the first-level cache
     outs = []
     # θ_k's scale once over all columns: a per-chunk mean can differ in its last bit with the chunk width
-    scale = x.abs().mean(0) if step < f else None
+    scale = x.abs().mean(0) if step < f and pruned else None
     node_hashes: dict[int, Tensor] = {}  # the fused hop's node hashes per hop, shared by the chunks
     for c0 in range(0, f, step):
         cols = torch.arange(column_offset + c0, column_offset + min(f, c0 + step), device=x.device)
@@ -305,7 +305,7 @@ def unifews_propagate(
         )  # fmt: skip
         outs.append(part)
         stats = stats.merge(st) if stats.macs else _with_full(st, stats.full_macs)
-    return torch.cat(outs, dim=1), stats
+    return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)), stats
 
 
 def _with_full(st: PropStats, full: int) -> PropStats:
@@ -318,8 +318,10 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     st = PropStats("entry", push)
     p = x
     acc = alpha * x if kind == "appnp" else None
-    scale = x.abs().mean(0) if scale is None else scale
-    theta = torch.where(scale > 0, delta_a * scale, torch.zeros_like(scale)) if delta_a > 0 else torch.zeros_like(scale)
+    theta = None  # θ_k, only where a hop prunes
+    if 0 < delta_a < float("inf"):
+        scale = x.abs().mean(0) if scale is None else scale
+        theta = torch.where(scale > 0, delta_a * scale, torch.zeros_like(scale))
     # the deterministic prefix lengths per (source, feature); the dense path (δa = 0) never shrinks them
     c_prev = G.out_deg.to(torch.int32).unsqueeze(1).expand(n, K)
     c_prev = c_prev if delta_a == 0 else c_prev.clone()
@@ -331,9 +333,9 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     for hop in range(hops):
         cp = p if coef == 1.0 else coef * p
         if delta_a == 0:
-            # non-zero entries per source row (finite input: |x| has sign 0 or 1, a float sum of <= f ones is exact;
-            # 4x cheaper than count_nonzero(dim=1), which converts an n × f mask to int64)
-            row_nnz = cp.detach().abs().sign_().sum(1).long()
+            # non-zero entries per source row: one compiled pass (6x cheaper than torch's sign-and-sum, which is 4x
+            # cheaper than count_nonzero(dim=1)); torch's without numba, on CUDA and in half precision
+            row_nnz = _fused.row_nonzeros(cp)
             loop_pushes = int(row_nnz.sum())
             nxt = torch.sparse.mm(G.diffusion(p.dtype, coef), p)  # c · T P, self-loops included
             det = int((G.out_deg * row_nnz).sum())
