@@ -9,8 +9,9 @@ with a breakdown of where the step's time goes and the limit that follows.
    Backward operators are attributed to the part whose forward created them (autograd sequence numbers).
 2. Limit: only the projection matmuls shrink with delta, so a perfect sparse implementation takes
    ``(1 - p) + delta * p`` of the masked step, ``p`` the masked step's fraction in projection matmuls.
-3. Interleaved timing (``round_robin``: masked, gather, grouped once per round, rotating order), the ratio to
-   masked per round; median and spread over rounds.
+3. Interleaved timing (``round_robin``: masked, gather, grouped once per round, in a fresh seeded random order
+   each round, so that no path always follows the same one and inherits its cache state), the ratio to masked per
+   round; median and spread over rounds.
 
 Usage::
 
@@ -162,7 +163,7 @@ def bench_size(name: str, rounds: int) -> dict[str, Any]:
     p = parts["masked"]["projection matmuls"] / sum(parts["masked"].values())
     limit = (1.0 - p) + DELTA * p
     load_before = os.getloadavg()[0]
-    times = round_robin(steps, repeats=rounds, warmup=1)
+    times = round_robin(steps, repeats=rounds, warmup=1, order="shuffle")
     load = max(load_before, os.getloadavg()[0])
     ratios = {}
     for k in ("gather", "grouped"):
@@ -171,6 +172,7 @@ def bench_size(name: str, rounds: int) -> dict[str, Any]:
     return {
         "size": {"name": name, **size, "mohd_hidden": cfg.hidden_size, "tokens": size["batch"] * size["seq"]},
         "rounds": rounds,
+        "order": "shuffle",
         "load_1min": load,
         "step_s": {k: t.to_dict() for k, t in times.items()},
         "breakdown_s": parts,
