@@ -1,8 +1,9 @@
 """Optimizer-step time and state bytes of FRUGAL (block, svd, columns) vs torch.optim.AdamW(foreach=True) and
 galore_torch.GaLoreAdamW at the same ρ = 0.25, as ratios.
 
-Two settings, each timed in one round-robin run (every optimizer steps once per round, in rotating order, so
-machine drift hits all alike):
+Two settings, each timed in one round-robin run (every optimizer steps once per round, so machine drift hits all
+alike; the order is a fresh seeded permutation every round, so no optimizer always follows the same one and inherits
+its cache state):
 
 - ``tiny-llama``: the reproduction's LLaMA (108,992 parameters), real gradients of one batch; FRUGAL and GaLore
   run AdamW on embeddings/head/norms, AdamW runs everything.
@@ -173,7 +174,7 @@ def cpu_round_robin(fns: dict[str, Callable[[], Any]], *, repeats: int, warmup: 
     """:func:`icml25_shared.bench.round_robin` timed by this thread's CPU clock (``time.thread_time``): on a shared
     CPU the time the scheduler gives to other processes is not counted, so the ratios stay readable when the machine
     is loaded (caches and memory bandwidth are still shared)."""
-    timed = round_robin(fns, repeats=repeats, warmup=warmup, clock=time.thread_time)
+    timed = round_robin(fns, repeats=repeats, warmup=warmup, clock=time.thread_time, order="shuffle")
     return {k: t.times for k, t in timed.items()}
 
 
@@ -186,7 +187,7 @@ def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> di
     fns = {**{k: o.step for k, o in steady.items()}, IDEAL: ideal}
     cpu = device.type == "cpu"
     with torch.no_grad():
-        wall = round_robin(fns, repeats=repeats, warmup=2, device=device)
+        wall = round_robin(fns, repeats=repeats, warmup=2, device=device, order="shuffle")
         timings = cpu_round_robin(fns, repeats=repeats, warmup=1) if cpu else {k: t.times for k, t in wall.items()}
         part_s = {k: measure(f, repeats=repeats, warmup=1, device=device).median for k, f in parts.items()}
         if cpu:
@@ -199,7 +200,8 @@ def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> di
     if cpu:
         refresh_t = cpu_round_robin(refresh_fns, repeats=n_refresh)
     else:
-        refresh_t = {k: t.times for k, t in round_robin(refresh_fns, repeats=n_refresh, device=device).items()}
+        timed = round_robin(refresh_fns, repeats=n_refresh, device=device, order="shuffle")
+        refresh_t = {k: t.times for k, t in timed.items()}
     med = {k: statistics.median(v) for k, v in timings.items()}
     base = med["AdamW(foreach)"]
     rows = {
@@ -232,6 +234,7 @@ def bench(name: str, model: nn.Module, device: torch.device, repeats: int) -> di
         "rss_bytes": current_rss(),
         "parameters": sum(p.numel() for p in model.parameters()),
         "repeats": repeats,
+        "order": "shuffle (a fresh seeded permutation every round)",
         "rows": rows,
         "block_over_adamw": paired("FRUGAL block", "AdamW(foreach)"),
         "columns_over_adamw": paired("FRUGAL columns", "AdamW(foreach)"),
