@@ -4,7 +4,8 @@
 
 One 8-layer random Llama (hidden 512, intermediate 1024), 64 adapters on q, k, v, up, down, one row per adapter:
 ours BSLoRA SS(2,4,16), peft LoRA r = 8 (about twice our parameters). Two cases, each timed in one interleaved run
-(``icml25_shared.bench.round_robin``) together with the bare base model (no adapter code at all):
+(``icml25_shared.bench.round_robin``, a fresh seeded order every round so that no side always follows the same
+one) together with the bare base model (no adapter code at all):
 
 * ``forward``: one no-grad forward of 64 rows x 64 tokens (prefill);
 * ``generate``: greedy ``generate`` of 16 new tokens from 64 prompts of 16 tokens (decode: 64 rows x 1 token a step).
@@ -80,7 +81,7 @@ def _adapter_split(prof: dict[str, float], base: dict[str, float]) -> dict[str, 
 def run_case(case: str, fns: dict, repeats: int) -> dict:
     """Interleaved timings of base / ours / peft, per-round ratios, the limit and the profiled split."""
     load0 = os.getloadavg()[0]
-    t = round_robin(fns, repeats=repeats, warmup=1)
+    t = round_robin(fns, repeats=repeats, warmup=1, order="shuffle")
     load1 = os.getloadavg()[0]
     per_round = [o / p for o, p in zip(t["ours"].times, t["peft"].times, strict=True)]
     limits = [b / p for b, p in zip(t["base"].times, t["peft"].times, strict=True)]
@@ -104,6 +105,7 @@ def run_case(case: str, fns: dict, repeats: int) -> dict:
         "base_share_of_peft": med["base"] / med["peft"],
         "profile_adapter_split_s": {k: _adapter_split(prof[k], prof["base"]) for k in ("ours", "peft")},
         "load_1min": [load0, load1],
+        "order": "shuffle",
     }
 
 
