@@ -26,6 +26,11 @@ rounds; the whole step cannot go below the transform plus the peer's propagation
 plus the peer's propagation; (b) cannot go below executed pushes / the dense SpMM's multiply-adds (every push at the
 cost of a dense multiply-add).
 
+Allocator: on Linux the script re-runs itself with glibc's allocator set to keep freed memory
+(:data:`STEADY_MALLOC`), so that every callable meets the steady state it would reach on its own. Without it, a
+callable that follows one whose frees were handed back to the system pays fresh pages: the dense SpMM measured 10-14 K
+page faults and twice its time after the fused propagation (23 → 43-48 ms), and a ratio that moved with the order.
+
 Usage: ``python benchmarks/bench_unifews.py [--repeats 30] [--threads 1]``; writes
 ``benchmarks/results/bench_unifews.json`` and ``.log`` (:func:`icml25_shared.bench.save_results`) and the rows of
 ``benchmarks/results/performance.json`` (:func:`icml25_shared.bench.write_performance`); ``--summarize`` rebuilds
@@ -38,6 +43,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -231,7 +237,8 @@ def prop_bench(x: torch.Tensor, ei: torch.Tensor, hops: int, delta_a: float, rep
     }
     if _fused.AVAILABLE:
         fns["unifews fused"] = lambda: unifews_propagate(x, ei, hops, delta_a, graph=G, generator=0, impl="fused")
-    t = round_robin(fns, repeats=repeats, warmup=1)  # the warm-up calibrates impl="auto" and compiles numba
+    # the warm-up calibrates impl="auto" and compiles numba; a fresh order every round (no fixed predecessor)
+    t = round_robin(fns, repeats=repeats, warmup=1, order="shuffle")
     p_ref = dense_sgc(a, x, hops)
     p0, st0 = unifews_propagate(x, ei, hops, 0.0, graph=G)
     _, st = unifews_propagate(x, ei, hops, delta_a, graph=G, generator=0)
@@ -300,10 +307,20 @@ def performance_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+STEADY_MALLOC = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
+"""glibc tunables of the timed process: allocations up to 32 MiB from the heap, which is never trimmed."""
+
+
+def _steady_allocator() -> None:
+    """Re-run this script under :data:`STEADY_MALLOC` (Linux, once; ``GLIBC_TUNABLES`` already set: left alone)."""
+    if sys.platform.startswith("linux") and "GLIBC_TUNABLES" not in os.environ:
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "GLIBC_TUNABLES": STEADY_MALLOC})
+
+
 def main() -> dict:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=30, help="rounds of the Cora layer comparison")
-    ap.add_argument("--prop-repeats", type=int, default=5, help="rounds of the decoupled comparison")
+    ap.add_argument("--prop-repeats", type=int, default=15, help="rounds of the decoupled comparison")
     ap.add_argument("--powerlaw-nodes", type=int, default=50_000, help="0 skips the power-law graph")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--summarize", action="store_true", help="only rebuild performance.json from the committed JSON")
@@ -313,9 +330,11 @@ def main() -> dict:
         result = json.loads((RESULTS / SOURCE).read_text())
         print("wrote", write_performance(RESULTS, SOURCE, performance_rows(result), notes=NOTES))
         raise SystemExit(0)
+    _steady_allocator()
     t0, c0 = time.perf_counter(), time.process_time()
     out: dict[str, Any] = {"loadavg_start": [round(v, 2) for v in os.getloadavg()], "threads": args.threads,
-                           "repeats": args.repeats, "torch": torch.__version__}  # fmt: skip
+                           "repeats": args.repeats, "torch": torch.__version__,
+                           "glibc_tunables": os.environ.get("GLIBC_TUNABLES")}  # fmt: skip
     _say(f"load average at start {out['loadavg_start']}, {args.threads} thread(s)")
     with torch_threads(args.threads):
         cora = load_planetoid_lcc("Cora")
