@@ -92,6 +92,10 @@ def test_performance_rows_merge_by_source_and_render(tmp_path):
     import numpy as np
 
     bench.write_performance(res, "c.json", [{**row, "ratio": np.float32(0.5)}])  # numpy scalars are numbers
+    # a ratio under 0.005 keeps two significant digits instead of reading 0.00; an exact 0 stays 0.00
+    bench.write_performance(res, "c.json", [{**row, "ratio": 0.0014, "lo": 0.0007, "hi": 0.0015, "limit": 0.0}])
+    table = readme.performance_table_md(pkg)
+    assert "**0.0014×** | 0.0007–0.0015 | 0.00 |" in table
 
 
 README = """# demo

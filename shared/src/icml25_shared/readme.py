@@ -137,7 +137,11 @@ def claims_table_md(pkg_dir: str | Path, *, report: str = "../../reproduction/in
 
 
 def _num(x: Any, fmt: str = "{:.2f}") -> str:
-    return fmt.format(x) if isinstance(x, int | float) and not isinstance(x, bool) else "-"
+    if not isinstance(x, int | float) or isinstance(x, bool):
+        return "-"
+    if fmt == "{:.2f}" and 0 < abs(x) < 0.005:  # two significant digits where two decimals would read 0.00
+        return f"{x:.2g}"
+    return fmt.format(x)
 
 
 def performance_table_md(pkg_dir: str | Path) -> str:
