@@ -167,3 +167,17 @@ def test_full_resumes_without_redoing_finished_parts(tmp_path, monkeypatch):
     fresh = reproduce(True, tmp_path / "fresh", seed=0)
     assert len(calls) == 16 and [c.measured for c in fresh.claims] == [c.measured for c in res.claims]
     assert [c.verdict for c in fresh.claims] == [c.verdict for c in res.claims]
+
+
+def test_pid_batch_stopped_at_tol_is_a_prefix_of_the_whole_run_with_the_same_common_accuracy():
+    whole = time_to_accuracy(2, 600, pid_batch_epochs=3)
+    cut = time_to_accuracy(2, 600, pid_batch_epochs=3, pid_batch_stop_at_tol=True)
+    full_err = [e for _, e in whole["pid_batch"]["curve"]]
+    cut_err = [e for _, e in cut["pid_batch"]["curve"]]
+    assert whole["pid_batch"]["stopped_at_tol"] is False and cut["pid_batch"]["stopped_at_tol"] is True
+    # the same training up to the first epoch within 0.05, then nothing more
+    first = next(i for i, e in enumerate(full_err) if e <= 0.05)
+    assert len(full_err) > first + 1  # the whole run goes on past it (else the test shows nothing)
+    np.testing.assert_allclose(cut_err, full_err[: first + 1], atol=1e-12)
+    a, b = common_accuracy(whole), common_accuracy(cut)
+    assert a["level"] == b["level"] and a["floor_limited"] == b["floor_limited"] is False

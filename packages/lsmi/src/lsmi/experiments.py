@@ -12,6 +12,7 @@ a lower bound on its time and hence on the ratio, reported with ``ratio_direct_l
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -347,6 +348,7 @@ def time_to_accuracy(
     log: Callable[[str], None] | None = None,
     lsmi_options: dict[str, Any] | None = None,
     extra_lsmi: dict[str, dict[str, Any]] | None = None,
+    pid_batch_stop_at_tol: bool = False,
 ) -> dict[str, Any]:
     """CPU seconds and error of LSMI, PID-Batch and PID-CVX on the same N samples of :func:`noisy_discrete` (codes
     + 0.1 N(0, I)), each against its own exact reference: LSMI's exact plug-in on the samples, and BROJA of the
@@ -359,7 +361,9 @@ def time_to_accuracy(
     ``pid_batch_epochs=0`` stops PID-Batch after its classifiers (its error and time there). ``extra_lsmi`` maps
     names to further LSMI configurations fitted on the same samples (result ``"lsmi_<name>"``), e.g.
     ``{"gmm": {"density": "gmm"}}``; :func:`common_accuracy` compares a variant with PID-Batch at an accuracy
-    both reach."""
+    both reach. ``pid_batch_stop_at_tol`` ends PID-Batch's training at the first epoch whose error is <= ``tol``
+    (its curve then stops there; ``common_accuracy`` is unchanged by it, since the level is then the tolerance or
+    LSMI's error and PID-Batch's time the first point at or below it)."""
     from lsmi.baselines import PIDBatch, broja_discrete
     from lsmi.datasets import noisy_discrete, noisy_discrete_exact_terms
 
@@ -401,13 +405,20 @@ def time_to_accuracy(
         excluded = [0.0]
         c0 = time.process_time()
 
+        class _Reached(Exception):
+            """PID-Batch got within ``tol`` (only with ``pid_batch_stop_at_tol``)."""
+
         def on_epoch(epoch: int, model: Any) -> None:
             s0 = time.process_time()
             e = err(model.score(x1, x2), broja_ref)
             curve.append((s0 - c0 - excluded[0], e))
             excluded[0] += time.process_time() - s0
+            if pid_batch_stop_at_tol and e <= tol:
+                raise _Reached
 
-        pb = PIDBatch(n_classes, epochs=pid_batch_epochs, seed=seed).fit(x1, x2, y, callback=on_epoch)
+        pb = PIDBatch(n_classes, epochs=pid_batch_epochs, seed=seed)
+        with contextlib.suppress(_Reached):
+            pb.fit(x1, x2, y, callback=on_epoch)
         reached = [c for c, e in curve if e <= tol]
         out["pid_batch"] = {
             "curve": curve,
@@ -416,6 +427,7 @@ def time_to_accuracy(
             "error": curve[-1][1],
             "cpu_s": curve[-1][0],
             "time_to_tol": reached[0] if reached else None,
+            "stopped_at_tol": bool(pid_batch_stop_at_tol and reached),
         }
         say(f"C={n_classes} N={n} PID-Batch curve " + ", ".join(f"{c:.1f}s:{e:.3f}" for c, e in curve))
 
