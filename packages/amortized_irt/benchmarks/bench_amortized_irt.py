@@ -2,7 +2,7 @@
 
 - Rasch calibration on dense 2,000 × 500 data: time to convergence and RMSE of b̂ against the true parameters, vs
   girth ``rasch_mml`` and py-irt's SVI ``OneParamLog`` (py-irt 0.1.1, the version that resolves beside Flower;
-  ``--pyirt-epochs`` of Adam, lr 0.1, as its ``fit``; one timed run). 2PL vs girth ``twopl_mml`` on 2,000 ×
+  ``--pyirt-epochs`` of Adam, lr 0.1, as its ``fit``). 2PL vs girth ``twopl_mml`` on 2,000 ×
   ``--twopl-items`` (girth's 2PL runs its graded-response code, minutes per fit at 500 items; one timed run).
 - Sparse HELM-shaped 183 × 10,000 (35% observed): ours on the CSR entries vs girth ``rasch_mml`` on the dense
   matrix with missing entries tagged (girth has no sparse path).
@@ -10,7 +10,9 @@
   ``Simulator`` with ``MaxInfoSelector`` + ``NumericalSearchEstimator`` (the same rule, checked item for item in
   the tests).
 
-Every timing interleaves the contenders (``icml25_shared.bench.round_robin``), one torch thread. Usage::
+Every timing interleaves the contenders (``icml25_shared.bench.round_robin``; a fresh shuffled order every round
+where three or more run together), one torch thread. Each ratio is ours / peer of the median times, with its spread
+the range of the per-round ratios (none where only one round is timed). Usage::
 
     python packages/amortized_irt/benchmarks/bench_amortized_irt.py [--repeats 3] [--out PATH]
 
@@ -25,6 +27,7 @@ import contextlib
 import io
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -44,10 +47,21 @@ def _rmse(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def _timed(fns: dict[str, Any], repeats: int) -> dict[str, dict[str, Any]]:
-    """Run each contender once for its result, then time them interleaved."""
+    """Run each contender once for its result, then time them interleaved (shuffled order for three or more)."""
     results = {k: f() for k, f in fns.items()}  # untimed: the result (and a warm-up)
-    timings = round_robin(fns, repeats=repeats)
-    return {k: {"seconds": timings[k].median, "result": results[k]} for k in fns}
+    timings = round_robin(fns, repeats=repeats, order="shuffle" if len(fns) >= 3 else "rotate")
+    return {k: {"seconds": timings[k].median, "rounds": timings[k].times, "result": results[k]} for k in fns}
+
+
+def _ratio(ours: dict[str, Any], peer: dict[str, Any]) -> dict[str, Any]:
+    """ours / peer of the median times, and the range of the per-round ratios (None with one round)."""
+    paired = [a / b for a, b in zip(ours["rounds"], peer["rounds"], strict=True)]
+    spread = len(paired) > 1
+    return {
+        "ratio": ours["seconds"] / peer["seconds"],
+        "lo": min(paired) if spread else None,
+        "hi": max(paired) if spread else None,
+    }
 
 
 def _pyirt_rasch(Y: np.ndarray, epochs: int) -> np.ndarray:
@@ -81,6 +95,7 @@ def dense(repeats: int, pyirt_epochs: int, m2: int) -> dict[str, Any]:
             # 500 responses per taker: posteriors (SD ~0.1) are narrower than the 41 default nodes resolve
             "amortized_irt Rasch n_quad=121": lambda: Rasch(n_quad=121).fit(Y1).difficulty_,
             "girth rasch_mml": lambda: girth.rasch_mml(Y1.T.astype(int), 1)["Difficulty"],
+            "py-irt OneParamLog SVI": lambda: _pyirt_rasch(Y1, pyirt_epochs),
         },
         repeats,
     )
@@ -93,13 +108,13 @@ def dense(repeats: int, pyirt_epochs: int, m2: int) -> dict[str, Any]:
         },
         1,
     )
-    pyirt = _timed({"py-irt OneParamLog SVI": lambda: _pyirt_rasch(Y1, pyirt_epochs)}, 1)
     out = {"rasch": {}, "2pl": {}}
-    for k, v in {**rasch, **pyirt}.items():
-        out["rasch"][k] = {"seconds": v["seconds"], "rmse_b": _rmse(v["result"], b)}
+    for k, v in rasch.items():
+        out["rasch"][k] = {"seconds": v["seconds"], "rounds": v["rounds"], "rmse_b": _rmse(v["result"], b)}
     for k, v in twopl.items():
         out["2pl"][k] = {
             "seconds": v["seconds"],
+            "rounds": v["rounds"],
             "rmse_a": _rmse(v["result"][0], a),
             "rmse_b": _rmse(v["result"][1], b2),
         }
@@ -123,7 +138,11 @@ def sparse(repeats: int) -> dict[str, Any]:
     right = np.bincount(data.Y.cols, data.Y.values, data.Y.n_items)
     ok = (right > 0) & (right < np.bincount(data.Y.cols, minlength=data.Y.n_items))  # finite ML difficulty only
     return {
-        k: {"seconds": v["seconds"], "rmse_b_finite_items": _rmse(np.asarray(v["result"])[ok], data.b[ok])}
+        k: {
+            "seconds": v["seconds"],
+            "rounds": v["rounds"],
+            "rmse_b_finite_items": _rmse(np.asarray(v["result"])[ok], data.b[ok]),
+        }
         for k, v in res.items()
     } | {"nnz": data.Y.nnz, "shape": list(data.Y.shape)}
 
@@ -153,7 +172,12 @@ def cat(repeats: int, n_takers: int, n_items: int) -> dict[str, Any]:
 
     res = _timed({"amortized_irt AdaptiveTest (vectorised)": run_ours, "catsim Simulator": run_catsim}, repeats)
     return {
-        k: {"seconds": v["seconds"], "takers_per_s": n_takers / v["seconds"], "rmse_theta": _rmse(v["result"], thetas)}
+        k: {
+            "seconds": v["seconds"],
+            "rounds": v["rounds"],
+            "takers_per_s": n_takers / v["seconds"],
+            "rmse_theta": _rmse(v["result"], thetas),
+        }
         for k, v in res.items()
     } | {"n_takers": n_takers, "n_items": n_items, "bank": m}
 
@@ -161,28 +185,36 @@ def cat(repeats: int, n_takers: int, n_items: int) -> dict[str, Any]:
 def performance_rows(results: dict) -> list[dict]:
     """The README's performance rows (ours / peer, time) from a benchmark result."""
     d, s, c = results["dense_2000x500"], results["sparse_183x10000"], results["cat"]
-    load = results["load_average"][0]
+    # the larger 1-minute load of the run's start and end (older results recorded the end only)
+    load = max(results.get("load_average_before", results["load_average"])[0], results["load_average"][0])
     rasch, twopl = d["rasch"], d["2pl"]
-    ours = rasch["amortized_irt Rasch"]["seconds"]
+    ours = rasch["amortized_irt Rasch"]
     row = {"metric": "time", "load": load}
+
+    def ratio(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        if "rounds" not in a or "rounds" not in b:  # a result from before per-round times were kept
+            return {"ratio": a["seconds"] / b["seconds"]}
+        return _ratio(a, b)
+
     return [
         {**row, "case": "Rasch MML, dense 2,000 x 500", "peer": "py-irt OneParamLog SVI (200 epochs)",
-         "ratio": ours / rasch["py-irt OneParamLog SVI"]["seconds"]},
+         **ratio(ours, rasch["py-irt OneParamLog SVI"])},
         {**row, "case": "Rasch MML, dense 2,000 x 500", "peer": "girth rasch_mml",
-         "ratio": ours / rasch["girth rasch_mml"]["seconds"]},
+         **ratio(ours, rasch["girth rasch_mml"])},
         {**row, "case": "2PL MML, dense 2,000 x 50", "peer": "girth twopl_mml",
-         "ratio": twopl["amortized_irt TwoPL"]["seconds"] / twopl["girth twopl_mml"]["seconds"]},
+         **ratio(twopl["amortized_irt TwoPL"], twopl["girth twopl_mml"])},
         {**row, "case": "Rasch MML, sparse 183 x 10,000", "peer": "girth rasch_mml (dense, missing tagged)",
-         "ratio": s["amortized_irt Rasch (CSR)"]["seconds"] / s["girth rasch_mml (dense, tagged)"]["seconds"]},
+         **ratio(s["amortized_irt Rasch (CSR)"], s["girth rasch_mml (dense, tagged)"])},
         {**row, "case": "CAT, 100 takers x 50 items", "peer": "catsim Simulator (max info + MLE)",
-         "ratio": c["amortized_irt AdaptiveTest (vectorised)"]["seconds"] / c["catsim Simulator"]["seconds"]},
+         **ratio(c["amortized_irt AdaptiveTest (vectorised)"], c["catsim Simulator"])},
     ]  # fmt: skip
 
 
 NOTES = [
     "girth's Rasch collapses identical response patterns, which dense complete data has many of; with 41 quadrature "
     "nodes our fit also runs more EM iterations there (posteriors narrower than the node spacing), `n_quad=121` "
-    "halves its time. Medians of 3 runs (1 for py-irt, girth's 2PL and the sparse fit), no spread recorded."
+    "halves its time. Medians of 3 interleaved rounds (2 for CAT; 1 for girth's 2PL and the sparse fit, so no "
+    "spread there)."
 ]
 
 
@@ -200,16 +232,23 @@ def main() -> None:
         write_performance(args.out.parent, args.out.name, performance_rows(results), notes=NOTES)
         return
     warnings.simplefilter("ignore")
+    load_before = os.getloadavg()
+    t0, c0 = time.perf_counter(), time.process_time()
     with torch_threads(1):
         results = {
             "dense_2000x500": dense(args.repeats, args.pyirt_epochs, args.twopl_items),
             "sparse_183x10000": sparse(1),
             "cat": cat(max(1, args.repeats - 1), args.cat_takers, 50),
+            "load_average_before": load_before,
             "load_average": os.getloadavg(),
             "cores": os.cpu_count(),
         }
+    results |= {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     d, s, c = results["dense_2000x500"], results["sparse_183x10000"], results["cat"]
-    lines = [f"load average at end {results['load_average'][0]:.1f} on {results['cores']} cores, one torch thread"]
+    lines = [
+        f"load average {load_before[0]:.2f} at start, {results['load_average'][0]:.2f} at end on {results['cores']} "
+        f"cores, one torch thread; {results['wall_s']:.0f} s wall, {results['cpu_s']:.0f} CPU-s"
+    ]
     for model in ("rasch", "2pl"):
         ours = next(k for k in d[model] if k.startswith("amortized_irt"))  # the default settings
         for k, v in d[model].items():
