@@ -1,6 +1,7 @@
 """Wall-clock and FLOPs of target-only, RSD (batched and per-problem) and HF assisted generation on the
 reproduction's 300 arithmetic problems, as ratios to target-only, in one round-robin run (every method once per
-round, rotating order, so machine drift hits all alike).
+round, in a fresh seeded order each round, so machine drift hits all alike and no method always follows the same
+one).
 
 Two targets:
 
@@ -95,7 +96,7 @@ def widen(model: Any, k: int = 3, extra_layers: int = 4) -> Any:
 
 
 def bench(name: str, draft_m: Any, target_m: Any, prompts: list[str], repeats: int) -> dict[str, Any]:
-    """Every method once per round (rotating order); outputs are kept from the timed runs. "re-encode" rows switch
+    """Every method once per round (shuffled order); outputs are kept from the timed runs. "re-encode" rows switch
     off the backends' key/value reuse across steps (``HFBackend(reuse_cache=False)``) to measure what it saves."""
     cfg = config(QUICK)
     draft, target = HFBackend(draft_m, TOK), HFBackend(target_m, TOK)
@@ -115,7 +116,7 @@ def bench(name: str, draft_m: Any, target_m: Any, prompts: list[str], repeats: i
     def keep(k: str) -> Any:
         return lambda: outs.__setitem__(k, calls[k]())
 
-    timings = round_robin({k: keep(k) for k in calls}, repeats=repeats)
+    timings = round_robin({k: keep(k) for k in calls}, repeats=repeats, order="shuffle")
     d_cost = ModelCost.from_model(draft_m)  # the PRM priced as a model of the draft's size (the paper's setting)
     fc = FlopCounter(draft=d_cost, target=ModelCost.from_model(target_m), prm=d_cost)
     base_t = timings["target-only"].median
