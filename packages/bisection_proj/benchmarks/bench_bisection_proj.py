@@ -69,7 +69,8 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     y_cvx = cvxpy_projection(cpu, th_c, y_raw)
     out["cvxpy"] = {"rows": rows, "per_row_s": cmp_cvx.b.median / rows,
                     "feasibility": feasibility_rate(cpu, th_c, y_cvx, tol=1e-4), "ratio_vs_bproj": cmp_cvx.ratio,
-                    "comparison": cmp_cvx.to_dict()}  # fmt: skip
+                    "comparison": {**cmp_cvx.to_dict(), "times_a_s": cmp_cvx.a.times,
+                                   "times_b_s": cmp_cvx.b.times}}  # fmt: skip
     prob = prob.to(dev)
 
     # DC3 correction: 30 steps, the step size picked from a small sweep for the best reached feasibility
@@ -83,7 +84,8 @@ def _run(args: argparse.Namespace) -> dict[str, Any]:
     cmp_dc3 = compare(lambda: proj(theta, z, ip), lambda: dc3_correction(prob, theta, z, steps=30, lr=lr),
                       names=("B-Proj", "DC3 correction"), warmup=1, repeats=3, device=dev)  # fmt: skip
     out["dc3"] = {"time_s": cmp_dc3.b.median, "feasibility": best[1], "lr": lr, "ratio_vs_bproj": cmp_dc3.ratio,
-                  "comparison": cmp_dc3.to_dict()}  # fmt: skip
+                  "comparison": {**cmp_dc3.to_dict(), "times_a_s": cmp_dc3.a.times,
+                                 "times_b_s": cmp_dc3.b.times}}  # fmt: skip
 
     try:  # optional peer: batched exact QP projection (OptNet)
         import qpth  # noqa: F401
@@ -127,14 +129,18 @@ def summary(res: dict[str, Any]) -> str:
 
 
 def performance_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """The README's rows (ours / peer, time on the same rows, interleaved) from a benchmark result."""
+    """The README's rows (ours / peer, time on the same rows, interleaved) from a benchmark result; spread = the
+    paired per-round ratios (when the result has them)."""
     load = res.get("load_1min", 10.0)  # the committed run before the load was recorded: about 10 (its log)
     rows = []
     for key, peer in (("cvxpy", "cvxpy + Clarabel exact projection (sequential, 64 rows)"),
                       ("dc3", "DC3 gradient correction (30 steps; never feasible here)")):  # fmt: skip
         cmp = res[key]["comparison"]
         ratio = cmp["time_a"]["median_s"] / cmp["time_b"]["median_s"]
-        rows.append({"case": "B-Proj, QP 100/50/50", "peer": peer, "metric": "time", "ratio": ratio, "load": load})
+        paired = [a / b for a, b in zip(cmp.get("times_a_s", []), cmp.get("times_b_s", []), strict=True)]
+        rows.append({"case": "B-Proj, QP 100/50/50", "peer": peer, "metric": "time", "ratio": ratio,
+                     "lo": min(paired) if paired else None, "hi": max(paired) if paired else None,
+                     "load": load})  # fmt: skip
     return rows
 
 
@@ -146,7 +152,9 @@ if __name__ == "__main__":
         committed = RESULTS / "bench_bisection_proj.json"
         write_performance(RESULTS, committed.name, performance_rows(json.loads(committed.read_text())))
         raise SystemExit(0)
+    load_start = os.getloadavg()[0]
     res = main()
+    res["load_1min_start"] = load_start
     res["load_1min"] = os.getloadavg()[0]
     RESULTS.mkdir(exist_ok=True)
     name = "bench_bisection_proj" + ("_quick" if res["quick"] else "")
