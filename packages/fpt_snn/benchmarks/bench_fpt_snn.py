@@ -7,7 +7,8 @@ Each case times ``FPTLIFNode(tau=2, decay_input=False, K=3)`` (soft sweeps, Heav
 spikingjelly's ``LIFNode(tau=2, decay_input=False, v_reset=None, step_mode="m")`` (its CPU op, or its CUDA kernels
 on a GPU), both as a user calls them: ``node(x).sum().backward()`` on a float32 ``[T, N]`` input that requires grad.
 The pair is timed alternately by ``icml25_shared.bench.compare`` (median of ``--repeats`` after a warm-up, torch
-threads pinned) and reported as the ratio of the two medians (FPT / spikingjelly; < 1: FPT faster).
+threads pinned) and reported as the ratio of the two medians (FPT / spikingjelly; < 1: FPT faster), with the spread
+of the per-round ratios (min and max over the rounds).
 
 Activation memory is what autograd keeps between forward and backward: the bytes of the distinct storages packed
 by ``torch.autograd.graph.saved_tensors_hooks`` during one forward (exact, deterministic; CPU RSS deltas are not).
@@ -62,7 +63,8 @@ def saved_bytes(fn: Callable[[], torch.Tensor]) -> int:
 PEER = "spikingjelly LIFNode"
 NOTES = [
     "`node(x).sum().backward()` on float32 [T, N], FPTLIFNode(tau=2, K=3) with its defaults vs spikingjelly's LIFNode "
-    "(its fused CPU op), timed alternately (median of 5, one torch thread). No time limit is given: on one CPU thread "
+    "(its fused CPU op), timed alternately (median of 5 rounds, spread: min-max of the per-round ratios, one torch "
+    "thread). No time limit is given: on one CPU thread "
     "FPT has no parallelism to win back, and its K = 3 sweeps touch about 3x the numbers of spikingjelly's one pass."
 ]
 
@@ -87,6 +89,8 @@ def performance_rows(result: dict) -> list[dict]:
                 "peer": PEER,
                 "metric": "time",
                 "ratio": r["ratio_fpt_over_sj"],
+                "lo": min(r["ratio_rounds"]) if r.get("ratio_rounds") else None,
+                "hi": max(r["ratio_rounds"]) if r.get("ratio_rounds") else None,
                 "goal": _goal(r["N"], r["T"]),
                 "load": max(r["load_before"], r["load_after"]),
             }
@@ -188,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                         "T": T,
                         "path": path,
                         "ratio_fpt_over_sj": cmp.ratio,
+                        "ratio_rounds": [b / a for a, b in zip(cmp.a.times, cmp.b.times, strict=True)],
                         "sj_ms": 1e3 * cmp.a.median,
                         "fpt_ms": 1e3 * cmp.b.median,
                         "timings": cmp.to_dict(),
