@@ -5,11 +5,11 @@ Models: a Llama with 4 layers, d = 128, 4 heads, MLP 384, tied embeddings (0.86 
 and bytes do not depend on training) and the KD student shape (2 layers, d = 64, MLP 192). Candidates: torch.ao
 int8 dynamic, torchao int8 weight-only, 50 % Wanda (masks made permanent: dense kernels, so no speed-up is
 expected), 50 % heads (structured: the model shrinks), the student. Forward latency of a ``(batch, 64)`` input is
-timed round-robin (every model once per round, rotating order); tokens/s follows; J/token is **estimated**
-(15 W per CPU thread x time) unless a counter is readable. Wrapper overhead: ``quantize`` vs
-``torch.ao.quantization.quantize_dynamic`` (which copies the model itself) and ``torchao.quantize_`` on a deep
-copy, ``prune(heads)`` vs the same
-``torch_pruning.prune_linear_*`` slicing on a deep copy (interleaved, ratio of medians). FLOPs/token of the dense
+timed round-robin (every model once per round, in a fresh seeded random order each round); tokens/s follows;
+J/token is **estimated** (15 W per CPU thread x time) unless a counter is readable. Wrapper overhead: ``quantize``
+vs ``torch.ao.quantization.quantize_dynamic`` (which copies the model itself) and ``torchao.quantize_`` on a deep
+copy, ``prune(heads)`` vs the same ``torch_pruning.prune_linear_*`` slicing on a deep copy (interleaved, ratio of
+medians). Every ratio comes with its spread: the min and max of the per-round ratios. FLOPs/token of the dense
 model: FlopCounterMode vs 2 x fvcore's ``FlopCountAnalysis`` (multiply-adds), with eager and SDPA attention. Usage::
 
     python packages/downscaling/benchmarks/bench_downscaling.py [--batch 8] [--repeats 20] [--threads 1]
@@ -77,16 +77,20 @@ def performance_rows(results: dict) -> list[dict]:
     load = results["settings"]["load"]
     models = results["models"]
     dense = models["dense fp32"]["latency_ms"]
+
+    def spread(r: list[float] | None) -> dict[str, float | None]:
+        return {"lo": min(r) if r else None, "hi": max(r) if r else None}
+
     rows = [
         {"case": f"serve: {name}", "peer": "dense fp32 model", "metric": "latency", "ratio": m["latency_ms"] / dense,
-         "load": load}
+         **spread(m.get("ratio_rounds")), "load": load}
         for name, m in models.items() if name != "dense fp32"
     ]  # fmt: skip
     for name, cmp in results["overhead"].items():
         ours, peer = name.split(" vs ")
         rows.append({"case": f"wrapper: {ours}", "peer": peer, "metric": "time",
-                     "ratio": cmp["time_b"]["median_s"] / cmp["time_a"]["median_s"], "goal": "≤ 1.05×",
-                     "load": load})  # fmt: skip
+                     "ratio": cmp["time_b"]["median_s"] / cmp["time_a"]["median_s"],
+                     **spread(cmp.get("ratio_rounds")), "goal": "≤ 1.05×", "load": load})  # fmt: skip
     return rows
 
 
@@ -97,6 +101,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args()
+    load_start = os.getloadavg()[0]
     with torch_threads(a.threads):
         dense = new_model(ModelSize(4, 128, 384), 64, 0).eval()
         x = torch.randint(0, 65, (a.batch, 64), generator=torch.Generator().manual_seed(0))
@@ -111,7 +116,12 @@ def main() -> None:
             "KD student 2x64": new_model(ModelSize(2, 64, 192), 64, 0).eval(),
         }
         with torch.inference_mode():
-            t = round_robin({k: (lambda m=m: m(input_ids=x)) for k, m in models.items()}, repeats=a.repeats, warmup=2)
+            t = round_robin(
+                {k: (lambda m=m: m(input_ids=x)) for k, m in models.items()},
+                repeats=a.repeats,
+                warmup=2,
+                order="shuffle",
+            )
         flops = {k: count_flops(m if "int8 dynamic" not in k else dense, x) / x.numel() for k, m in models.items()}
         watts = WATTS_PER_CPU_THREAD * a.threads
         base = t["dense fp32"].median
@@ -126,6 +136,7 @@ def main() -> None:
                 "joules_per_token_est": watts * med / x.numel(),
                 "speedup": base / med,
                 "bytes_ratio": weight_bytes(dense) / weight_bytes(m),
+                "ratio_rounds": [b / d for d, b in zip(t["dense fp32"].times, t[k].times, strict=True)],
             }
         ov = {
             "quantize int8_dynamic vs quantize_dynamic": compare(
@@ -155,7 +166,8 @@ def main() -> None:
         fv["ratio_eager"] = fv["fvcore_eager_per_token"] / fv["flopcounter_per_token"]
         fv["ratio_sdpa"] = fv["fvcore_sdpa_per_token"] / fv["flopcounter_per_token"]
     lines = [
-        f"threads {a.threads}, batch {a.batch} x 64 tokens, repeats {a.repeats}, load {os.getloadavg()[0]:.1f}, "
+        f"threads {a.threads}, batch {a.batch} x 64 tokens, repeats {a.repeats}, order shuffle, "
+        f"load {load_start:.1f} -> {os.getloadavg()[0]:.1f}, "
         f"energy {'RAPL readable' if read_energy_counter() is not None else 'estimated (no counter readable)'}",
         f"{'model':30s} {'latency ms':>10s} {'tok/s':>9s} {'speedup':>8s} {'bytes':>10s} {'bytes ÷':>8s} "
         f"{'FLOPs/tok':>10s} {'J/tok est':>10s}",
@@ -177,8 +189,11 @@ def main() -> None:
     else:
         lines.append(f"fvcore: {fv}")
     print("\n".join(lines))
-    results = {"settings": vars(a) | {"out": str(a.out), "load": os.getloadavg()[0]}, "models": rows,
-               "overhead": {k: c.to_dict() for k, c in ov.items()}, "fvcore": fv}  # fmt: skip
+    overhead = {k: c.to_dict() | {"ratio_rounds": [b / d for d, b in zip(c.a.times, c.b.times, strict=True)]}
+                for k, c in ov.items()}  # fmt: skip
+    load = max(load_start, os.getloadavg()[0])
+    results = {"settings": vars(a) | {"out": str(a.out), "load": load, "load_start": load_start}, "models": rows,
+               "overhead": overhead, "fvcore": fv}  # fmt: skip
     out = save_results(a.out, results, lines)
     write_performance(out.parent, out.name, performance_rows(results))
 
