@@ -41,6 +41,17 @@ def test_two_workers_equal_one():
     _same(_jobs(3))
 
 
+def test_memo_stats_of_consecutive_in_process_pools():
+    # the second pool builds a new backend in this process, which resets the memo statistics mid-map
+    jobs = _jobs(3)
+    stats = []
+    for _ in range(2):
+        with ProverPool(WARM, 1, config=CFG) as pool:
+            pool.map(jobs)
+            stats.append(pool.memo_stats())
+    assert stats[0] == stats[1] and stats[0][1] > 0
+
+
 @pytest.mark.slow
 def test_two_workers_equal_one_quick_subset():
     items = load_suite(quick=True)

@@ -70,6 +70,7 @@ def _backend(factory: Callable[[], ProverBackend]) -> ProverBackend:
 def _work_many(
     factory: Callable[[], ProverBackend], config: ProofAugConfig, jobs: list[Job]
 ) -> tuple[list[ProofAugResult], tuple[int, int]]:
+    _backend(factory)  # a new backend resets the memo statistics: read them after that
     h0, n0 = _memo_stats()
     out = [_work(factory, config, j) for j in jobs]
     h1, n1 = _memo_stats()
