@@ -50,6 +50,35 @@ def test_clone_get_params_and_constructor_stores_only():
         bad.fit(np.random.default_rng(0).normal(size=(8, 40)), np.arange(8) % 2)
 
 
+def test_fit_and_predict_run_on_n_threads_and_restore_the_callers(data, monkeypatch):
+    """Fit and inference run torch on ``n_threads`` (1 by default) whatever the caller had set (an aeon fit can leave
+    torch at two), and give the caller's setting back; ``None`` keeps the caller's; 0 is refused by name."""
+    from softshape.model import SoftShapeNet
+
+    X, y = data
+    seen: list[int] = []
+    forward = SoftShapeNet.forward
+
+    def spy(self, *a, **kw):
+        seen.append(torch.get_num_threads())
+        return forward(self, *a, **kw)
+
+    monkeypatch.setattr(SoftShapeNet, "forward", spy)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        est = tiny().fit(X, y)
+        est.predict(X)
+        assert seen and set(seen) == {1} and torch.get_num_threads() == 2
+        seen.clear()
+        tiny(n_threads=None).fit(X, y).predict(X)
+        assert set(seen) == {2}
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="n_threads"):
+        tiny(n_threads=0).fit(X, y)
+
+
 def test_fixed_random_state_is_repeatable_and_save_load_identical(data, tmp_path):
     X, y = data
     p1 = tiny().fit(X, y).predict_proba(X)

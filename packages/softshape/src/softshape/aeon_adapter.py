@@ -65,6 +65,7 @@ class SoftShapeAeonClassifier(BaseClassifier):
         device: str = "cpu",
         random_state: int | None = None,
         verbose: bool = False,
+        n_threads: int | None = 1,
     ) -> None:
         self.shape_size = shape_size
         self.stride = stride
@@ -91,6 +92,7 @@ class SoftShapeAeonClassifier(BaseClassifier):
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
+        self.n_threads = n_threads
         super().__init__()
         if fill_nan:  # aeon checks for NaN before _fit; the inner estimator fills them
             self.set_tags(**{"capability:missing_values": True})

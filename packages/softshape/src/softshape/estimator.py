@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
@@ -23,7 +24,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d, validate_data
 
-from icml25_shared.device import get_device
+from icml25_shared.device import get_device, torch_threads
 from icml25_shared.progress import track
 from icml25_shared.validate import check_choice, check_float, check_int
 from softshape.config import (
@@ -178,6 +179,9 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         device: ``"cpu"``, ``"cuda"``, ``"auto"`` ...
         random_state: seed (int), ``RandomState`` or ``None``.
         verbose: progress bar over epochs.
+        n_threads: torch intra-op threads for fit and inference (the caller's setting is restored afterwards);
+            ``None`` keeps the caller's. One by default: the model is small, and on a busy machine more threads
+            wait far longer than they compute (an aeon fit earlier in the process can also leave torch at two).
 
     Attributes:
         classes_: the class labels seen in fit.
@@ -224,6 +228,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         device: str = "cpu",
         random_state: int | np.random.RandomState | None = None,
         verbose: bool = False,
+        n_threads: int | None = 1,
     ) -> None:
         self.shape_size = shape_size
         self.stride = stride
@@ -250,11 +255,18 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
+        self.n_threads = n_threads
+
+    def _threads(self) -> contextlib.AbstractContextManager[None]:
+        # torch's intra-op threads for fit and inference, the caller's count restored afterwards (None: theirs)
+        n = getattr(self, "n_threads", 1)  # estimators unpickled from before the parameter existed
+        return contextlib.nullcontext() if n is None else torch_threads(n)
 
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
         # sklearn's convention: the constructor stores, fit validates (and leaves the stored values alone)
         check_int("epochs", self.epochs, min=1)
+        check_int("n_threads", self.n_threads, min=1, allow_none=True)
         check_int("batch_size", self.batch_size, min=1)
         check_int("warmup_epochs", self.warmup_epochs, min=0)
         check_int("early_stopping", self.early_stopping, min=0, allow_none=True)
@@ -375,8 +387,22 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
         resume: dict[str, Any] | None = None,
         stop_at: int | None = None,
     ) -> dict[str, Any] | None:
-        """The training loop. ``resume`` continues from a state returned by an earlier call with ``stop_at`` (which
-        returns the full loop state at the start of epoch ``stop_at`` instead of finishing the fit)."""
+        """The training loop (on :attr:`n_threads` threads). ``resume`` continues from a state returned by an earlier
+        call with ``stop_at`` (which returns the full loop state at the start of epoch ``stop_at`` instead of
+        finishing the fit)."""
+        with self._threads():
+            return self._train_loop(X, y, seed, device, resume=resume, stop_at=stop_at)
+
+    def _train_loop(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        seed: int,
+        device: torch.device,
+        *,
+        resume: dict[str, Any] | None,
+        stop_at: int | None,
+    ) -> dict[str, Any] | None:
         net = SoftShapeNet(self.config_).to(device)
         opt = torch.optim.Adam(net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         tr, va = self._split(y, seed)
@@ -483,6 +509,10 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
 
     @torch.no_grad()
     def _run(self, X: Any, *, return_scores: bool = False) -> dict[str, np.ndarray]:
+        with self._threads():
+            return self._run_batches(X, return_scores=return_scores)
+
+    def _run_batches(self, X: Any, *, return_scores: bool) -> dict[str, np.ndarray]:
         self._check_fitted()
         X3, _ = self._validate_X(X, fitting=False)
         net = self._inference_net()
