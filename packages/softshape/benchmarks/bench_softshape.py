@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import json
 import os
 import statistics
@@ -43,10 +42,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from icml25_shared.bench import Log, compare, round_robin, save_results, write_performance
+from icml25_shared.bench import Log, compare, paired, round_robin, save_results, write_performance
 from icml25_shared.device import torch_threads
 from softshape import SoftShapeClassifier, ucr_shape_size
-from softshape.experiments import _timing_batch, fold_data, timing_net
+from softshape.experiments import fold_data, train_steps
 from softshape.layers import SharedMoE, capped_same_conv1d, moe_dispatch_loop
 
 DATASETS = ("GunPoint", "ItalyPowerDemand")
@@ -57,12 +56,6 @@ GOAL_STEP = 0.85  # claim 1's rule: soft / dense train-step time <= 0.85 at dept
 
 def load1() -> float:
     return os.getloadavg()[0]
-
-
-def paired(ours: list[float], peer: list[float]) -> dict[str, Any]:
-    """Per-round ratios ours / peer (the two were timed in the same round) and their median, minimum, maximum."""
-    r = [a / b for a, b in zip(ours, peer, strict=True)]
-    return {"ratio": statistics.median(r), "lo": min(r), "hi": max(r), "ratio_rounds": r}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -155,23 +148,8 @@ def inception_capping(repeats: int, kernel: int = 39, channels: int = 32) -> lis
 
 def sparse_vs_dense_one(ds: str, rounds: int, depth: int = 3, rate: float = 0.5) -> dict[str, Any]:
     load0 = load1()
-    xb, yb, n_classes = _timing_batch(ds)
-    ref = timing_net(ds, depth, 0.0, n_classes)
-    nets, opts = {}, {}
-    for v, r in (("soft", rate), ("dense", 0.0)):  # the same weights for both
-        net = copy.deepcopy(ref)
-        net.config = dataclasses.replace(net.config, sparse_rate=r, moe_in_dense=True)
-        nets[v], opts[v] = net, torch.optim.Adam(net.parameters(), lr=1e-3)
-
-    def step(v: str) -> Any:
-        def run() -> None:
-            o = nets[v](xb, sparse=True)
-            loss = F.cross_entropy(o.logits, yb) + 1e-3 * o.aux_loss
-            opts[v].zero_grad(set_to_none=True)
-            loss.backward()
-            opts[v].step()
-
-        return run
+    rates = {v: {"sparse_rate": r, "moe_in_dense": True} for v, r in (("soft", rate), ("dense", 0.0))}
+    nets, steps, (xb, yb) = train_steps(ds, rates, depth)  # the same weights for both
 
     # what no sparsification can remove: shape embedding and layer 1 (never sparsified), forward + backward, and
     # the optimizer step over every parameter, on a copy of the dense model
@@ -186,7 +164,7 @@ def sparse_vs_dense_one(ds: str, rounds: int, depth: int = 3, rate: float = 0.5)
         F.gelu(z).mean().backward()
         fixed_opt.step()
 
-    fns = {"soft": step("soft"), "dense": step("dense"), "embedding + layer 1 + Adam": fixed}
+    fns = {**steps, "embedding + layer 1 + Adam": fixed}
     t = round_robin(fns, repeats=rounds, warmup=1, order="shuffle")
     times = {k: v.times for k, v in t.items()}
     floor = [a / b for a, b in zip(times["embedding + layer 1 + Adam"], times["dense"], strict=True)]
@@ -225,6 +203,7 @@ def fit_vs_peers(epochs: int, rounds: int) -> list[dict[str, Any]]:
                 early_stopping=None,
                 batch_size=100_000,
                 random_state=0,
+                n_threads=1,  # aeon's numba fits can leave torch at two threads; the peers run with n_jobs=1
             )
         if name == "MiniRocket":
             return MiniRocketClassifier(random_state=0, n_jobs=1)
@@ -235,8 +214,7 @@ def fit_vs_peers(epochs: int, rounds: int) -> list[dict[str, Any]]:
     Xw, yw, _, _ = fold_data("GunPoint", 0)
     for name in names:  # numba compilation (peers) and torch first-call overheads, untimed in the rounds
         t0 = time.perf_counter()
-        with torch_threads(1):
-            make(name, "GunPoint", 2).fit(Xw[:20] if name == "SoftShape" else Xw[:20].astype(np.float64), yw[:20])
+        make(name, "GunPoint", 2).fit(Xw[:20] if name == "SoftShape" else Xw[:20].astype(np.float64), yw[:20])
         warm[name] = time.perf_counter() - t0
     return [fit_one(ds, epochs, rounds, make, names, warm) for ds in DATASETS]
 
@@ -248,22 +226,14 @@ def fit_one(ds: str, epochs: int, rounds: int, make: Any, names: tuple[str, ...]
     data = {n: (X, Xt) if n == "SoftShape" else (X.astype(np.float64), Xt.astype(np.float64)) for n in names}
     fitted: dict[str, Any] = {}
 
-    threads_seen: list[int] = []
-
     def fit(name: str) -> Any:
         def run() -> None:
-            # aeon's numba (OpenMP layer) resets the process's OpenMP thread count after its fits, which torch reads:
-            # SoftShape is held to one thread here, as the peers are by n_jobs=1
-            with torch_threads(1):
-                if name == "SoftShape":
-                    threads_seen.append(torch.get_num_threads())
-                fitted[name] = make(name, ds, epochs).fit(data[name][0], y)
+            fitted[name] = make(name, ds, epochs).fit(data[name][0], y)
 
         return run
 
     t = round_robin({n: fit(n) for n in names}, repeats=rounds, warmup=0, order="shuffle")
-    with torch_threads(1):
-        acc = {n: float(np.mean(np.asarray(fitted[n].predict(data[n][1])) == np.asarray(yt))) for n in names}
+    acc = {n: float(np.mean(np.asarray(fitted[n].predict(data[n][1])) == np.asarray(yt))) for n in names}
     times = {k: v.times for k, v in t.items()}
     return {
         "dataset": ds,
@@ -275,7 +245,6 @@ def fit_one(ds: str, epochs: int, rounds: int, make: Any, names: tuple[str, ...]
         "accuracy": acc,
         "vs": {p: paired(times["SoftShape"], times[p]) for p in names[1:]},
         "warmup_fit_s": warm,
-        "softshape_torch_threads": sorted(set(threads_seen)),
         "load_1min": [load0, load1()],
     }
 
@@ -284,46 +253,31 @@ def fit_one(ds: str, epochs: int, rounds: int, make: Any, names: tuple[str, ...]
 # rows, table
 
 
+def _row(case: str, peer: str, r: dict[str, Any], load: list[float], limit: float | None = None, goal=None) -> dict:
+    # one time row: ``r`` holds the paired per-round ratio and its spread (icml25_shared.bench.paired)
+    return {"case": case, "peer": peer, "metric": "time", "ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"],
+            "limit": limit, "goal": goal, "load": max(load)}  # fmt: skip
+
+
 def rows_of(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for c in res.get("moe_dispatch", []):
-        rows.append({
-            "case": f"MoE dispatch, {c['tokens']} tokens, D {c['dim']}, {c['n_experts']} experts (fwd + bwd)",
-            "peer": "per-expert loop (official)",
-            "metric": "time",
-            "ratio": c["ratio"], "lo": c["lo"], "hi": c["hi"], "limit": None, "goal": None,
-            "load": max(c["load_1min"]),
-        })  # fmt: skip
+        case = f"MoE dispatch, {c['tokens']} tokens, D {c['dim']}, {c['n_experts']} experts (fwd + bwd)"
+        rows.append(_row(case, "per-expert loop (official)", c, c["load_1min"]))
     for c in res.get("inception_capping", []):
-        rows.append({
-            "case": f"Inception conv k {c['kernel']} capped to {2 * c['tokens'] - 1} taps, {c['where']} "
-            f"({c['batch']} x {c['tokens']} tokens, fwd + bwd)",
-            "peer": "full 'same' kernel",
-            "metric": "time",
-            "ratio": c["ratio"], "lo": c["lo"], "hi": c["hi"], "limit": None, "goal": None,
-            "load": max(c["load_1min"]),
-        })  # fmt: skip
+        case = (f"Inception conv k {c['kernel']} capped to {2 * c['tokens'] - 1} taps, {c['where']} "
+                f"({c['batch']} x {c['tokens']} tokens, fwd + bwd)")  # fmt: skip
+        rows.append(_row(case, "full 'same' kernel", c, c["load_1min"]))
     for c in res.get("sparse_vs_dense", []):
-        rows.append({
-            "case": f"train step, soft rate {c['sparse_rate']} vs dense, depth {c['depth']}, MoE in every layer, "
-            f"{c['dataset']} ({c['batch']} series)",
-            "peer": "dense (rate 0)",
-            "metric": "time",
-            "ratio": c["ratio"], "lo": c["lo"], "hi": c["hi"], "limit": c["limit"],
-            "goal": f"<= {GOAL_STEP} (claim 1)",
-            "load": max(c["load_1min"]),
-        })  # fmt: skip
+        case = (f"train step, soft rate {c['sparse_rate']} vs dense, depth {c['depth']}, MoE in every layer, "
+                f"{c['dataset']} ({c['batch']} series)")  # fmt: skip
+        rows.append(_row(case, "dense (rate 0)", c, c["load_1min"], c["limit"], f"<= {GOAL_STEP} (claim 1)"))
     for c in res.get("fit_vs_peers", []):
         acc = c["accuracy"]
         for peer, v in c["vs"].items():
-            rows.append({
-                "case": f"fit, {c['dataset']} fold 0 ({c['n_train']} series, {c['epochs']} epochs); test acc "
-                f"{acc['SoftShape']:.3f} vs {acc[peer]:.3f}",
-                "peer": f"aeon {peer}",
-                "metric": "time",
-                "ratio": v["ratio"], "lo": v["lo"], "hi": v["hi"], "limit": None, "goal": None,
-                "load": max(c["load_1min"]),
-            })  # fmt: skip
+            case = (f"fit, {c['dataset']} fold 0 ({c['n_train']} series, {c['epochs']} epochs); test acc "
+                    f"{acc['SoftShape']:.3f} vs {acc[peer]:.3f}")  # fmt: skip
+            rows.append(_row(case, f"aeon {peer}", v, c["load_1min"]))
     return rows
 
 

@@ -19,6 +19,7 @@ import logging
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -353,6 +354,17 @@ def step_times(name: str, rates: dict[str, Any], rounds: int, depth: int = 2, ba
     ``name``, interleaved; ``rates``: variant -> sparse rate, or -> config overrides (e.g. ``{"sparse_rate": 0.0,
     "moe_in_dense": True}``), with a ``base`` entry, the reference (default ``"dense"``). Every variant starts from
     the same weights (:func:`timing_net`)."""
+    _, steps, (_, yb) = train_steps(name, rates, depth)
+    out = _interleaved(steps, rounds, base)
+    return {"dataset": name, "depth": depth, "batch": len(yb), **out}
+
+
+def train_steps(
+    name: str, rates: dict[str, Any], depth: int = 2
+) -> tuple[dict[str, SoftShapeNet], dict[str, Callable[[], None]], tuple[torch.Tensor, torch.Tensor]]:
+    """One train step (forward, backward, Adam) per variant on the fold-0 training batch of ``name``, every variant
+    from the same weights (:func:`timing_net`); ``rates`` as in :func:`step_times`. Returns the networks, the step
+    callables and the batch ``(x, y)``."""
     xb, yb, n_classes = _timing_batch(name)
     ref = timing_net(name, depth, 0.0, n_classes)
     nets, opts = {}, {}
@@ -361,7 +373,7 @@ def step_times(name: str, rates: dict[str, Any], rounds: int, depth: int = 2, ba
         net.config = dataclasses.replace(net.config, **(r if isinstance(r, dict) else {"sparse_rate": r}))
         nets[v], opts[v] = net, torch.optim.Adam(net.parameters(), lr=1e-3)
 
-    def step(v: str) -> Any:
+    def step(v: str) -> Callable[[], None]:
         def run() -> None:
             out = nets[v](xb, sparse=True)
             loss = F.cross_entropy(out.logits, yb) + 1e-3 * out.aux_loss
@@ -371,8 +383,7 @@ def step_times(name: str, rates: dict[str, Any], rounds: int, depth: int = 2, ba
 
         return run
 
-    out = _interleaved({v: step(v) for v in rates}, rounds, base)
-    return {"dataset": name, "depth": depth, "batch": len(yb), **out}
+    return nets, {v: step(v) for v in rates}, (xb, yb)
 
 
 def step_flops(name: str, depth: int, overrides: dict[str, Any]) -> int:
