@@ -113,3 +113,14 @@ def test_round_robin_shuffles_and_runs_the_between_call_untimed():
     assert again == [c for c in calls if c != "|"]  # seeded: the same orders
     with pytest.raises(ValueError, match="order must be"):
         bench.round_robin(fns, order="random")
+
+
+def test_paired_ratios_per_round_from_timings_or_lists():
+    from icml25_shared.bench import Timing, paired
+
+    p = paired(Timing([2.0, 3.0, 8.0]), [4.0, 3.0, 2.0])  # per round 0.5, 1.0, 4.0
+    assert p == {"ratio": 1.0, "lo": 0.5, "hi": 4.0, "ratio_rounds": [0.5, 1.0, 4.0]}
+    assert paired([1.0, 1.0], Timing([2.0, 4.0]))["ratio"] == 0.375  # median of 0.5, 0.25: not a ratio of medians
+    for a, b in (([1.0], [1.0, 2.0]), ([], [])):
+        with pytest.raises(ValueError, match="same number"):
+            paired(a, b)

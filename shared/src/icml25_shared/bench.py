@@ -11,7 +11,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ __all__ = [
     "measure",
     "compare",
     "round_robin",
+    "paired",
     "Log",
     "save_results",
     "write_performance",
@@ -84,6 +85,18 @@ class Comparison:
             "time_b": self.b.to_dict(),
             "ratio_b_over_a": self.ratio,
         }
+
+
+def paired(ours: Timing | Sequence[float], peer: Timing | Sequence[float]) -> dict[str, Any]:
+    """The per-round ratios ours / peer of two callables timed in the same rounds (``round_robin``/``compare``):
+    ``ratio`` their median, ``lo`` / ``hi`` their extremes, ``ratio_rounds`` the ratios themselves (the spread of a
+    performance row). Raises ``ValueError`` on rounds of unequal count or none."""
+    a = ours.times if isinstance(ours, Timing) else list(ours)
+    b = peer.times if isinstance(peer, Timing) else list(peer)
+    if not a or len(a) != len(b):
+        raise ValueError(f"paired needs the same number (>= 1) of rounds on both sides, got {len(a)} and {len(b)}")
+    r = [x / y for x, y in zip(a, b, strict=True)]
+    return {"ratio": statistics.median(r), "lo": min(r), "hi": max(r), "ratio_rounds": r}
 
 
 def _sync(device: Any) -> None:
