@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from icml25_shared.bench import compare, save_results, write_performance
+from icml25_shared.bench import compare, paired, save_results, write_performance
 from icml25_shared.device import torch_threads
 from timebase import PatchTST, TimeBase, TimeBaseConfig
 from timebase.baselines import DLinear
@@ -74,14 +74,8 @@ def _load() -> float:
 
 def _paired(cmp) -> dict[str, Any]:
     """A :class:`~icml25_shared.bench.Comparison` of TimeBase (a) and a peer (b) as JSON, with the per-round times
-    and the per-round ratios a / b (ours / peer)."""
-    ta, tb = cmp.a.times, cmp.b.times
-    return {
-        **cmp.to_dict(),
-        "times_s": {cmp.name_a: ta, cmp.name_b: tb},
-        "ratio": cmp.a.median / cmp.b.median,
-        "ratio_rounds": [a / b for a, b in zip(ta, tb, strict=True)],
-    }
+    and :func:`~icml25_shared.bench.paired`'s per-round ratios a / b (ours / peer), their median and extremes."""
+    return {**cmp.to_dict(), "times_s": {cmp.name_a: cmp.a.times, cmp.name_b: cmp.b.times}, **paired(cmp.a, cmp.b)}
 
 
 def _memory(models: dict[str, torch.nn.Module], steps: dict[str, Callable[[], None]]) -> dict[str, Any]:
@@ -161,49 +155,38 @@ def _bytes(n: float) -> str:
 
 
 def rows_of(res: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of ``performance.json``: ours / peer with the per-round spread; each case names its absolute figures
-    (TimeBase vs the peer), since ratios far below 1 round to 0.00 in the table."""
+    """The rows of ``performance.json``: ours / peer with the per-round spread; each case names the absolute figures
+    (TimeBase vs the peer)."""
     s = res["setting"]
     shape = f"T = {s['seq_len']}, H = {s['horizon']}, C = {s['channels']}"
+
+    def timed(case: str, label: str, r: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        return {"case": case, "peer": label, "metric": "time", "ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"],
+                "load": max(r["load_1min"]), **extra}  # fmt: skip
+
     rows = []
     for peer, label in (("DLinear", "DLinear"), ("PatchTST", "PatchTST-sized (3 layers, d_model 128)")):
         r = res[f"fwd_bwd_vs_{peer}"]
-        load, mem = max(r["load_1min"]), r["peak_alloc_bytes"]
+        mem = r["peak_alloc_bytes"]
         times = f"{_ms(r['time_a']['median_s'])} vs {_ms(r['time_b']['median_s'])}"
-        rows.append({
-            "case": f"training step (forward + backward), batch {r['batch']}, {shape}: {times}",
-            "peer": label,
-            "metric": "time",
-            "ratio": r["ratio"],
-            "lo": min(r["ratio_rounds"]),
-            "hi": max(r["ratio_rounds"]),
-            "load": load,
-        })  # fmt: skip
+        rows.append(timed(f"training step (forward + backward), batch {r['batch']}, {shape}: {times}", label, r))
         if peer == "DLinear":
             inf = res["cpu_inference_per_sample_vs_DLinear"]
             ps = inf["per_sample_s"]
-            rows.append({
-                "case": f"CPU inference per sample (batch 1), {shape}: {_ms(ps['TimeBase'])} vs {_ms(ps['DLinear'])}",
-                "peer": label,
-                "metric": "time",
-                "ratio": inf["ratio"],
-                "lo": min(inf["ratio_rounds"]),
-                "hi": max(inf["ratio_rounds"]),
-                "goal": f"≤ {PAPER_INFERENCE:.2f} (paper Table 3: 3.3x faster)",
-                "load": max(inf["load_1min"]),
-            })  # fmt: skip
+            case = f"CPU inference per sample (batch 1), {shape}: {_ms(ps['TimeBase'])} vs {_ms(ps['DLinear'])}"
+            rows.append(timed(case, label, inf, goal=f"≤ {PAPER_INFERENCE:.2f} (paper Table 3: 3.3x faster)"))
         rows.append({
             "case": f"training step, batch {r['batch']}, {shape}: {_bytes(mem['TimeBase'])} vs {_bytes(mem[peer])}",
             "peer": label,
             "metric": "peak memory",
             "ratio": r["mem_ratio"],
-            "load": load,
+            "load": max(r["load_1min"]),
         })  # fmt: skip
     return rows
 
 
 def _spread(r: dict[str, Any]) -> str:
-    return f"{r['ratio']:.3f} [{min(r['ratio_rounds']):.3f}, {max(r['ratio_rounds']):.3f}]"
+    return f"{r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
 
 
 def lines_of(res: dict[str, Any]) -> list[str]:
