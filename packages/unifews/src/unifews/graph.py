@@ -238,13 +238,7 @@ class LayerGraph:
             return memo[3]
         perm, ptr, col = self.backward_order() if transposed else self.forward_order()
         vals = self._sorted_values(w, perm, transposed)
-        if (
-            mask is not None
-            and _kept.AVAILABLE
-            and mask.device.type == "cpu"
-            and mask.is_contiguous()
-            and vals.dtype in (torch.float32, torch.float64)  # numba has no half types
-        ):
+        if mask is not None and mask.is_contiguous() and _compiled_ok(mask, vals):
             ptr, col, vals = _kept.select_csr(ptr, col, vals.contiguous(), perm, mask)  # one pass (numba)
         elif mask is not None:
             sel = mask if perm is None else mask.index_select(0, perm)
@@ -294,14 +288,7 @@ class LayerGraph:
         the caller then runs the torch rule, whose mask this one equals bit for bit.
         """
         w = self.w
-        if not (
-            _kept.AVAILABLE
-            and norms.device.type == "cpu"
-            and norms.dtype in (torch.float32, torch.float64)
-            and w.dtype == norms.dtype
-            and w.device.type == "cpu"
-            and not torch.is_inference_mode_enabled()
-        ):
+        if not _compiled_ok(norms, w) or w.dtype != norms.dtype or torch.is_inference_mode_enabled():
             return None
         fwd, loop = self._numpy_order(False)
         if backward and compiled_spmm_applies(norms, w):
@@ -352,12 +339,15 @@ def compiled_spmm_applies(z: Tensor, w: Tensor) -> bool:
     float64, and one torch thread (the library's default; with more threads torch's parallel kernel is used). The
     loops sum every row in the CSR's entry order, as torch's kernel does, and need no transposed CSR: the backward
     scatters from the forward's."""
-    return (
-        _kept.AVAILABLE
-        and z.device.type == "cpu"
-        and z.dtype in (torch.float32, torch.float64)
-        and w.dtype == z.dtype
-        and torch.get_num_threads() == 1
+    return _compiled_ok(z, w) and w.dtype == z.dtype and torch.get_num_threads() == 1
+
+
+def _compiled_ok(*tensors: Tensor) -> bool:
+    """Whether the compiled loops of :mod:`unifews._kept` can take these tensors: numba installed, every tensor on
+    the CPU, the floating ones in float32 / float64 (numba has no half types)."""
+    return _kept.AVAILABLE and all(
+        t.device.type == "cpu" and (not t.is_floating_point() or t.dtype in (torch.float32, torch.float64))
+        for t in tensors
     )
 
 

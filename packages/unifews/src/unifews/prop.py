@@ -318,15 +318,16 @@ def _entry(x, G: PropGraph, hops, delta_a, coef, kind, alpha, push, tail, seed, 
     st = PropStats("entry", push)
     p = x
     acc = alpha * x if kind == "appnp" else None
+    pruned = 0 < delta_a < float("inf")
     theta = None  # θ_k, only where a hop prunes
-    if 0 < delta_a < float("inf"):
+    if pruned:
         scale = x.abs().mean(0) if scale is None else scale
         theta = torch.where(scale > 0, delta_a * scale, torch.zeros_like(scale))
     # the deterministic prefix lengths per (source, feature); the dense path (δa = 0) never shrinks them
     c_prev = G.out_deg.to(torch.int32).unsqueeze(1).expand(n, K)
     c_prev = c_prev if delta_a == 0 else c_prev.clone()
     kept_dense = int(G.out_deg.sum()) * K
-    col_hash = _column_hash(cols) if push == "random" and 0 < delta_a < float("inf") else None
+    col_hash = _column_hash(cols) if push == "random" and pruned else None
     hashes = {} if hashes is None else hashes
     # the fused hop writes P into two buffers, alternately (hop l reads hop l - 1's), and the regime c in place
     bufs: list = [None, None]
