@@ -108,7 +108,7 @@ def bench_round(data, lines, res):
 
         return fn
 
-    t = round_robin({n: step(n) for n in cfgs}, repeats=5, warmup=1)
+    t = round_robin({n: step(n) for n in cfgs}, repeats=5, warmup=1, order="shuffle")
     base = t["fedavg"].median
     res["round"] = {}
     lines.append(f"local round (5 steps) of one Cora client (n={g.n}, m={g.edge_index.size(1)}), ratios vs FedAvg:")
@@ -255,7 +255,7 @@ def bench_server(state, mask, lines, res, counts=(10, 50, 100)):
         case = server_case(cfg, state, mask, c)
         floor_fns = list(case["floors"].values())
         fns = {**case["fns"], "floor": lambda floor_fns=floor_fns: [fn() for fn in floor_fns]}
-        t = round_robin(fns, repeats=7, warmup=1)
+        t = round_robin(fns, repeats=7, warmup=1, order="shuffle")  # four callables: no fixed predecessor
         fed, eag, core = (t[k] for k in ("Flower FedAvg", "EAGLES strategy", "EAGLES server (tensors in)"))
         ratios = [e / f for e, f in zip(eag.times, fed.times, strict=True)]
         steps = {k: _cpu_ms(fn) for k, fn in case["steps"].items()}
