@@ -124,3 +124,6 @@ def test_paired_ratios_per_round_from_timings_or_lists():
     for a, b in (([1.0], [1.0, 2.0]), ([], [])):
         with pytest.raises(ValueError, match="same number"):
             paired(a, b)
+    for a, b in (([1.0], [0.0]), ([float("nan")], [1.0])):  # a zero from a coarse clock, a nan
+        with pytest.raises(ValueError, match="positive, finite"):
+            paired(a, b)

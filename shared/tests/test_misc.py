@@ -49,8 +49,13 @@ def test_torch_threads_sets_and_restores():
         return torch.get_num_threads()
 
     assert inner() == 1 and torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="n must be an int >= 1"), device.torch_threads(0):
+    with pytest.raises(ValueError, match="n must be a positive int"), device.torch_threads(0):
         pass
+    with pytest.raises(TypeError, match="n must be a positive int"), device.torch_threads(True):
+        pass
+    with device.torch_threads(np.int64(1)):  # a validated hyper-parameter may be a numpy integer
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
 
 
 def test_warmup_cosine_shape():

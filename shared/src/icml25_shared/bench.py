@@ -7,6 +7,7 @@ sampled from a background thread.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import threading
@@ -90,11 +91,15 @@ class Comparison:
 def paired(ours: Timing | Sequence[float], peer: Timing | Sequence[float]) -> dict[str, Any]:
     """The per-round ratios ours / peer of two callables timed in the same rounds (``round_robin``/``compare``):
     ``ratio`` their median, ``lo`` / ``hi`` their extremes, ``ratio_rounds`` the ratios themselves (the spread of a
-    performance row). Raises ``ValueError`` on rounds of unequal count or none."""
+    performance row). Raises ``ValueError`` on rounds of unequal count or none, and on a time that is not positive
+    and finite."""
     a = ours.times if isinstance(ours, Timing) else list(ours)
     b = peer.times if isinstance(peer, Timing) else list(peer)
     if not a or len(a) != len(b):
         raise ValueError(f"paired needs the same number (>= 1) of rounds on both sides, got {len(a)} and {len(b)}")
+    bad = [t for t in (*a, *b) if not (t > 0 and math.isfinite(t))]
+    if bad:
+        raise ValueError(f"paired needs positive, finite times, got {bad[0]!r} (a clock too coarse for the call?)")
     r = [x / y for x, y in zip(a, b, strict=True)]
     return {"ratio": statistics.median(r), "lo": min(r), "hi": max(r), "ratio_rounds": r}
 

@@ -99,8 +99,9 @@ def torch_threads(n: int = 1) -> Iterator[None]:
     """
     import torch
 
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be an int >= 1, got {n!r}")
+    from icml25_shared.validate import check_int
+
+    n = check_int("n", n, min=1)  # numpy integers too (a validated hyper-parameter may be one)
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
