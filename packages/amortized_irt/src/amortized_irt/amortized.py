@@ -368,7 +368,7 @@ class AmortizedDifficulty:
         cfg = m.config
         x, log_w = irtF.gauss_hermite(cfg.n_quad, cfg.prior_sd)
         b = torch.as_tensor(m.difficulty_, dtype=DTYPE)
-        design = irtF.SparseDesign.build(Y)
+        design = self.model_._design(Y)
         post, _ = irtF.e_step(design, *irtF.log_probs(x, torch.ones_like(b), b), log_w)
         n, _ = design.item_stats(post)
         p = torch.sigmoid(x[None] - b[:, None])
@@ -380,7 +380,7 @@ class AmortizedDifficulty:
         M-step (every step with halving, so the penalised marginal likelihood never decreases)."""
         cfg = self.model_.config
         x, log_w = irtF.gauss_hermite(cfg.n_quad, cfg.prior_sd)
-        design = irtF.SparseDesign.build(Y)
+        design = self.model_._design(Y)
         b = torch.as_tensor(self.model_._init_params(Y, None), dtype=DTYPE)
         C = torch.from_numpy(np.flatnonzero(~free))
         Fr = torch.from_numpy(np.flatnonzero(free))
@@ -397,7 +397,7 @@ class AmortizedDifficulty:
         self.converged_, change, b_prev = False, float("inf"), b.clone()
         for it in range(self.max_iter):
             post, log_m = irtF.e_step(design, *irtF.log_probs(x, torch.ones_like(b), b), log_w)
-            ll = float(log_m.sum()) - 0.5 * float((pen * phi * phi).sum())
+            ll = float(design.total(log_m)) - 0.5 * float((pen * phi * phi).sum())
             trace.append(ll)
             if it > 0:  # the plain fit's criterion: the largest change of any b in the last iteration
                 change = float((b - b_prev).abs().max())
@@ -447,7 +447,7 @@ class AmortizedDifficulty:
         b, se = self._calibrate(Y)
         keep = ~free
         x, log_w = irtF.gauss_hermite(cfg.n_quad, cfg.prior_sd)
-        design = irtF.SparseDesign.build(Y)
+        design = self.model_._design(Y)
         b_obs, var_obs = b, se**2
         for _ in range(self.alternations):
             self._fit_regressor(X[keep], b_obs[keep], 1.0 / var_obs[keep], var_obs[keep])

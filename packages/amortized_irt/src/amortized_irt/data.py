@@ -89,8 +89,12 @@ class ResponseMatrix:
             self.rows.min() < 0 or self.rows.max() >= n or self.cols.min() < 0 or self.cols.max() >= m
         ):
             raise ValueError(f"entry indices must lie inside shape {self.shape}")
-        order = np.lexsort((self.cols, self.rows))
-        self.rows, self.cols, self.values = self.rows[order], self.cols[order], vals[order].astype(np.float64)
+        dr, dc = np.diff(self.rows), np.diff(self.cols)
+        if ((dr > 0) | ((dr == 0) & (dc > 0))).all():  # already in CSR order without repeats (from_dense)
+            self.values = vals.astype(np.float64)
+        else:
+            order = np.lexsort((self.cols, self.rows))
+            self.rows, self.cols, self.values = self.rows[order], self.cols[order], vals[order].astype(np.float64)
         if len(self.rows) > 1:
             dup = (np.diff(self.rows) == 0) & (np.diff(self.cols) == 0)
             if dup.any():

@@ -95,6 +95,9 @@ class _IRTModel:
     """Shared implementation of :class:`Rasch`, :class:`TwoPL` and :class:`ThreePL`."""
 
     _model: ClassVar[Literal["rasch", "2pl", "3pl"]] = "rasch"
+    # Rasch: E-step once per group of takers with the same answered items and raw score (a sufficient statistic);
+    # False runs it once per taker (the same estimates up to rounding)
+    _group_takers: ClassVar[bool] = True
 
     def __init__(self, config: IRTConfig | None = None, **overrides: Any) -> None:
         base = config.to_dict() if config is not None else {}
@@ -141,6 +144,10 @@ class _IRTModel:
             return 0.0
         zero = torch.zeros((P.shape[0], 1), dtype=DTYPE)
         return float(irtF.item_objective(P, zero, zero, torch.zeros(1, dtype=DTYPE), *self._priors()).sum())
+
+    def _design(self, Y: ResponseMatrix, rows: slice | None = None) -> irtF.SparseDesign:
+        """The E-step design: grouped by (answered items, raw score) for the Rasch model, one row per taker else."""
+        return irtF.SparseDesign.build(Y, rows, group=self._model == "rasch" and self._group_takers)
 
     def _priors(self) -> tuple[float | None, tuple[float, float] | None]:
         cfg = self.config
@@ -207,19 +214,18 @@ class _IRTModel:
         cfg = self.config
         P = self._init_params(Y, init)
         self.prior_sd_ = cfg.prior_sd
+        design = self._design(Y, self._shard(Y, distributed))  # this process's takers (all of them unless sharded)
         if cfg.method == "em":
-            P = self._em(Y, P, distributed)
+            P = self._em(design, P, distributed)
         elif cfg.method == "jml":
             P = self._jml(Y, P)
         elif cfg.method == "expected_ll":
             P = self._expected_ll(Y, P)
         else:
-            P = self._gh_adam(Y, P)
+            P = self._gh_adam(design, P)
         self._set_params(P)
         self.item_ids_ = Y.item_ids
         self.n_items_ = Y.n_items
-        rows = self._shard(Y, distributed)
-        design = irtF.SparseDesign.build(Y, rows)
         a, b, c = self._tensors()
         theta, se = irtF.eap(design, a, b, c, 0.0, self.prior_sd_)
         if distributed:
@@ -249,10 +255,9 @@ class _IRTModel:
         if not hasattr(self, "difficulty_"):
             raise RuntimeError(f"{type(self).__name__} is not fitted yet: call fit(Y) first")
 
-    def _em(self, Y: ResponseMatrix, P: torch.Tensor, distributed: bool) -> torch.Tensor:
+    def _em(self, design: irtF.SparseDesign, P: torch.Tensor, distributed: bool) -> torch.Tensor:
         """Bock–Aitkin EM: E-step posterior on the nodes, item statistics n, r, item-parallel M-step."""
         cfg = self.config
-        design = irtF.SparseDesign.build(Y, self._shard(Y, distributed))
         if cfg.estimate_prior_sd:  # fixed rectangular grid; the prior's weights move with σ_θ (mirt's scheme)
             x = torch.linspace(-6.0, 6.0, max(cfg.n_quad, 61), dtype=DTYPE)
         else:
@@ -267,7 +272,7 @@ class _IRTModel:
             a, b, c = self._unpack(P)
             logp, log1mp = irtF.log_probs(x, a, b, c)
             post, log_m = irtF.e_step(design, logp, log1mp, log_w)
-            ll = float(_allreduce(log_m.sum().reshape(1), distributed)[0]) + self._log_prior(P)
+            ll = float(_allreduce(design.total(log_m).reshape(1), distributed)[0]) + self._log_prior(P)
             trace.append(ll)
             if it > 0:  # the largest change of any parameter in the last EM iteration (identical on every rank)
                 change = float((P - P_prev).abs().max())
@@ -282,7 +287,8 @@ class _IRTModel:
             n, r = stats[0], stats[1]
             if cfg.estimate_prior_sd:  # closed-form σ_θ² = E[θ²] under the posterior (mean fixed at 0)
                 mom = _allreduce(
-                    torch.stack([post.sum(0) @ x**2, torch.tensor(float(post.shape[0]), dtype=DTYPE)]), distributed
+                    torch.stack([design.total(post) @ x**2, torch.tensor(float(design.n_takers), dtype=DTYPE)]),
+                    distributed,
                 )
                 sd = float(torch.sqrt(mom[0] / mom[1]))
             if self._model == "rasch":
@@ -383,12 +389,11 @@ class _IRTModel:
         self.n_iter_ = len(trace)
         return P.detach()
 
-    def _gh_adam(self, Y: ResponseMatrix, P: torch.Tensor) -> torch.Tensor:
+    def _gh_adam(self, design: irtF.SparseDesign, P: torch.Tensor) -> torch.Tensor:
         """The official code's second path: the Gauss–Hermite marginal likelihood maximised by Adam (lr 5e-3). The
         gradient is the EM one (Fisher's identity: ∇ log m = ∇Q at the current posterior). The official code's
         nodes carry a √2 factor (an N(0, 2) prior); here the prior is N(0, prior_sd²)."""
         cfg = self.config
-        design = irtF.SparseDesign.build(Y)
         x, log_w = irtF.gauss_hermite(cfg.n_quad, cfg.prior_sd)
         P = P.clone()
         opt = torch.optim.Adam([P], lr=5e-3, maximize=True)
@@ -400,7 +405,7 @@ class _IRTModel:
             a, b, c = self._unpack(P)
             logp, log1mp = irtF.log_probs(x, a, b, c)
             post, log_m = irtF.e_step(design, logp, log1mp, log_w)
-            trace.append(float(log_m.sum()) + self._log_prior(P))
+            trace.append(float(design.total(log_m)) + self._log_prior(P))
             if it > 0:
                 change = float((P - P_prev).abs().max())
                 if change < cfg.tol:
@@ -477,7 +482,7 @@ class _IRTModel:
             a, b, c = a[idx], b[idx], (None if c is None else c[idx])
         with torch_threads(1):
             if method == "eap":
-                theta, se = irtF.eap(irtF.SparseDesign.build(Y), a, b, c, *prior)
+                theta, se = irtF.eap(self._design(Y), a, b, c, *prior)
                 counts = np.bincount(Y.rows, minlength=Y.n_takers)
                 flag = np.where(counts == 0, irtF.FLAG_NO_ITEMS, irtF.FLAG_OK)
                 return theta.numpy(), se.numpy(), flag
