@@ -174,3 +174,87 @@ def test_torch_ao_bytes_recorded_without_unpacking(monkeypatch, bias):
     assert calls == []
     assert rec["linear_bytes_after"] == linear_weight_bytes(q)
     assert len(calls) == 15  # the count above unpacks each of the 15 Linear layers once
+
+
+def _odd_models():
+    """Models whose walk has edge cases: biases, a Linear shared by two parents, a Linear subclass, a pruned Linear
+    (torch.nn.utils.prune masks), a non-float first parameter, and the tiny Llama."""
+    from torch.nn.utils import prune as torch_prune
+
+    class SubLinear(nn.Linear):
+        pass
+
+    torch.manual_seed(3)
+    shared = nn.Linear(8, 8)
+    pruned = nn.Linear(8, 6, bias=True)
+    with torch.no_grad():  # the masked weight a leaf, as deepcopy needs
+        torch_prune.l1_unstructured(pruned, "weight", amount=0.5)
+        torch_prune.l1_unstructured(pruned, "bias", amount=0.5)
+    counter = nn.Module()
+    counter.register_parameter("steps", nn.Parameter(torch.zeros(3, dtype=torch.int64), requires_grad=False))
+    return {
+        "llama": tiny_llama(hidden=64, mlp=128),
+        "mixed": nn.Sequential(
+            counter,
+            nn.Sequential(nn.Linear(4, 8, bias=True), nn.ReLU(), shared),
+            nn.Sequential(shared, nn.GELU(), SubLinear(8, 8, bias=False)),
+            nn.LayerNorm(8),
+            pruned,
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["llama", "mixed"])
+def test_torch_ao_quantize_equals_quantize_dynamic_called_directly(name):
+    """``quantize`` (one walk for checks and bytes, bias read from that walk) gives the model ``quantize_dynamic``
+    gives on the same input -- the same layer types, int8 weights, scales, zero points and biases, bitwise equal
+    outputs -- and the record equals the reference counts (``linear_weight_bytes`` of the input and of the result,
+    the latter unpacking every int8 weight)."""
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    m = _odd_models()[name]
+    q, rec = quantize(m, "int8_dynamic", "torch.ao")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8)
+    mods, ref_mods = dict(q.named_modules(remove_duplicate=False)), dict(ref.named_modules(remove_duplicate=False))
+    assert list(mods) == list(ref_mods)
+    assert [type(v) for v in mods.values()] == [type(v) for v in ref_mods.values()]
+    n_int8 = 0
+    for key, mod in mods.items():
+        if type(mod).__module__.startswith("torch.ao.nn.quantized") and type(mod).__name__ == "Linear":
+            (w, b), (rw, rb) = mod._weight_bias(), ref_mods[key]._weight_bias()
+            assert torch.equal(w.int_repr(), rw.int_repr()) and w.q_scale() == rw.q_scale(), key
+            assert w.q_zero_point() == rw.q_zero_point() and (b is None) == (rb is None), key
+            assert b is None or torch.equal(b, rb), key
+            n_int8 += 1
+    # the Llama's 15 Linear; mixed: three nn.Linear, the shared one swapped in each parent (two layers, the second
+    # name absent from quantize's walk of the input), the subclass left float
+    assert n_int8 == (15 if name == "llama" else 4)
+    assert dict(q.state_dict()).keys() == dict(ref.state_dict()).keys()
+    with torch.no_grad():
+        if name == "llama":
+            x = tokens()
+            assert torch.equal(q(input_ids=x).logits, ref(input_ids=x).logits)
+        else:
+            x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+            assert torch.equal(q[1:4](x), ref[1:4](x))  # not the pruned layer: its mask hook outlives the swap
+    assert rec["linear_bytes_before"] == linear_weight_bytes(m)
+    assert rec["linear_bytes_after"] == linear_weight_bytes(q)
+
+
+def test_scan_matches_the_separate_calls():
+    """The one walk ``quantize`` makes over its input gives what the separate calls give."""
+    from downscaling.quantize import _scan
+
+    models = _odd_models() | {"empty": nn.Sequential(nn.ReLU()), "half": tiny_llama().half()}
+    for name, m in models.items():
+        s = _scan(m)
+        params = list(m.parameters())
+        assert s.has_linear == any(isinstance(x, nn.Linear) for x in m.modules()), name
+        assert s.device == (params[0].device if params else torch.device("cpu")), name
+        assert s.dtype == next((p.dtype for p in params if p.is_floating_point()), torch.float32), name
+        assert s.linear_bytes == linear_weight_bytes(m), name
+        assert s.biases.keys() == {k for k, x in m.named_modules() if isinstance(x, nn.Linear)}, name

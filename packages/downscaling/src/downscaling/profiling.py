@@ -142,15 +142,18 @@ def linear_weight_bytes(model: nn.Module) -> int:
     Returns:
         The byte count.
     """
-    total = 0
-    for m in model.modules():
-        if (
-            isinstance(m, nn.Linear)
-            or "Linear" in type(m).__name__
-            and m.__module__.startswith(("torch.ao", "optimum"))
-        ):
-            total += sum(_tensor_bytes(t) for t in _module_weights(m) if isinstance(t, torch.Tensor))
-    return total
+    return sum(_linear_layer_bytes(m) for m in model.modules() if _is_linear_layer(m))
+
+
+def _is_linear_layer(m: nn.Module) -> bool:
+    """``nn.Linear`` or a quantized replacement of it (torch.ao, optimum-quanto): the layers
+    :func:`linear_weight_bytes` counts."""
+    return isinstance(m, nn.Linear) or "Linear" in type(m).__name__ and m.__module__.startswith(("torch.ao", "optimum"))
+
+
+def _linear_layer_bytes(m: nn.Module) -> int:
+    """The bytes of one layer that :func:`_is_linear_layer` accepts."""
+    return sum(_tensor_bytes(t) for t in _module_weights(m) if isinstance(t, torch.Tensor))
 
 
 def read_energy_counter() -> float | None:
