@@ -32,6 +32,7 @@ def _expected(algo, data, **kw):
         local_epochs=cfg.local_epochs,
         count_labels=cfg.count_labels,
         warm_start_rounds=cfg.warm_start_rounds,
+        **kw,
     )
 
 
@@ -59,6 +60,26 @@ def test_baseline_ledgers_equal_closed_form(tiny_data, digits_models, small_cfg,
     small_cfg.update(rounds=2)
     algo, h = _fit(method, tiny_data, digits_models, **small_cfg)
     assert h.bytes_per_round == _expected(algo, tiny_data)
+
+
+@pytest.mark.parametrize("method", ["fsl_sage", "cse_fsl", "splitfed_v1", "splitfed_v2"])
+@pytest.mark.parametrize(("dtype", "itemsize"), [(torch.float64, 8), (torch.bfloat16, 2)])
+def test_smashed_payloads_count_their_dtype(tiny_data, small_cfg, method, dtype, itemsize):
+    # a float64 or bfloat16 split: models count 8 or 2 bytes a value, and so must the smashed activations and
+    # their gradients (they used to count 4 whatever the dtype)
+    torch.manual_seed(0)
+    models = [m.to(dtype) for m in digits_cnn_split()]
+    data = ([(x.to(dtype), y) for x, y in tiny_data[0]], (tiny_data[1][0].to(dtype), tiny_data[1][1]))
+    small_cfg.update(rounds=2)
+    algo, h = _fit(method, data, models, **small_cfg)
+    assert h.bytes_per_round == _expected(algo, data, smashed_itemsize=itemsize)
+    assert h.bytes_per_round != _expected(algo, data)  # the float32 count
+    # uploads at k = 0, 2, 4 (FSL-SAGE, CSE-FSL) or every batch (SplitFed) of 512 values each
+    n_up = 21 if method in ("fsl_sage", "cse_fsl") else 37
+    assert algo.ledger.total_where(round=0, client=0, kind="smashed") == n_up * 512 * itemsize
+    if method.startswith("splitfed"):
+        assert algo.ledger.total_where(round=0, client=0, kind="gradient") == 37 * 512 * itemsize
+    assert algo.ledger.total_where(round=0, client=0, kind="client", direction="up") == nbytes(algo.clients[0])
 
 
 def test_labels_and_warm_start_counted(tiny_data, digits_models, small_cfg):

@@ -156,15 +156,20 @@ def test_per_sample_targets_are_chunk_invariant_and_official_mean_convention_is_
     torch.testing.assert_close(g_mean_d * 200, g_full)
 
 
-@pytest.mark.parametrize("linear", [True, False])
-def test_vmapped_alignment_equals_loop(linear):
+HEADS = {
+    "linear": lambda: nn.Sequential(nn.Flatten(), nn.Linear(12, 4), nn.LogSoftmax(1)),
+    # no bias: the closed form must not look for one
+    "linear_no_bias": lambda: nn.Sequential(nn.Flatten(), nn.Linear(12, 4, bias=False), nn.LogSoftmax(1)),
+    # raw scores (no LogSoftmax): not the closed form's log-softmax head, so the loop's autograd path applies
+    "linear_logits": lambda: nn.Sequential(nn.Flatten(), nn.Linear(12, 4)),
+    "mlp": lambda: nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 4), nn.LogSoftmax(1)),
+}
+
+
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_vmapped_alignment_equals_loop(head):
     torch.manual_seed(0)
-    if linear:
-        make = lambda: GradScalarAux(nn.Sequential(nn.Flatten(), nn.Linear(12, 4), nn.LogSoftmax(1)))  # noqa: E731
-    else:
-        make = lambda: GradScalarAux(  # noqa: E731
-            nn.Sequential(nn.Flatten(), nn.Linear(12, 8), nn.Tanh(), nn.Linear(8, 4), nn.LogSoftmax(1))
-        )
+    make = lambda: GradScalarAux(HEADS[head]())  # noqa: E731
     server = nn.Sequential(nn.Flatten(), nn.Linear(12, 6), nn.ReLU(), nn.Linear(6, 4), nn.LogSoftmax(1))
     auxes = [make() for _ in range(3)]
     loop = copy.deepcopy(auxes)
@@ -180,3 +185,25 @@ def test_vmapped_alignment_equals_loop(linear):
         for p, q in zip(a.parameters(), b.parameters()):
             torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4)
     assert not torch.allclose(next(auxes[0].parameters()), next(make().parameters()))
+
+
+def test_estimate_and_alignment_grads_refuse_labels_that_do_not_fit():
+    aux = GradScalarAux(nn.Sequential(nn.Flatten(), nn.Linear(12, 4), nn.LogSoftmax(1)))
+    z, y = torch.randn(5, 12), torch.tensor([0, 1, 2, 3, 0])
+    # a label of -1 used to pick the last class in the closed form, one label too few left a row without its e_y
+    for bad, match in (
+        (torch.tensor([0, 1, 2, 3, -1]), r"y must lie in \[0, 3\]"),
+        (torch.tensor([0, 1, 2, 3, 4]), r"y must lie in \[0, 3\]"),
+        (y[:4], r"y must have shape \(5,\)"),
+        (y[:, None], r"y must have shape \(5,\)"),
+        (y.float(), "integer class indices"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            aux.estimate(z, bad)
+        with pytest.raises(ValueError, match=match):
+            aux.alignment_grads(z, bad, torch.zeros_like(z))
+    with pytest.raises(ValueError, match="target must be the true cut gradients"):
+        aux.alignment_grads(z, y, torch.zeros(5, 11))
+    # int32 labels are class indices too: the same estimate as int64, on both paths
+    torch.testing.assert_close(aux.estimate(z, y.int()), aux.estimate(z, y))
+    torch.testing.assert_close(aux.estimate(z, y.int(), create_graph=True), aux.estimate(z, y))

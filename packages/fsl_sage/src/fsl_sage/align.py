@@ -289,16 +289,21 @@ def align_many_vmap(
         st.exp_avg = [torch.stack([s.exp_avg[j] for s in states]) for j in range(len(names))]
         st.exp_avg_sq = [torch.stack([s.exp_avg_sq[j] for s in states]) for j in range(len(names))]
 
-    lin = base.linear if base.analytic else None
+    # the closed form assumes log-probabilities log_softmax(Wz + b), as GradScalarAux.alignment_grads does
+    lin = base.linear if base.analytic and base._applies_log_softmax else None
     if lin is not None:
-        w_name = names[[id(p) for p in base.parameters()].index(id(lin.weight))]
-        b_name = names[[id(p) for p in base.parameters()].index(id(lin.bias))]
-        iw, ib = names.index(w_name), names.index(b_name)
+        ids = [id(p) for p in base.parameters()]
+        iw = ids.index(id(lin.weight))
+        ib = ids.index(id(lin.bias)) if lin.bias is not None else None
 
         def per_client(params: list[torch.Tensor], z, y, g):
-            dw, db, _ = linear_alignment_grads(params[iw], params[ib], z, y, g)
+            w = params[iw]
+            b = params[ib] if ib is not None else w.new_zeros(w.shape[0])
+            dw, db, _ = linear_alignment_grads(w, b, z, y, g)
             out = [torch.zeros_like(p) for p in params]
-            out[iw], out[ib] = dw, db
+            out[iw] = dw
+            if ib is not None:
+                out[ib] = db
             return out
 
         batched = vmap(per_client)

@@ -48,7 +48,7 @@ class CSEFSL(FederatedSplitAlgorithm):
         for i in range(len(self.clients)):
 
             def on_upload(k: int, z: torch.Tensor, y: torch.Tensor, i: int = i) -> None:
-                self.ledger.up(t, i, "smashed", self._upload_bytes(len(y)))
+                self.ledger.up(t, i, "smashed", self._upload_bytes(z))
                 server_step(self.server, self.server_opt, z, y)
                 self.server_steps += 1
 
@@ -90,8 +90,9 @@ def _splitfed_step(
     s_opt: torch.optim.Optimizer,
     xb: torch.Tensor,
     yb: torch.Tensor,
-) -> None:
-    """One SplitFed iteration: the server steps on the uploaded z and returns the batch-mean cut gradient."""
+) -> torch.Tensor:
+    """One SplitFed iteration: the server steps on the uploaded z and returns the batch-mean cut gradient (to the
+    client, which steps). Returns z (detached), the payload of both directions."""
     z = client(xb)
     zs = z.detach().requires_grad_(True)
     s_opt.zero_grad(set_to_none=True)
@@ -100,6 +101,7 @@ def _splitfed_step(
     c_opt.zero_grad(set_to_none=True)
     z.backward(zs.grad)
     c_opt.step()
+    return zs.detach()
 
 
 class SplitFedV2(FederatedSplitAlgorithm):
@@ -120,12 +122,11 @@ class SplitFedV2(FederatedSplitAlgorithm):
             self.clients[i].train()
             server.train()
             for k, e, idx in local_batches(len(d), self.config, i, t):
-                b = len(idx)
-                self.ledger.up(t, i, "smashed", self._upload_bytes(b))
                 xb, yb = d.batch(idx, batch_key(self.config.seed, i, t, e, k), self.device)
-                _splitfed_step(self.clients[i], self.client_opts[i], server, s_opt, xb, yb)
+                z = _splitfed_step(self.clients[i], self.client_opts[i], server, s_opt, xb, yb)
+                self.ledger.up(t, i, "smashed", self._upload_bytes(z))
                 self.server_steps += 1
-                self.ledger.down(t, i, "gradient", b * self.smashed_numel * 4)
+                self.ledger.down(t, i, "gradient", z.numel() * z.element_size())  # ∂ℓ/∂z has z's dtype
             self.ledger.up(t, i, "client", nbytes(self.clients[i]))
         return 0
 

@@ -136,33 +136,51 @@ def expected_bytes(
     local_epochs: int = 1,
     count_labels: bool = False,
     warm_start_rounds: int = 0,
+    smashed_itemsize: int = 4,
 ) -> list[int]:
     """The closed form of the per-round communication: total bytes (all clients, both directions) of each round
-    0..rounds-1. Per client and round (d = floats per sample at the cut, b_k = the size of local batch k):
+    0..rounds-1. Per client and round (d = values per sample at the cut, s = their itemsize, 4 for float32,
+    b_k = the size of local batch k):
 
     * FedAvg: 2·nbytes(x_c + x_s);
-    * SplitFed-v1/v2: Σ_k 2·b_k·d·4 + 2·nbytes(x_c) (smashed activations up, their gradients down);
-    * CSE-FSL: Σ_{k ≡ 0 (q)} b_k·d·4 + 2·nbytes(x_c) + 2·nbytes(x_a);
-    * FSL-SAGE: Σ_{k ≡ 0 (q)} b_k·d·4 + 2·nbytes(x_c), plus nbytes(x_a) down in each alignment round (eager) or
+    * SplitFed-v1/v2: Σ_k 2·b_k·d·s + 2·nbytes(x_c) (smashed activations up, their gradients down);
+    * CSE-FSL: Σ_{k ≡ 0 (q)} b_k·d·s + 2·nbytes(x_c) + 2·nbytes(x_a);
+    * FSL-SAGE: Σ_{k ≡ 0 (q)} b_k·d·s + 2·nbytes(x_c), plus nbytes(x_a) down in each alignment round (eager) or
       in the round after it (lazy), on the schedule of :func:`fsl_sage.align.is_alignment_round`.
 
     Args:
         method: one of ``fsl_sage``, ``cse_fsl``, ``splitfed_v1``, ``splitfed_v2``, ``fedavg``.
         client_sizes: samples n_i per client.
-        smashed_numel: floats per sample at the cut (d).
+        smashed_numel: values per sample at the cut (d).
         client_bytes: ``nbytes`` of the client model x_c.
         server_bytes: ``nbytes`` of the server model x_s.
         aux_bytes: ``nbytes`` of the auxiliary model x_a.
         mode: ``eager`` (aux sent in the alignment round t ≡ 0 (l)) or ``lazy`` (sent in round t + 1, for
             t < rounds − 1).
+        smashed_itemsize: bytes per value at the cut (4 for float32, 8 for float64, 2 for bfloat16).
     """
     check_choice("method", method, METHODS)
     check_choice("mode", mode, ("eager", "lazy"))
-    for name, value in (("q", q), ("align_interval", align_interval), ("rounds", rounds), ("batch_size", batch_size)):
+    q, align_interval, rounds, batch_size, local_epochs, smashed_numel, smashed_itemsize = (
         check_int(name, value, min=1)
+        for name, value in (
+            ("q", q),
+            ("align_interval", align_interval),
+            ("rounds", rounds),
+            ("batch_size", batch_size),
+            ("local_epochs", local_epochs),
+            ("smashed_numel", smashed_numel),
+            ("smashed_itemsize", smashed_itemsize),
+        )
+    )
+    client_bytes, server_bytes, aux_bytes = (
+        check_int(name, value, min=0)
+        for name, value in (("client_bytes", client_bytes), ("server_bytes", server_bytes), ("aux_bytes", aux_bytes))
+    )
+    client_sizes = [check_int(f"client_sizes[{i}]", n, min=1) for i, n in enumerate(client_sizes)]
     schedule = FSLConfig(rounds=rounds, align_interval=align_interval, warm_start_rounds=warm_start_rounds)
     label = 8 if count_labels else 0
-    per_sample = smashed_numel * 4 + label
+    per_sample = smashed_numel * smashed_itemsize + label
     out = []
     for t in range(rounds):
         total = 0
@@ -172,7 +190,7 @@ def expected_bytes(
                 total += 2 * (client_bytes + server_bytes)
                 continue
             if method in ("splitfed_v1", "splitfed_v2"):
-                total += sum(b * per_sample + b * smashed_numel * 4 for b in sizes) + 2 * client_bytes
+                total += sum(b * per_sample + b * smashed_numel * smashed_itemsize for b in sizes) + 2 * client_bytes
                 continue
             total += sum(b * per_sample for k, b in enumerate(sizes) if k % q == 0) + 2 * client_bytes
             warm = method == "fsl_sage" and t < warm_start_rounds

@@ -70,6 +70,8 @@ class FSLConfig:
         self.lr = check_float("lr", self.lr, min=0.0, min_open=True)
         self.aux_lr = check_float("aux_lr", self.aux_lr, min=0.0, min_open=True, allow_none=True)
         self.weight_decay = check_float("weight_decay", self.weight_decay, min=0.0)
+        if isinstance(self.betas, str) or not hasattr(self.betas, "__iter__"):
+            raise ValueError(f"betas must be two floats in [0, 1), got {self.betas!r}")
         self.betas = tuple(self.betas)  # type: ignore[assignment]
         if len(self.betas) != 2:
             raise ValueError(f"betas must be two floats in [0, 1), got {self.betas!r}")

@@ -111,8 +111,10 @@ def check_dataset(x: torch.Tensor, y: torch.Tensor, n_classes: int | None, name:
         raise ValueError(f"{name} is empty")
     if len(x) != len(y):
         raise ValueError(f"{name}: x has {len(x)} samples but y has {len(y)}")
-    if y.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+    if y.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise ValueError(f"{name}: labels must be integers, got dtype {y.dtype}")
+    if y.ndim != 1:
+        raise ValueError(f"{name}: labels must be 1-d (one class index per sample), got shape {tuple(y.shape)}")
     if n_classes is not None and (int(y.min()) < 0 or int(y.max()) >= n_classes):
         raise ValueError(f"{name}: labels must lie in [0, {n_classes - 1}], got range [{int(y.min())}, {int(y.max())}]")
     if x.is_floating_point() and not torch.isfinite(x).all():

@@ -111,8 +111,9 @@ class GradScalarAux(nn.Module):
 
         ``create_graph=True`` keeps the graph for double back-propagation (the official code's second-order path;
         only alignment needs it). A linear head uses the closed form Wᵀ(softmax(Wz + b) − e_y) unless
-        ``create_graph`` is set.
+        ``create_graph`` is set. ``y``: one integer class index per sample of ``z``.
         """
+        y = _check_labels(z, y, self.n_classes)
         if self.analytic and not create_graph and self._applies_log_softmax_or_logits():
             with torch.no_grad():
                 lin = self.linear
@@ -125,6 +126,12 @@ class GradScalarAux(nn.Module):
             loss = F.nll_loss(self.head(zz), y, reduction="sum")
             (g,) = torch.autograd.grad(loss, zz, create_graph=create_graph)
         return g
+
+    @property
+    def n_classes(self) -> int | None:
+        """Output classes of a linear head (``None`` for other heads: their labels are checked by the loss)."""
+        lin = self.linear
+        return None if lin is None else int(lin.out_features)
 
     def _applies_log_softmax_or_logits(self) -> bool:
         # the closed form assumes log-probabilities = log_softmax(Wz + b)
@@ -144,6 +151,12 @@ class GradScalarAux(nn.Module):
         with P = softmax(ZWᵀ + b), R = P − Y, E = RW − G, U = 2EWᵀ, Δ = P ⊙ (U − rowsum(P ⊙ U)):
         ∂L/∂W = 2RᵀE + ΔᵀZ, ∂L/∂b = Σ_n Δ_n.
         """
+        y = _check_labels(z, y, self.n_classes)
+        if not isinstance(target, torch.Tensor) or target.shape != z.shape:
+            raise ValueError(
+                f"target must be the true cut gradients, shaped like z {tuple(z.shape)}, got "
+                f"{tuple(getattr(target, 'shape', ())) if isinstance(target, torch.Tensor) else type(target).__name__}"
+            )
         use_analytic = self.analytic if analytic is None else analytic
         if use_analytic and self.linear is not None and self._applies_log_softmax:
             lin = self.linear
@@ -166,6 +179,22 @@ class GradScalarAux(nn.Module):
             params = list(self.parameters())
             grads = torch.autograd.grad(loss, params, allow_unused=True)
         return loss.detach(), [torch.zeros_like(p_) if g is None else g for p_, g in zip(params, grads)]
+
+
+def _check_labels(z: torch.Tensor, y: torch.Tensor, n_classes: int | None) -> torch.Tensor:
+    """``y`` must be a 1-d integer tensor with one class index in [0, n_classes) per sample of ``z`` (the closed
+    forms index with it: a label of -1 would silently pick the last class, a missing one leave a row unchanged)."""
+    int_dtypes = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+    if not isinstance(y, torch.Tensor) or y.dtype not in int_dtypes:
+        what = f"a {y.dtype} tensor" if isinstance(y, torch.Tensor) else type(y).__name__
+        raise ValueError(f"y must be a tensor of integer class indices, got {what}")
+    if y.ndim != 1 or len(y) != len(z):
+        raise ValueError(
+            f"y must have shape ({len(z)},), one label per sample of z {tuple(z.shape)}, got {tuple(y.shape)}"
+        )
+    if n_classes is not None and y.numel() and (int(y.min()) < 0 or int(y.max()) >= n_classes):
+        raise ValueError(f"y must lie in [0, {n_classes - 1}], got range [{int(y.min())}, {int(y.max())}]")
+    return y.long()  # int64, as nll_loss needs (a no-op for int64)
 
 
 def check_split_shapes(
@@ -209,7 +238,9 @@ def _check_log_probs(name: str, out: torch.Tensor, z: torch.Tensor, n_classes: i
         want = f"(B={z.shape[0]}, n_classes={n_classes})" if n_classes is not None else f"(B={z.shape[0]}, C)"
         raise ValueError(f"{name} output shape {tuple(out.shape)} on client output {tuple(z.shape)}; expected {want}")
     lse = torch.logsumexp(out.double(), dim=1)
-    if not torch.allclose(lse, torch.zeros_like(lse), atol=1e-4):
+    # rows of log-probabilities sum to one up to the output dtype's rounding (bfloat16 keeps 8 bits)
+    atol = max(1e-4, 8 * torch.finfo(out.dtype).eps) if out.is_floating_point() else 1e-4
+    if not torch.allclose(lse, torch.zeros_like(lse), atol=atol):
         raise ValueError(
             f"{name} output must be log-probabilities (end with LogSoftmax): logsumexp per row is "
             f"{lse[:3].tolist()}..., expected 0"

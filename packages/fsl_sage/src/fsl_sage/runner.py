@@ -36,7 +36,7 @@ from fsl_sage.metrics import gradient_agreement
 from fsl_sage.models import as_aux, check_split_shapes
 from icml25_shared.device import torch_threads
 from icml25_shared.progress import track
-from icml25_shared.validate import check_int
+from icml25_shared.validate import check_float, check_int
 
 __all__ = [
     "Dataset",
@@ -102,7 +102,9 @@ class History:
         return [r.grad_cosine for r in self.records]
 
     def bytes_to_accuracy(self, target: float) -> float:
-        """Cumulative bytes when test accuracy first reaches ``target`` (``inf`` if never)."""
+        """Cumulative bytes when test accuracy first reaches ``target``, a fraction in [0, 1] like the recorded
+        accuracies (``inf`` if never)."""
+        target = check_float("target", target, min=0.0, max=1.0)
         return bytes_to_reach(self.accuracies, self.cumulative_bytes, target)
 
     def to_dict(self) -> dict[str, Any]:
@@ -214,17 +216,25 @@ class FederatedSplitAlgorithm:
 
     # -- setup
     def _probe(self, sample: torch.Tensor) -> None:
-        self.smashed_shape, self.n_classes = check_split_shapes(
-            self.client_template, self.server, self.aux_template, sample[:2].to(self.device)
-        )
+        try:
+            self.smashed_shape, self.n_classes = check_split_shapes(
+                self.client_template, self.server, self.aux_template, sample[:2].to(self.device)
+            )
+        except (ValueError, RuntimeError) as e:
+            raise ValueError(
+                f"sample_input: inputs of shape {tuple(sample.shape[1:])} and dtype {sample.dtype} do not fit the "
+                f"split: {e}"
+            ) from e
 
     @property
     def smashed_numel(self) -> int:
         assert self.smashed_shape is not None
         return int(math.prod(self.smashed_shape))
 
-    def _upload_bytes(self, b: int) -> int:
-        return b * self.smashed_numel * 4 + (8 * b if self.config.count_labels else 0)
+    def _upload_bytes(self, z: torch.Tensor) -> int:
+        """Bytes of one upload of smashed activations ``z``: numel · itemsize (float64 and bfloat16 splits count 8
+        and 2 bytes a value, as model payloads do), plus the int64 labels with ``count_labels``."""
+        return z.numel() * z.element_size() + (8 * len(z) if self.config.count_labels else 0)
 
     def _setup(self, datasets: Sequence[ClientData]) -> None:
         n = len(datasets)
@@ -240,7 +250,9 @@ class FederatedSplitAlgorithm:
             raise ValueError("client_datasets must hold at least one client (a list, one data set per client)")
         data = [as_client_data(d, transform, f"client_datasets[{i}]") for i, d in enumerate(datasets)]
         if self.smashed_shape is None:
-            self._probe(data[0].sample_input())
+            self.smashed_shape, self.n_classes = check_client_data(
+                data[0], self.client_template, self.server, self.aux_template, "client_datasets[0]"
+            )
         for i, d in enumerate(data):
             check_client_data(
                 d, self.client_template, self.server, self.aux_template, f"client_datasets[{i}]", self.smashed_shape,

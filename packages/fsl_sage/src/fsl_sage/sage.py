@@ -131,7 +131,7 @@ class FSLSAGE(FederatedSplitAlgorithm):
 
             def on_upload(k: int, z: torch.Tensor, y: torch.Tensor, i: int = i) -> None:
                 nonlocal n_align
-                self.ledger.up(t, i, "smashed", self._upload_bytes(len(y)))
+                self.ledger.up(t, i, "smashed", self._upload_bytes(z))
                 server_step(self.server, self.server_opt, z, y)
                 self.server_steps += 1
                 self.buffers[i].push(z, y)

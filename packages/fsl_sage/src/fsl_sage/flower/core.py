@@ -344,7 +344,9 @@ class _SplitStrategy(Strategy):
         for j in range(n_up):
             z = torch.from_numpy(up[f"z.{j}"].numpy().copy())
             y = torch.from_numpy(up[f"y.{j}"].numpy().copy())
-            self.ledger.up(t, pid, "smashed", z.numel() * 4 + (8 * len(y) if self.config.count_labels else 0))
+            self.ledger.up(
+                t, pid, "smashed", z.numel() * z.element_size() + (8 * len(y) if self.config.count_labels else 0)
+            )
             server_step(self.server, self.server_opt, z, y)
             self.server_steps += 1
             self._after_upload(pid, z, y)
