@@ -162,3 +162,18 @@ def test_grouped_design_with_empty_takers_gets_the_prior():
     assert theta[1] == theta[3] == 0.4 and se[1] == se[3] == 2.0
     ref = irtF.eap(irtF.SparseDesign.build(R), torch.ones_like(b), b, None, prior_mean=0.4, prior_sd=2.0)
     assert torch.allclose(theta, ref[0], rtol=0, atol=1e-12) and torch.allclose(se, ref[1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", [Rasch, TwoPL])
+def test_dense_and_csr_storage_give_the_same_fit(cls, monkeypatch):
+    Y, *_ = rasch_data(400, 15, seed=6, density=0.7)
+    monkeypatch.setattr(irtF, "DENSE_MIN_DENSITY", 0.0)
+    dense = cls().fit(Y)
+    assert not irtF.SparseDesign.build(ResponseMatrix.from_dense(Y)).O.is_sparse_csr
+    monkeypatch.setattr(irtF, "DENSE_MIN_DENSITY", 2.0)
+    csr = cls().fit(Y)
+    assert irtF.SparseDesign.build(ResponseMatrix.from_dense(Y)).O.is_sparse_csr
+    assert dense.n_iter_ == csr.n_iter_
+    np.testing.assert_allclose(dense.difficulty_, csr.difficulty_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dense.discrimination_, csr.discrimination_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dense.theta_, csr.theta_, rtol=0, atol=1e-10)
