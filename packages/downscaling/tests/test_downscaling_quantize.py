@@ -214,14 +214,18 @@ def test_torch_ao_quantize_equals_quantize_dynamic_called_directly(name):
 
     from torch.ao.quantization import quantize_dynamic
 
-    m = _odd_models()[name]
+    m = _odd_models()[name].train()
     q, rec = quantize(m, "int8_dynamic", "torch.ao")
+    assert all(x.training for x in m.modules())  # the input keeps its mode
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8)
     mods, ref_mods = dict(q.named_modules(remove_duplicate=False)), dict(ref.named_modules(remove_duplicate=False))
     assert list(mods) == list(ref_mods)
     assert [type(v) for v in mods.values()] == [type(v) for v in ref_mods.values()]
+    # the modes quantize_dynamic leaves (eval before its swap; the int8 layers it creates are in training mode)
+    assert [v.training for v in mods.values()] == [v.training for v in ref_mods.values()]
+    assert not q.training
     n_int8 = 0
     for key, mod in mods.items():
         if type(mod).__module__.startswith("torch.ao.nn.quantized") and type(mod).__name__ == "Linear":

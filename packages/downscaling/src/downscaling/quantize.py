@@ -184,15 +184,16 @@ def quantize(model: nn.Module, scheme: Scheme = "int8_dynamic", backend: Backend
             f"(quantized engine {torch.backends.quantized.engine!r}); supported here: {here}"
         )
     before = scan.linear_bytes
-    q = copy.deepcopy(model).eval()
+    q = copy.deepcopy(model)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
         warnings.filterwarnings("ignore", message=".*quantize_per_tensor.*deprecated.*")
         if backend == "torch.ao":
             from torch.ao.quantization import quantize_dynamic
 
-            q = quantize_dynamic(q, {nn.Linear}, dtype=torch.qint8, inplace=True)  # q is already our copy
+            q = quantize_dynamic(q, {nn.Linear}, dtype=torch.qint8, inplace=True)  # our copy; it calls eval()
         elif backend == "torchao":
+            q.eval()
             import torchao.quantization as tq
 
             cfg = {
@@ -204,6 +205,7 @@ def quantize(model: nn.Module, scheme: Scheme = "int8_dynamic", backend: Backend
         else:
             from optimum import quanto
 
+            q.eval()
             quanto.quantize(q, weights=quanto.qint8 if scheme == "int8_weight" else quanto.qint4)
             quanto.freeze(q)
     after = _torch_ao_linear_bytes(q, model, scan.biases) if backend == "torch.ao" else linear_weight_bytes(q)
