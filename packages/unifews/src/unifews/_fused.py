@@ -98,7 +98,7 @@ def _push_random(orow, xr, theta, tf, td, cd, gj, wj):
     # deterministic where g >= t (t · U <= t: inside the firing walk, which the least t · U bounds); a masked add
     # (-0 for the others: x + (-0) is x bit for bit, a negative zero included), no branch: one vector pass
     nz = xr.dtype.type(-0.0)
-    fired = 0
+    fired = np.int32(0)  # an int32 count: an int64 one widens every lane mask (about 5 % of a hop)
     for k in range(xr.shape[0]):
         fi = gj >= tf[k]
         tau = wj * xr[k]
@@ -112,7 +112,7 @@ def _push_random(orow, xr, theta, tf, td, cd, gj, wj):
 
 def _push_drop(orow, xr, crow, td, cd, gj, wj, pos):
     nz = xr.dtype.type(-0.0)
-    fired = 0
+    fired = np.int32(0)
     for k in range(xr.shape[0]):
         fi = (gj >= td[k]) & (pos < crow[k])
         orow[k] = orow[k] + (wj * xr[k] if fi else nz)
