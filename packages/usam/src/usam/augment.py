@@ -78,6 +78,8 @@ AUGMENTATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 def augment(image: np.ndarray, names: tuple[str, ...] = tuple(AUGMENTATIONS)) -> list[np.ndarray]:
     """``image`` under each named augmentation."""
+    if isinstance(names, str):
+        raise ValueError(f"names must be a tuple of augmentation names, got the string {names!r} (use ({names!r},))")
     for n in names:
         if n not in AUGMENTATIONS:
             raise ValueError(f"names must be among {list(AUGMENTATIONS)}, got {n!r}")

@@ -118,6 +118,8 @@ class USAMConfig:
         self.val_fraction = check_float("val_fraction", self.val_fraction, min=0.0, max=1.0, max_open=True)
         self.full_train = check_bool("full_train", self.full_train)
         self.seed = check_int("seed", self.seed, min=0)
+        if not isinstance(self.extra, dict):
+            raise ValueError(f"extra must be a dict of metadata, got {type(self.extra).__name__}")
         if self.gap_estimate == "difference":
             for gap in self.heads:
                 if gap in GAP_PAIRS:

@@ -11,6 +11,7 @@ are. :class:`USAMHeads` runs H heads as three batched matmuls (``baddbmm``) with
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 
 import torch
@@ -39,6 +40,11 @@ class USAMHead(nn.Module):
         """x (…, in_features) → scores (…,) in (0, 1)."""
         if x.shape[-1] != self.in_features:
             raise ValueError(f"tokens: the head expects {self.in_features} input features, got {x.shape[-1]}")
+        if x.dtype != self.layers[0].weight.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(
+                f"tokens must have the head's dtype {self.layers[0].weight.dtype}, got {x.dtype} "
+                "(cast one to the other)"
+            )
         h = torch.relu(self.layers[0](x))
         h = torch.relu(self.layers[1](h))
         return torch.sigmoid(self.layers[2](h)).squeeze(-1)
@@ -95,8 +101,9 @@ class USAMHeads(nn.Module):
         return fused
 
     def index(self, name: str | int) -> int:
-        """Position of head ``name``."""
-        if isinstance(name, int):
+        """Position of head ``name`` (a name or an index, numpy integers included)."""
+        if isinstance(name, numbers.Integral) and not isinstance(name, bool):
+            name = int(name)
             if not 0 <= name < len(self.names):
                 raise ValueError(f"head index must be in [0, {len(self.names)}), got {name}")
             return name
@@ -144,6 +151,8 @@ class USAMHeads(nn.Module):
         check_tensor("tokens", x, dtype="floating")
         if x.shape[-1] != self.in_features:
             raise ValueError(f"tokens: the heads expect {self.in_features} input features, got {x.shape[-1]}")
+        if x.dtype != self.w1.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(f"tokens must have the heads' dtype {self.w1.dtype}, got {x.dtype} (cast one to the other)")
         lead = x.shape[:-1]
         n = len(self.names)
         if n == 0:

@@ -35,8 +35,17 @@ __all__ = [
 ]
 
 
-def _pick(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def _pick(logits: torch.Tensor, index: torch.Tensor, name: str = "index") -> torch.Tensor:
     """logits (…, 3, h, w), index (…) → the indexed maps (…, h, w)."""
+    check_tensor("logits", logits, dtype="floating")
+    if logits.ndim < 3:
+        raise ValueError(f"logits must have shape (…, K, h, w), got {tuple(logits.shape)}")
+    check_tensor(name, index, shape=tuple(logits.shape[:-3]), dtype="integer")
+    k = logits.shape[-3]
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= k):
+        raise ValueError(
+            f"{name} must lie in [0, {k - 1}] (one of the {k} masks), got [{int(index.min())}, {int(index.max())}]"
+        )
     idx = index[..., None, None, None].expand(*index.shape, 1, *logits.shape[-2:])
     return logits.gather(-3, idx)[..., 0, :, :]
 
@@ -54,7 +63,7 @@ def h_a(logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 
 def h_mc(logits: torch.Tensor, best: torch.Tensor) -> torch.Tensor:
     """H of the uniform mean over the MC axis 0 of the maps of mask ``best``: logits (N, …, 3, h, w), best (N, …)."""
-    return mixture_entropy(probabilities(_pick(logits, best)), None, dim=0)
+    return mixture_entropy(probabilities(_pick(logits, best, "best")), None, dim=0)
 
 
 def h_y(logits: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -116,6 +125,11 @@ def model_maps(
     models: Sequence[Any], pixel_values: torch.Tensor, point: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ensemble Θ on one image and point: → (M, 3, h, w), (M, 3) (maps resized to the first model's size)."""
+    if isinstance(models, (str, bytes)) or not isinstance(models, Sequence) or len(models) == 0:
+        raise ValueError(f"models must be a non-empty sequence of SAM models, got {models!r:.80}")
+    check_tensor("pixel_values", pixel_values, ndim=4, shape=(1, None, None, None))
+    check_tensor("point", point, shape=(2,), finite=True)
+    _inside("point", point[None], pixel_values)
     outs, scores = [], []
     for m in models:
         masks, s = _call(m, point.to(pixel_values.device, torch.float32).reshape(1, 1, 1, 2), pixel_values=pixel_values)

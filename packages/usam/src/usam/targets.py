@@ -57,6 +57,13 @@ def iou(pred: torch.Tensor, gt: torch.Tensor) -> torch.Tensor:
             raise ValueError(
                 f"{name} must be a binary mask with values 0 and 1, got values in [{int(m.min())}, {int(m.max())}]"
             )
+    try:
+        torch.broadcast_shapes(pred.shape, gt.shape)
+    except RuntimeError as e:
+        raise ValueError(
+            f"pred and gt must broadcast (masks of the same H × W), got shapes {tuple(pred.shape)} and "
+            f"{tuple(gt.shape)}"
+        ) from e
     pred, gt = pred.bool(), gt.bool()
     inter = (pred & gt).sum((-2, -1)).float()
     union = (pred | gt).sum((-2, -1)).float()
@@ -80,7 +87,9 @@ def encode_gap(delta: torch.Tensor | np.ndarray | float, offset: float = 0.5) ->
 def decode_gap(y: torch.Tensor | np.ndarray | float, offset: float = 0.5) -> Any:
     """y − offset: the gap predicted by a head trained on :func:`encode_gap` targets."""
     offset = check_float("offset", offset, min=0.0, max=1.0)
-    return y - offset
+    if isinstance(y, torch.Tensor):
+        return y - offset
+    return np.asarray(y, dtype=float) - offset
 
 
 def check_gt_mask(name: str, mask: Any, shape: tuple[int, int] | None = None) -> np.ndarray:

@@ -32,7 +32,12 @@ class FitResult:
 
 
 def regression_metrics(pred: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
-    """L1, MSE, R² and the fractions within 0.1 / 0.05 / 0.01 (the released validation metrics)."""
+    """L1, MSE, R² and the fractions within 0.1 / 0.05 / 0.01 (the released validation metrics).
+
+    ``pred`` and ``target`` are finite floating tensors of the same shape (a (N, 1) prediction against (N,) targets
+    would broadcast to N × N pairs, so shapes must match exactly)."""
+    check_tensor("pred", pred, dtype="floating", finite=True, nonempty=True)
+    check_tensor("target", target, shape=tuple(pred.shape), dtype="floating", finite=True)
     err = (pred - target).abs()
     var = ((target - target.mean()) ** 2).mean()
     mse = float((err**2).mean())
@@ -58,8 +63,9 @@ def training_data(
     if target not in rows:
         raise ValueError(f"target: column {target!r} not in the rows (have {sorted(rows)})")
     suffix = f"_{model}" if model else ""
-    if f"tokens{suffix}" not in rows:
-        raise ValueError(f"model: no column tokens{suffix} in the rows")
+    for col in (f"tokens{suffix}", f"best{suffix}"):
+        if col not in rows:
+            raise ValueError(f"model: no column {col} in the rows (have {sorted(rows)})")
     tokens = rows[f"tokens{suffix}"].float()  # (R, 3, 2d)
     best = rows[f"best{suffix}"]
     d = tokens.shape[-1] // 2
