@@ -137,7 +137,9 @@ class DPSE(BanditPolicy):
         self.ledger = PureDPLedger(self.epsilon)
 
     def epoch_pulls(self, e: int, n_active: int) -> int:
-        """R_e for epoch ``e`` with ``n_active`` arms."""
+        """R_e for epoch ``e`` (>= 1) with ``n_active`` arms."""
+        e = check_int("e", e, min=1)  # type: ignore[assignment]
+        n_active = check_int("n_active", n_active, min=1)  # type: ignore[assignment]
         d = 2.0**-e
         a = self.c1 * math.log(8 * n_active * e * e / self.beta) / d**2
         b = self.c2 * math.log(4 * n_active * e * e / self.beta) / (self.epsilon * d)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from icml25_shared.validate import check_array, check_float
+from icml25_shared.validate import check_array, check_float, check_int
 
 __all__ = ["BernoulliBandit", "TruncatedGaussianBandit"]
 
@@ -41,8 +41,15 @@ class BernoulliBandit:
         """The same instance with a fresh generator."""
         return type(self)(self.means, seed)
 
+    def _arm(self, arm: Any) -> int:
+        """``arm`` as an index in [0, n_arms) (a negative index would silently pull another arm)."""
+        if type(arm) is int and 0 <= arm < len(self.means):  # the fast path of the streaming loop
+            return arm
+        return check_int("arm", arm, min=0, max=len(self.means) - 1)  # type: ignore[return-value]
+
     def pull(self, arm: int) -> float:
-        return float(self.rng.random() < self.means[arm])
+        """One reward of ``arm``."""
+        return float(self.rng.random() < self.means[self._arm(arm)])
 
     def rewards_from_uniforms(self, arms: np.ndarray, u: np.ndarray) -> np.ndarray:
         """Vectorised ``pull``: rewards for ``arms`` given the uniforms ``u`` the generator produced."""
@@ -83,7 +90,8 @@ class TruncatedGaussianBandit(BernoulliBandit):
         return inside + (1 - norm.cdf(b))
 
     def pull(self, arm: int) -> float:
-        return float(np.clip(self._loc[arm] + self.sigma * self.rng.standard_normal(), 0.0, 1.0))
+        """One reward of ``arm``."""
+        return float(np.clip(self._loc[self._arm(arm)] + self.sigma * self.rng.standard_normal(), 0.0, 1.0))
 
     def rewards_from_uniforms(self, arms: np.ndarray, u: np.ndarray) -> np.ndarray:
         return np.clip(self._loc[arms] + self.sigma * u, 0.0, 1.0)

@@ -32,7 +32,7 @@ from dp_ts_ucb.envs import BernoulliBandit
 from dp_ts_ucb.policies import DPTSUCB, BanditPolicy
 from dp_ts_ucb.privacy import dp_ts_ucb_mu_bound, gdp_epsilon
 from icml25_shared.report import save_figure, subplots
-from icml25_shared.validate import check_int
+from icml25_shared.validate import check_array, check_bool, check_int
 
 __all__ = [
     "simulate",
@@ -387,6 +387,10 @@ def _check_params(policy_cls: type[BanditPolicy], params: dict) -> None:
         )
 
 
+_ENV_API = ("n_arms", "gaps", "reseed", "pull", "rewards_from_uniforms", "draw_noise")
+"""What :func:`simulate` uses of an environment (:class:`~dp_ts_ucb.envs.BernoulliBandit`'s interface)."""
+
+
 def simulate(
     policy_cls: type[BanditPolicy],
     params: dict | None,
@@ -403,19 +407,40 @@ def simulate(
     ``checkpoints`` (rounds, default 20 evenly spaced) get the regret curve; ``return_arms`` keeps the pull
     sequences (n_runs, T). ``n_jobs > 1`` needs joblib (extra ``parallel``) and returns identical results.
     """
+    if params is not None and not isinstance(params, dict):
+        raise ValueError(f"params must be a dict of keyword arguments of policy_cls (or None), got {params!r}")
     params = dict(params or {})
     if not (isinstance(policy_cls, type) and issubclass(policy_cls, BanditPolicy)):
         raise ValueError(f"policy_cls must be a BanditPolicy subclass, got {policy_cls!r}")
-    check_int("n_runs", n_runs, min=1)
-    check_int("n_jobs", n_jobs, min=1)
+    missing = [a for a in _ENV_API if not hasattr(env, a)]
+    if missing:
+        raise ValueError(
+            f"env must be a bandit environment like BernoulliBandit or TruncatedGaussianBandit, got "
+            f"{type(env).__name__} without {', '.join(missing)}"
+        )
+    horizon = check_int("horizon", horizon, min=2)
+    n_runs = check_int("n_runs", n_runs, min=1)
+    n_jobs = check_int("n_jobs", n_jobs, min=1)
+    return_arms = check_bool("return_arms", return_arms)
+    if not (seed is None or isinstance(seed, np.random.SeedSequence)):
+        try:
+            np.random.SeedSequence(seed)
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"seed must be None, a non-negative int, a sequence of them or a SeedSequence (every run gets its "
+                f"own child), got {seed!r}"
+            ) from e
     _check_params(policy_cls, params)
     probe = policy_cls(n_arms=env.n_arms, horizon=horizon, **params)  # validates everything once
+    # the validated values (numpy scalars become Python numbers), so the result's params are JSON-ready
+    params = {k: getattr(probe, k) if hasattr(probe, k) else v for k, v in params.items()}
     if checkpoints is None:
         checkpoints = np.unique(np.linspace(horizon / 20, horizon, 20).astype(np.int64))
     assert checkpoints is not None
-    cps = np.asarray(sorted({int(c) for c in checkpoints}), dtype=np.int64)
-    if cps.size == 0 or cps[0] < 1 or cps[-1] > horizon:
-        raise ValueError(f"checkpoints must lie in [1, horizon={horizon}], got {list(checkpoints)}")
+    raw = np.asarray(check_array("checkpoints", checkpoints, ndim=1, dtype="numeric", finite=True))
+    if raw.size == 0 or np.any(raw != np.round(raw)) or raw.min() < 1 or raw.max() > horizon:
+        raise ValueError(f"checkpoints must be whole rounds in [1, horizon={horizon}], got {raw.tolist()}")
+    cps = np.unique(raw.astype(np.int64))
     jobs = [(policy_cls, params, env, horizon, ps, es, r, cps, return_arms) for ps, es, r in chunk_seeds(seed, n_runs)]
     if n_jobs == 1 or len(jobs) == 1:
         outs = [_run_chunk(*j) for j in jobs]

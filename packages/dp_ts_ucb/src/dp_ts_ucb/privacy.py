@@ -78,14 +78,22 @@ def gdp_epsilon(*, mu: float, delta: float) -> float:
     while gdp_delta(mu=mu, epsilon=hi) > delta:
         hi *= 2.0
     # scipy's stub types rtol as a numpy float and the result as a union with the full_output tuple form
+    xtol = rtol = 1e-12
     root = optimize.brentq(
         lambda e: float(gdp_delta(mu=mu, epsilon=e)) - delta,
         0.0,
         hi,
-        xtol=1e-12,
-        rtol=1e-12,  # pyright: ignore[reportArgumentType]
+        xtol=xtol,
+        rtol=rtol,  # pyright: ignore[reportArgumentType]
     )
-    return float(cast(float, root))
+    # brentq lands within its tolerance on either side of the root; a point left of it has delta(epsilon) above
+    # ``delta`` and would understate the privacy loss: step right until delta(epsilon) <= delta holds
+    eps = float(cast(float, root))
+    step = xtol + rtol * eps
+    while gdp_delta(mu=mu, epsilon=eps) > delta:
+        eps += step
+        step *= 2.0
+    return eps
 
 
 def gdp_tradeoff(mu: float, alpha: float | np.ndarray) -> float | np.ndarray:
@@ -224,7 +232,8 @@ class PureDPLedger:
         return self.epsilon_dp
 
     def delta(self, epsilon: float) -> float:
-        """Tight delta(epsilon') of an epsilon-DP mechanism (randomised response attains it)."""
+        """Tight delta(epsilon') of an epsilon-DP mechanism (randomised response attains it); epsilon' >= 0."""
+        epsilon = check_float("epsilon", epsilon, min=0.0)  # type: ignore[assignment]
         if epsilon >= self.epsilon_dp:
             return 0.0
         e = self.epsilon_dp
@@ -248,9 +257,13 @@ class NonPrivateLedger:
     mu_realized: float = math.inf
 
     def epsilon(self, delta: float) -> float:
+        """No finite epsilon at any delta < 1."""
+        check_float("delta", delta, min=0.0, max=1.0, max_open=True)
         return math.inf
 
     def delta(self, epsilon: float) -> float:
+        """delta = 1 at every epsilon >= 0."""
+        check_float("epsilon", epsilon, min=0.0)
         return 1.0
 
     def to_state(self) -> dict:
