@@ -65,3 +65,13 @@ def test_expected_bytes_refuses_impossible_sizes():
     ):
         with pytest.raises(ValueError, match=match):
             expected_bytes(**{**args, key: value})
+
+
+def test_evaluate_batch_size_is_checked(tiny_data):
+    from fsl_sage.runner import evaluate
+
+    c, s, _ = digits_cnn_split()
+    acc, loss = evaluate(c, s, tiny_data[1], batch_size=np.int64(7))
+    assert (acc, loss) == pytest.approx(evaluate(c, s, tiny_data[1]))  # batching does not change the result
+    with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+        evaluate(c, s, tiny_data[1], batch_size=0)  # was range()'s "arg 3 must not be zero"

@@ -77,9 +77,15 @@ def test_augment_refuses_a_bare_string():
     assert len(augment(image, ("blur",))) == 1
 
 
-def test_config_extra_must_be_a_dict():
+def test_config_extra_must_be_a_dict_and_from_dict_names_bad_keys():
     with pytest.raises(ValueError, match="extra must be a dict"):
         USAMConfig(extra=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unknown keys \['hiden'\]"):
+        USAMConfig.from_dict({"heads": ["iou"], "hiden": 8})
+    with pytest.raises(ValueError, match="heads must be a tuple of target names, got 'iou'"):
+        USAMConfig.from_dict({"heads": "iou"})  # used to split it into 'i', 'o', 'u'
+    cfg = USAMConfig(heads=("iou",), hidden=8, extra={"checkpoint": "x"})
+    assert USAMConfig.from_dict(cfg.to_dict()) == cfg
 
 
 def test_heads_index_and_dtype():

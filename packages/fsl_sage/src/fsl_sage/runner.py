@@ -141,6 +141,7 @@ def local_batches(n: int, config: FSLConfig, client: int, round: int) -> Iterato
 
 def evaluate(client: nn.Module, server: nn.Module, data: Dataset, batch_size: int = 1024) -> tuple[float, float]:
     """(accuracy, mean NLL) of x_s ∘ x_c on ``data`` (eval mode, no transform, on the client model's device)."""
+    batch_size = check_int("batch_size", batch_size, min=1)
     d = as_client_data(data, name="eval_data")
     d = ClientData(d, name="eval_data")
     d.transform = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from icml25_shared.validate import check_bool, check_choice, check_float, check_int
@@ -145,7 +145,11 @@ class USAMConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> USAMConfig:
-        """Inverse of :meth:`to_dict`."""
+        """Inverse of :meth:`to_dict`; unknown keys raise a ``ValueError`` naming them."""
         d = dict(d)
-        d["heads"] = tuple(d.get("heads", cls.heads))
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"USAMConfig.from_dict: unknown keys {unknown}")
+        heads = d.get("heads", cls.heads)
+        d["heads"] = heads if isinstance(heads, str) else tuple(heads)  # a bare string is refused by name
         return cls(**d)
