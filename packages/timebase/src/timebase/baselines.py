@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from icml25_shared.validate import check_int, check_tensor
+from icml25_shared.validate import check_bool, check_float, check_int, check_tensor
 from timebase.data import WindowDataset
 from timebase.least_squares import sliding_moments, solve_affine
 from timebase.model import check_window, param_dtype
@@ -50,8 +50,10 @@ class DLinear(nn.Module):
         check_int("kernel_size", kernel_size, min=1)
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd (same-length moving average), got {kernel_size}")
-        if individual:
-            check_int("n_channels", n_channels, min=1)
+        individual = check_bool("individual", individual)
+        n_channels = check_int("n_channels", n_channels, min=1, allow_none=not individual)
+        seq_len, pred_len = check_int("seq_len", seq_len, min=1), check_int("pred_len", pred_len, min=1)
+        kernel_size = check_int("kernel_size", kernel_size, min=1)
         self.seq_len, self.pred_len, self.kernel_size = seq_len, pred_len, kernel_size
         self.individual, self.n_channels = individual, n_channels
         n = n_channels if individual else 1
@@ -91,11 +93,20 @@ class DLinear(nn.Module):
         ordinary least squares of the H targets on the T inputs plus an intercept over all (window, channel)
         rows, computed from :func:`~timebase.least_squares.sliding_moments` in O((T + H) * L).
         """
+        if not isinstance(dataset, WindowDataset):
+            raise ValueError(
+                f"dataset must be a timebase.data.WindowDataset (e.g. splits.train), got {type(dataset).__name__}"
+            )
         if (dataset.seq_len, dataset.pred_len) != (self.seq_len, self.pred_len):
             raise ValueError(
                 f"dataset windows are (seq_len={dataset.seq_len}, pred_len={dataset.pred_len}), the model "
                 f"expects ({self.seq_len}, {self.pred_len})"
             )
+        if self.individual and dataset.n_channels != self.n_channels:
+            raise ValueError(
+                f"dataset has {dataset.n_channels} channels, this individual DLinear has n_channels={self.n_channels}"
+            )
+        ridge = check_float("ridge", ridge, min=0.0)
         series = dataset.series.double().numpy()
         width = self.seq_len + self.pred_len
         channels = range(series.shape[1]) if self.individual else [None]
@@ -115,9 +126,8 @@ class SeasonalNaive(nn.Module):
 
     def __init__(self, period: int = 24, pred_len: int | None = None) -> None:
         super().__init__()
-        check_int("period", period, min=1)
-        if pred_len is not None:
-            check_int("pred_len", pred_len, min=1)
+        period = check_int("period", period, min=1)
+        pred_len = check_int("pred_len", pred_len, min=1, allow_none=True)
         self.period, self.pred_len = period, pred_len
 
     def forward(self, x: Tensor, pred_len: int | None = None) -> Tensor:
@@ -125,6 +135,8 @@ class SeasonalNaive(nn.Module):
         h = pred_len if pred_len is not None else self.pred_len
         if h is None:
             raise ValueError("pred_len must be given (to the constructor or to forward)")
+        h = check_int("pred_len", h, min=1)
+        check_tensor("x", x, dtype="floating")
         if x.ndim != 3 or x.shape[1] < self.period:
             raise ValueError(f"x must have shape (batch, seq_len >= period={self.period}, channels), got {x.shape}")
         last = x[:, -self.period :]

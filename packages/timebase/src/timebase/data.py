@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from icml25_shared.validate import check_choice, check_int
+from icml25_shared.validate import check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "StandardScaler",
@@ -46,6 +46,8 @@ class StandardScaler:
         rows = np.asarray(rows, dtype=np.float64)
         if rows.ndim != 2 or rows.shape[0] == 0:
             raise ValueError(f"rows must have shape (length >= 1, channels), got {rows.shape}")
+        if not np.all(np.isfinite(rows)):
+            raise ValueError("rows contain NaN or inf: the scaler's mean and std would be NaN; clean or impute first")
         self.mean = rows.mean(axis=0)
         std = rows.std(axis=0)
         self.scale = np.where(std > 0, std, 1.0)
@@ -56,14 +58,25 @@ class StandardScaler:
             raise RuntimeError("StandardScaler is not fitted; call fit(rows) first")
         return self.mean, self.scale
 
+    def _check_channels(self, rows: Any, n_channels: int) -> None:
+        shape = tuple(rows.shape)
+        if len(shape) < 1 or shape[-1] != n_channels:
+            raise ValueError(
+                f"rows must have the {n_channels} channels the scaler was fitted on in the last axis, got shape {shape}"
+            )
+
     def transform(self, rows: Any) -> np.ndarray:
-        """(rows - mean) / std."""
+        """(rows - mean) / std, per channel along the last axis of ``rows`` (..., C)."""
         mean, scale = self._check()
-        return (np.asarray(rows, dtype=np.float64) - mean) / scale
+        arr = np.asarray(rows, dtype=np.float64)
+        self._check_channels(arr, len(mean))
+        return (arr - mean) / scale
 
     def inverse_transform(self, rows: Any) -> Any:
-        """rows * std + mean (torch tensors stay tensors, on their device and dtype)."""
+        """rows * std + mean, per channel along the last axis of ``rows`` (..., C), e.g. forecasts (B, H, C)
+        (torch tensors stay tensors, on their device and dtype)."""
         mean, scale = self._check()
+        self._check_channels(rows if isinstance(rows, Tensor) else np.asarray(rows), len(mean))
         if isinstance(rows, Tensor):
             return rows * torch.as_tensor(scale, dtype=rows.dtype, device=rows.device) + torch.as_tensor(
                 mean, dtype=rows.dtype, device=rows.device
@@ -166,7 +179,12 @@ def split_series(
     ``int(0.2 L)`` test, the rest val). Val and test start ``seq_len`` rows before their border, so that the first
     target follows it. The scaler is fitted on the training rows only.
     """
-    arr = np.asarray(values, dtype=np.float64)
+    seq_len, pred_len = check_int("seq_len", seq_len, min=1), check_int("pred_len", pred_len, min=1)
+    scale = check_bool("scale", scale)
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"values must be a numeric (length, channels) array: {e}") from e
     if arr.ndim == 1:
         arr = arr[:, None]
     if arr.ndim != 2 or arr.shape[0] == 0:
@@ -175,7 +193,10 @@ def split_series(
     if borders is None:
         n_train, n_test = int(length * 0.7), int(length * 0.2)
         borders = (n_train, length - n_test, length)
-    b_train, b_val, b_test = borders
+    if len(borders) != 3:
+        raise ValueError(f"borders must be (train end, val end, test end), got {borders!r}")
+    b_train, b_val, b_test = (check_int(f"borders[{i}]", b) for i, b in enumerate(borders))
+    borders = (b_train, b_val, b_test)
     if not 0 < b_train <= b_val <= b_test <= length:
         raise ValueError(f"borders must satisfy 0 < train <= val <= test <= length={length}, got {borders}")
     if not np.all(np.isfinite(arr[:b_test])):
@@ -219,7 +240,7 @@ def ett(
     return split_series(load_ett(name, path, download=download), seq_len, pred_len, borders=ETT_BORDERS, name=name)
 
 
-def dominant_period(train_rows: Any, k: int = 1, max_period: int | None = None) -> int:
+def dominant_period(train_rows: Any, k: int = 1, max_period: float | None = None) -> int:
     """The period with the largest mean FFT amplitude over channels of ``train_rows`` (L, C) (use the training
     rows only); ``k`` > 1 returns the k-th strongest. Ties go to the lower frequency."""
     arr = np.asarray(train_rows, dtype=np.float64)
@@ -227,13 +248,24 @@ def dominant_period(train_rows: Any, k: int = 1, max_period: int | None = None) 
         arr = arr[:, None]
     if arr.ndim != 2 or arr.shape[0] < 4:
         raise ValueError(f"train_rows must have shape (length >= 4, channels), got {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("train_rows contain NaN or inf; clean or impute the series first")
     length = arr.shape[0]
+    k = check_int("k", k, min=1)
+    max_period = check_float("max_period", max_period, min=2.0, allow_none=True)
     amp = np.abs(np.fft.rfft(arr - arr.mean(axis=0), axis=0)).mean(axis=1)
-    amp[0] = 0.0
     freqs = np.arange(len(amp))
     periods = np.where(freqs > 0, length / np.maximum(freqs, 1), np.inf)
+    # candidates: the non-zero frequencies (period <= max_period when given) carrying any amplitude
+    ok = (freqs > 0) & (amp > 0)
     if max_period is not None:
-        amp[periods > max_period] = 0.0
-    order = np.argsort(-amp, kind="stable")
-    k = check_int("k", k, min=1, max=len(order) - 1)
+        ok &= periods <= max_period
+    cand = np.flatnonzero(ok)
+    if k > len(cand):
+        raise ValueError(
+            f"k must be <= the number of periodic components found ({len(cand)}: a constant series has none"
+            f"{'' if max_period is None else f', max_period={max_period} allows periods up to {max_period}'}), "
+            f"got k={k}"
+        )
+    order = cand[np.argsort(-amp[cand], kind="stable")]
     return int(round(float(periods[order[k - 1]])))

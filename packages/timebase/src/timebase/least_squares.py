@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from icml25_shared.validate import check_float, check_int
 from timebase.data import WindowDataset
 from timebase.model import TimeBase
 
@@ -72,13 +73,12 @@ def solve_affine(g: np.ndarray, m: np.ndarray, n: int, n_in: int, ridge: float =
 
     Centres the moments (so the intercept is free), then solves (S_xx + ridge * I) B = S_xy. Returns (B, c).
     """
+    ridge = check_float("ridge", ridge, min=0.0)  # NaN would give a NaN model without a word
     if n < 2:
         raise ValueError(f"need at least 2 rows for a least-squares fit, got {n}")
     mean = m / n
     cov = g - n * np.outer(mean, mean)
     sxx, sxy = cov[:n_in, :n_in], cov[:n_in, n_in:]
-    if ridge < 0:
-        raise ValueError(f"ridge must be >= 0, got {ridge}")
     a = sxx + ridge * np.eye(n_in)
     try:
         coef = np.linalg.solve(a, sxy)
@@ -98,6 +98,14 @@ def fit_timebase_least_squares(
     W2 = [I_M, 0], b2 = intercept. With R < M the reduced-rank solution (top-R principal directions of
     the fitted values) is loaded. Needs ``pred_len`` to be a multiple of ``period_len``. Returns ``model``.
     """
+    if not isinstance(model, TimeBase):
+        raise ValueError(f"model must be a TimeBase, got {type(model).__name__} (DLinear has fit_least_squares)")
+    if not isinstance(dataset, WindowDataset):
+        raise ValueError(
+            f"dataset must be a timebase.data.WindowDataset (e.g. splits.train), got {type(dataset).__name__}"
+        )
+    ridge = check_float("ridge", ridge, min=0.0)
+    chunk = check_int("chunk", chunk, min=1)
     cfg = model.config
     if cfg.pred_len % cfg.period_len:
         raise ValueError(

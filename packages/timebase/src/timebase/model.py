@@ -304,7 +304,9 @@ class MultiSeasonalTimeBase(nn.Module):
         basis_num: int | tuple[int, ...] | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(periods, (int, str)) or not periods:
+        if not isinstance(config, TimeBaseConfig):
+            raise ValueError(f"config must be a TimeBaseConfig, got {type(config).__name__}")
+        if isinstance(periods, (str, bytes)) or not hasattr(periods, "__len__") or len(periods) == 0:
             raise ValueError(f"periods must be a non-empty sequence of ints, got {periods!r}")
         self.config = config
         self.periods = tuple(check_int(f"periods[{i}]", p, min=1) for i, p in enumerate(periods))
@@ -320,7 +322,8 @@ class MultiSeasonalTimeBase(nn.Module):
         n_segs = [-(-self.config.seq_len // p) for p in self.periods]
         if basis_num is None:
             return tuple(min(self.config.basis_num, n) for n in n_segs)
-        if isinstance(basis_num, (list, tuple)):
+        if not isinstance(basis_num, (str, bytes)) and hasattr(basis_num, "__len__"):  # a list, tuple or array
+            basis_num = tuple(basis_num)  # type: ignore[arg-type]
             if len(basis_num) != len(self.periods):
                 raise ValueError(
                     f"basis_num must give one R per period ({len(self.periods)} for periods={self.periods}), "

@@ -124,6 +124,7 @@ def evaluate(model: nn.Module, dataset: WindowDataset, batch_size: int = 2048) -
 def predict(model: nn.Module, data: Tensor | WindowDataset, batch_size: int = 2048) -> Tensor:
     """Forecasts for a window tensor (B, T, C) or for every window of a :class:`WindowDataset` (n, H, C), in the
     model's dtype (the windows are cast to it: a float64 model forecasts float32 windows in float64)."""
+    batch_size = check_int("batch_size", batch_size, min=1)
     was_training = model.training
     model.eval()
     device, dtype = _model_device(model), _model_dtype(model)
@@ -197,7 +198,9 @@ def fit(
     """Train ``model`` in place with the official protocol and restore its best-validation weights.
 
     ``seed`` seeds python/numpy/torch and the shuffling generator (same seed and same initial weights give the
-    same run). The windows (float32) are cast to the model's dtype, so a ``model.double()`` trains in float64.
+    same run); ``seed=None`` seeds nothing and draws the shuffling seed from torch's global generator, as a
+    shuffling ``DataLoader`` does (``torch.manual_seed`` before the call makes it repeatable). The windows (float32)
+    are cast to the model's dtype, so a ``model.double()`` trains in float64.
     ``progress``: draw a bar over epochs (``None``: the project default, quiet in CI).
     """
     import time
@@ -209,6 +212,10 @@ def fit(
     check_float("lr", lr, min=0.0, min_open=True)
     check_float("decay", decay, min=0.0, max=1.0, min_open=True)
     check_int("decay_start", decay_start, min=0)
+    seed = check_int("seed", seed, min=0, allow_none=True)  # numpy integers too (torch.Generator takes ints only)
+    check_int("eval_batch_size", eval_batch_size, min=1)
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ValueError(f"model ({type(model).__name__}) has no trainable parameters: nothing to fit")
     _check_model_fits_splits(model, splits)
 
     t0 = time.perf_counter()
@@ -216,6 +223,9 @@ def fit(
     if seed is not None:
         seed_everything(seed)
         gen.manual_seed(seed)
+    else:  # as torch's DataLoader does: the shuffling seed comes from torch's global generator (a bare
+        # torch.Generator() starts from one fixed seed, so every unseeded fit shuffled in the same order)
+        gen.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
     device, dtype = _model_device(model), _model_dtype(model)
     check_choice("optimizer", optimizer, ("adam", "torch"))  # built-in Adam or torch.optim.Adam
     params = list(model.parameters())
