@@ -7,7 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from timebase import MultiSeasonalTimeBase, TimeBase, TimeBaseConfig, fit, fit_timebase_least_squares, predict
+from timebase import (
+    MultiSeasonalTimeBase,
+    PatchTST,
+    TimeBase,
+    TimeBaseConfig,
+    fit,
+    fit_timebase_least_squares,
+    pad_segments,
+    predict,
+)
 from timebase import data as tbdata
 from timebase.baselines import DLinear, SeasonalNaive
 
@@ -120,3 +129,15 @@ def test_multi_seasonal_takes_arrays_and_refuses_a_dict() -> None:
     assert b.periods == (24, 168) and torch.equal(a(x), b(x))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="config must be a TimeBaseConfig"):
         MultiSeasonalTimeBase({"seq_len": 336}, periods=(24,))  # type: ignore[arg-type]  # was an AttributeError
+
+
+def test_pad_segments_and_patchtst_check_their_arguments() -> None:
+    x = torch.arange(10.0)[None]
+    assert torch.equal(pad_segments(x, np.int64(4)), pad_segments(x, 4))
+    for bad in (0, 4.0):
+        with pytest.raises(ValueError, match="period_len must be a positive int"):
+            pad_segments(x, bad)  # type: ignore[arg-type]  # were ZeroDivisionError / a torch.narrow TypeError
+    with pytest.raises(ValueError, match="revin must be a bool"):
+        PatchTST(96, 24, 3, revin="no")  # type: ignore[arg-type]  # was taken as True
+    with pytest.raises(ValueError, match="dropout must be a float in"):
+        PatchTST(96, 24, 3, dropout=1.5)

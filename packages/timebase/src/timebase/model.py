@@ -67,6 +67,8 @@ def pad_segments(x: Tensor, period_len: int, mode: PadMode = "aligned", dim: int
     line up with input phases). Both return ``x`` unchanged when P divides T.
     """
     check_choice("mode", mode, get_args(PadMode))
+    if type(period_len) is not int or period_len < 1:  # the forward's calls take the fast path
+        period_len = check_int("period_len", period_len, min=1)
     t = x.shape[dim]
     n = -(-t // period_len)
     pad = n * period_len - t

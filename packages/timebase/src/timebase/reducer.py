@@ -14,7 +14,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from icml25_shared.validate import check_int
+from icml25_shared.validate import check_bool, check_float, check_int
 from timebase.model import check_window, param_dtype
 
 __all__ = ["BasisReducer", "PatchTST", "RevIN", "add_basis_reducer"]
@@ -103,6 +103,8 @@ class PatchTST(nn.Module):
             ("d_ff", d_ff),
         ):
             check_int(name, v, min=1)
+        dropout = check_float("dropout", dropout, min=0.0, max=1.0, max_open=True)
+        revin = check_bool("revin", revin)
         if seq_len < patch_len:
             raise ValueError(f"seq_len must be >= patch_len={patch_len}, got {seq_len}")
         if d_model % n_heads:
