@@ -107,3 +107,29 @@ def test_pull_refuses_an_arm_out_of_range(env_cls):
     for bad in (-1, 2, 1.5):
         with pytest.raises(ValueError, match="arm must be an int in \\[0, 1\\]"):
             a.pull(bad)  # -1 used to pull the last arm silently
+
+
+@pytest.mark.parametrize("bit_generator", [np.random.MT19937, np.random.Philox, np.random.SFC64])
+def test_state_round_trip_with_any_numpy_bit_generator(bit_generator):
+    # a Generator seed on another bit generator: to_state raised "ndarray is not JSON serializable" (MT19937's key)
+    # or from_state put the state into a PCG64; the restored policy must continue exactly as the original
+    pol = DPTSUCB(3, 600, alpha=0.5, seed=np.random.Generator(bit_generator(5)))
+    env = BernoulliBandit([0.6, 0.5, 0.2], seed=6)
+    for _ in range(200):
+        a = pol.select()
+        pol.update(a, env.pull(a))
+    restored = DPTSUCB.from_state(json.loads(json.dumps(pol.to_state())))
+    assert type(restored.rng.bit_generator) is bit_generator
+    env_b = BernoulliBandit([0.6, 0.5, 0.2], seed=7)
+    env_a = BernoulliBandit([0.6, 0.5, 0.2], seed=7)
+    arms_a, arms_b = [], []
+    for p, e, log in ((pol, env_a, arms_a), (restored, env_b, arms_b)):
+        while p.t < p.horizon:
+            a = p.select()
+            p.update(a, e.pull(a))
+            log.append(a)
+    assert arms_a == arms_b and restored.ledger.draws == pol.ledger.draws
+    state = pol.to_state()
+    state["rng"]["bit_generator"] = "Nope"
+    with pytest.raises(ValueError, match="state\\['rng'\\] must be a numpy bit generator state"):
+        DPTSUCB.from_state(state)

@@ -52,6 +52,41 @@ def _unjson_floats(x: Any) -> Any:
     return float(x) if isinstance(x, str) else x
 
 
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+"""numpy's bit generators, by the name their ``state`` carries."""
+
+
+def _enc_rng_state(x: Any) -> Any:
+    """A bit generator's state with its arrays (MT19937's key, Philox's counter) as JSON-safe lists, recursively."""
+    if isinstance(x, dict):
+        return {k: _enc_rng_state(v) for k, v in x.items()}
+    if isinstance(x, np.ndarray):
+        return {"__nd__": x.tolist(), "dtype": str(x.dtype)}
+    return x
+
+
+def _dec_rng_state(x: Any) -> Any:
+    """Inverse of :func:`_enc_rng_state`."""
+    if isinstance(x, dict) and "__nd__" in x:
+        return np.asarray(x["__nd__"], dtype=x["dtype"])
+    if isinstance(x, dict):
+        return {k: _dec_rng_state(v) for k, v in x.items()}
+    return x
+
+
+def _rng_from_state(state: Any) -> np.random.Generator:
+    """A Generator on the bit generator named in ``state`` (a saved ``bit_generator.state``), set to it."""
+    name = state.get("bit_generator") if isinstance(state, dict) else None
+    if name not in _BIT_GENERATORS:
+        raise ValueError(f"state['rng'] must be a numpy bit generator state of one of {_BIT_GENERATORS}, got {name!r}")
+    rng = np.random.Generator(getattr(np.random, name)())
+    try:
+        rng.bit_generator.state = _dec_rng_state(state)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"state['rng'] is not a valid {name} state: {e!r}") from e
+    return rng
+
+
 def _require(d: Any, keys: tuple[str, ...], where: str) -> None:
     """Raise ``ValueError`` naming the first of ``keys`` missing from the mapping ``d``."""
     if not isinstance(d, dict):
@@ -135,7 +170,7 @@ class BanditPolicy:
             "counts": enc(self.counts),
             "fields": {f: enc(getattr(self, f)) for f in self._state_fields},
             "ledger": self.ledger.to_state(),
-            "rng": self.rng.bit_generator.state,
+            "rng": _enc_rng_state(self.rng.bit_generator.state),
         }
         json.dumps(
             state, allow_nan=False
@@ -180,7 +215,7 @@ class BanditPolicy:
             raise ValueError(f"state['ledger'] is malformed for kind {kind!r}: {e!r}") from e
         pol._check_loaded(fresh_ledger, state["ledger"], shapes)
         pol._after_load()
-        pol.rng.bit_generator.state = state["rng"]
+        pol.rng = _rng_from_state(state["rng"])  # the saved bit generator (a Generator seed may be any of numpy's)
         return pol
 
     def _check_loaded(self, fresh: dict, saved: dict, shapes: dict[str, tuple[int, ...]]) -> None:
