@@ -111,8 +111,8 @@ def test_pull_refuses_an_arm_out_of_range(env_cls):
 
 @pytest.mark.parametrize("bit_generator", [np.random.MT19937, np.random.Philox, np.random.SFC64])
 def test_state_round_trip_with_any_numpy_bit_generator(bit_generator):
-    # a Generator seed on another bit generator: to_state raised "ndarray is not JSON serializable" (MT19937's key)
-    # or from_state put the state into a PCG64; the restored policy must continue exactly as the original
+    # a Generator seed on another bit generator: to_state raised "ndarray is not JSON serializable"
+    # and from_state rebuilt a PCG64 only; the restored policy must continue exactly as the original
     pol = DPTSUCB(3, 600, alpha=0.5, seed=np.random.Generator(bit_generator(5)))
     env = BernoulliBandit([0.6, 0.5, 0.2], seed=6)
     for _ in range(200):
