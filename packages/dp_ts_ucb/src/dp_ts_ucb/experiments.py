@@ -432,8 +432,8 @@ def simulate(
             ) from e
     _check_params(policy_cls, params)
     probe = policy_cls(n_arms=env.n_arms, horizon=horizon, **params)  # validates everything once
-    # the validated values (numpy scalars become Python numbers), so the result's params are JSON-ready
-    params = {k: getattr(probe, k) if hasattr(probe, k) else v for k, v in params.items()}
+    # numpy scalars as the Python numbers the policy validated them to, so the result's params are JSON-ready
+    params = {k: v.item() if isinstance(v, np.generic) else v for k, v in params.items()}
     if checkpoints is None:
         checkpoints = np.unique(np.linspace(horizon / 20, horizon, 20).astype(np.int64))
     assert checkpoints is not None
