@@ -12,9 +12,11 @@ copy, ``prune(heads)`` vs the same ``torch_pruning.prune_linear_*`` slicing on a
 (direct first in even rounds, ours first in odd ones), a full garbage collection untimed before every call (with
 the objects alive at setup frozen, so that it takes 0.2 ms, not 200 ms): every call copies a model and leaves about
 600 objects in reference cycles, and a collection triggered inside one call would otherwise charge it for the
-other's garbage. A wrapper's ratio is the median of its per-round ratios. Every ratio comes with its spread: the
-min and max of the per-round ratios. FLOPs/token of the dense model: FlopCounterMode vs 2 x fvcore's
-``FlopCountAnalysis`` (multiply-adds), with eager and SDPA attention. Usage (``--threads 1`` by default)::
+other's garbage. A wrapper's ratio is the median of its per-round ratios. The work of the wrappers that the direct
+calls do not do is timed on its own (``quantize``'s input walk and byte count; ``prune(heads)``'s walk over its copy
+and its scoring of the key/value groups, which the direct slicing is handed, each on a fresh copy). Every ratio
+comes with its spread: the min and max of the per-round ratios. FLOPs/token of the dense model: FlopCounterMode vs
+2 x fvcore's ``FlopCountAnalysis`` (multiply-adds), with eager and SDPA attention. Usage (``--threads 1`` by default)::
 
     python packages/downscaling/benchmarks/bench_downscaling.py [--batch 8] [--repeats 20] [--overhead-repeats 100]
 
@@ -39,6 +41,8 @@ from downscaling import PruneConfig, finalize, prune, quantize
 from downscaling.experiments import ModelSize, new_model
 from downscaling.flops import count_flops
 from downscaling.profiling import WATTS_PER_CPU_THREAD, read_energy_counter, weight_bytes
+from downscaling.prune import _drop_groups
+from downscaling.prune import _scan as _prune_scan
 from downscaling.quantize import _scan, _torch_ao_linear_bytes
 from icml25_shared.bench import Timing, paired, round_robin, save_results, write_performance
 from icml25_shared.device import torch_threads
@@ -122,6 +126,19 @@ def _median_s(fn: Any, repeats: int = 200) -> float:
     return Timing(times).median
 
 
+def _median_on_copies(fn: Any, model: torch.nn.Module, repeats: int = 100) -> float:
+    """Median time of ``fn`` on a fresh deep copy of ``model`` (copy and a garbage collection untimed), as ``prune``
+    meets its own copy."""
+    times = []
+    for _ in range(repeats):
+        m = copy.deepcopy(model)
+        gc.collect()
+        t0 = time.perf_counter()
+        fn(m)
+        times.append(time.perf_counter() - t0)
+    return Timing(times).median
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, default=8)
@@ -194,6 +211,19 @@ def main() -> None:
             sum(own.values()) / ov["quantize int8_dynamic vs quantize_dynamic"]["time_a"]["median_s"]
         )
         ov["quantize int8_dynamic vs quantize_dynamic"]["own_work"] = own
+        # the part of prune(heads) that the direct slicing does not do: the walk over its copy (Linear check, parameter
+        # count, device) and the scoring of the key/value groups (which the direct call is handed)
+        cfg: Any = dense.config  # a LlamaConfig
+        own = {
+            "scan_copy_s": _median_on_copies(_prune_scan, dense),
+            "score_groups_s": _median_on_copies(
+                lambda m: _drop_groups(list(m.model.layers), cfg.num_attention_heads, cfg.num_key_value_heads,
+                                       cfg.hidden_size // cfg.num_attention_heads, 2, None), dense),
+        }  # fmt: skip
+        pair = ov["prune heads vs torch_pruning slicing"]
+        own["gap_s"] = pair["time_b"]["median_s"] - pair["time_a"]["median_s"]
+        own["share_of_direct"] = (own["scan_copy_s"] + own["score_groups_s"]) / pair["time_a"]["median_s"]
+        pair["own_work"] = own
         gc.unfreeze()
     fv: dict[str, Any] | str = "not installed: FLOPs vs fvcore not measured"
     if importlib.util.find_spec("fvcore"):
@@ -230,6 +260,12 @@ def main() -> None:
     lines.append(
         f"  quantize int8_dynamic's own work: input walk {1e3 * own['scan_input_s']:.3f} ms + int8 byte count "
         f"{1e3 * own['count_int8_bytes_s']:.3f} ms = {100 * own['share_of_direct']:.1f} % of quantize_dynamic"
+    )
+    own = ov["prune heads vs torch_pruning slicing"]["own_work"]
+    lines.append(
+        f"  prune(heads)'s own work: walk over its copy {1e3 * own['scan_copy_s']:.3f} ms + scoring the kv groups "
+        f"{1e3 * own['score_groups_s']:.3f} ms = {100 * own['share_of_direct']:.1f} % of the direct slicing "
+        f"(median gap {1e3 * own['gap_s']:.3f} ms)"
     )
     if isinstance(fv, dict):
         lines.append(

@@ -166,6 +166,21 @@ def conv1d_to_linear(model: nn.Module) -> int:
     return n
 
 
+def _output_head(model: nn.Module) -> Any:
+    hf: Any = model  # a transformers PreTrainedModel when it has get_output_embeddings
+    return hf.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+
+
+def _is_prunable(name: str, m: nn.Module, head: Any) -> bool:
+    return isinstance(m, nn.Linear) and m is not head and name.rpartition(".")[2] != "lm_head"
+
+
+def _no_linear_error(model: nn.Module) -> ValueError:
+    found = sorted({type(m).__name__ for m in model.modules() if not list(m.children())})
+    conv = " (GPT-2 Conv1D: call conv1d_to_linear(model) first)" if "Conv1D" in found else ""
+    return ValueError(f"model has no nn.Linear to prune{conv}; leaf layer types found: {found}")
+
+
 def prunable_linears(model: nn.Module) -> dict[str, nn.Linear]:
     """The ``nn.Linear`` layers pruning acts on: all of them except the output head (``get_output_embeddings()``
     or a module named ``lm_head``).
@@ -179,18 +194,56 @@ def prunable_linears(model: nn.Module) -> dict[str, nn.Linear]:
     Raises:
         ValueError: the model has no such layer (the message names the layer types found).
     """
-    hf: Any = model  # a transformers PreTrainedModel when it has get_output_embeddings
-    head = hf.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    out = {
-        n: m
-        for n, m in model.named_modules()
-        if isinstance(m, nn.Linear) and m is not head and n.rpartition(".")[2] != "lm_head"
-    }
+    head = _output_head(model)
+    out = {n: m for n, m in model.named_modules() if _is_prunable(n, m, head)}
     if not out:
-        found = sorted({type(m).__name__ for m in model.modules() if not list(m.children())})
-        conv = " (GPT-2 Conv1D: call conv1d_to_linear(model) first)" if "Conv1D" in found else ""
-        raise ValueError(f"model has no nn.Linear to prune{conv}; leaf layer types found: {found}")
-    return out
+        raise _no_linear_error(model)
+    return cast(dict[str, nn.Linear], out)
+
+
+class _Scan(NamedTuple):
+    """What ``prune`` reads from its copy, in one walk."""
+
+    converted: int  # Conv1D layers replaced by nn.Linear
+    linears: dict[str, nn.Linear]  # prunable_linears(model)
+    n_params: int  # sum(p.numel() for p in model.parameters())
+    device: torch.device  # the first parameter's (cpu without any)
+    shared: set[int] | None  # ids of the parameters held by more than one module (None: not known)
+
+
+def _scan(model: nn.Module) -> _Scan:
+    """``conv1d_to_linear``, ``prunable_linears``, the parameter count and the device in one walk over ``model``
+    (the same results, in the same order, as the four separate calls)."""
+    head = _output_head(model)
+    linears: dict[str, nn.Linear] = {}
+    seen: set[int] = set()
+    dups: set[int] = set()
+    n_params, device, converted = 0, None, 0
+    for name, m in model.named_modules():
+        if _is_conv1d(m):
+            converted += 1
+            break
+        if _is_prunable(name, m, head):
+            linears[name] = cast(nn.Linear, m)
+        for p in m._parameters.values():
+            if p is None:
+                continue
+            if id(p) in seen:
+                dups.add(id(p))
+                continue
+            seen.add(id(p))
+            n_params += p.numel()
+            if device is None:
+                device = p.device
+    if converted:  # rare (GPT-2): convert, then read the converted model the usual way
+        converted = conv1d_to_linear(model)
+        linears = prunable_linears(model)
+        params = list(model.parameters())
+        n_params, device = sum(p.numel() for p in params), params[0].device if params else None
+    if not linears:
+        raise _no_linear_error(model)
+    cpu = torch.device("cpu")
+    return _Scan(converted, linears, n_params, device if device is not None else cpu, None if converted else dups)
 
 
 def sparsity_of(model: nn.Module) -> dict[str, float]:
@@ -325,11 +378,29 @@ def _decoder_layers(model: nn.Module) -> list[Any]:
     return list(layers)
 
 
-def _slice_linear(lin: nn.Linear, remove: list[int], dim: str) -> None:
-    import torch_pruning as tp
+class _Sliced:
+    """Slices Linear layers through torch_pruning and keeps account of the parameters it replaced, so that the
+    parameter count after pruning needs no second walk over the model."""
 
-    if remove:
-        (tp.prune_linear_out_channels if dim == "out" else tp.prune_linear_in_channels)(lin, sorted(remove))
+    def __init__(self) -> None:
+        import torch_pruning as tp
+
+        self._out, self._in = tp.prune_linear_out_channels, tp.prune_linear_in_channels
+        self.replaced: list[torch.Tensor] = []  # the parameters swapped for sliced ones
+        self.removed = 0  # elements removed from them
+
+    def __call__(self, lin: nn.Linear, remove: list[int], dim: str) -> None:
+        """Remove output (``dim="out"``: weight rows and bias) or input (``"in"``: weight columns) channels
+        ``remove`` (sorted) of ``lin``."""
+        if not remove:
+            return
+        w, b = lin.weight, lin.bias if dim == "out" else None
+        (self._out if dim == "out" else self._in)(lin, remove)
+        self.replaced.append(w)
+        self.removed += w.numel() - lin.weight.numel()
+        if b is not None:
+            self.replaced.append(b)
+            self.removed += b.numel() - lin.bias.numel()
 
 
 def _n_units(sparsity: float, n: int, unit: str) -> int:
@@ -345,7 +416,28 @@ def _n_units(sparsity: float, n: int, unit: str) -> int:
     return k
 
 
-def _prune_heads(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None) -> dict[str, Any]:
+def _drop_groups(
+    layers: list[Any], h: int, kv: int, hd: int, n_remove: int, stats: dict[str, torch.Tensor] | None
+) -> list[list[int]]:
+    """The ``n_remove`` key/value groups of each block with the least output energy, sorted: a group's score is the
+    sum over its query heads' channels j of ‖W_o[:, j]‖² (times Σ x_j² with calibration data), in float64; ties go
+    to the lower index. All blocks are scored at once."""
+    w_o = torch.stack([blk.self_attn.o_proj.weight.detach() for blk in layers])
+    if w_o.shape[2] != h * hd:
+        raise ValueError(
+            f"o_proj has {w_o.shape[2]} input channels but the config says {h} heads x head_dim {hd} = {h * hd}"
+        )
+    col_energy = w_o.double().pow_(2).sum(1)  # (blocks, h·d_h)
+    if stats is not None:
+        col_energy = col_energy * torch.stack([stats[str(i)] for i in range(len(layers))])
+    # query head q belongs to kv group q // (h / kv); a group's channels are those of its query heads
+    score = col_energy.reshape(len(layers), kv, (h // kv) * hd).sum(2)
+    return [sorted(d) for d in torch.argsort(score, dim=1, stable=True)[:, :n_remove].tolist()]
+
+
+def _prune_heads(
+    model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None, sliced: _Sliced
+) -> dict[str, Any]:
     layers = _decoder_layers(model)
     cfg: Any = model.config  # a transformers PretrainedConfig (nn.Module.__getattr__ types it Tensor | Module)
     h = cfg.num_attention_heads
@@ -356,29 +448,26 @@ def _prune_heads(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | 
     stats = None
     if calib is not None and n_remove:
         stats = _input_stats(model, {str(i): blk.self_attn.o_proj for i, blk in enumerate(layers)}, calib, False)
+    drops = _drop_groups(layers, h, kv, hd, n_remove, stats)
     removed: dict[int, list[int]] = {}
     for i, layer in enumerate(layers):
+        drop = removed[i] = drops[i]
         att = layer.self_attn
-        col_energy = att.o_proj.weight.detach().double().pow(2).sum(0)  # ‖W_o[:, j]‖² per input channel
-        if stats is not None:
-            col_energy = col_energy * stats[str(i)]
-        # query head q belongs to kv group q // group; a group's channels are those of its query heads
-        score = col_energy.reshape(kv, group * hd).sum(1)
-        drop = sorted(torch.argsort(score, stable=True)[:n_remove].tolist())
-        removed[i] = drop
         q_rows = [g * group * hd + r for g in drop for r in range(group * hd)]
-        kv_rows = [g * hd + r for g in drop for r in range(hd)]
-        _slice_linear(att.q_proj, q_rows, "out")
-        _slice_linear(att.k_proj, kv_rows, "out")
-        _slice_linear(att.v_proj, kv_rows, "out")
-        _slice_linear(att.o_proj, q_rows, "in")
+        kv_rows = q_rows if group == 1 else [g * hd + r for g in drop for r in range(hd)]
+        sliced(att.q_proj, q_rows, "out")
+        sliced(att.k_proj, kv_rows, "out")
+        sliced(att.v_proj, kv_rows, "out")
+        sliced(att.o_proj, q_rows, "in")
     cfg.head_dim = hd
     cfg.num_key_value_heads = kv - n_remove
     cfg.num_attention_heads = (kv - n_remove) * group
     return {"removed_kv_groups": removed, "heads_before": h, "heads_after": cfg.num_attention_heads}
 
 
-def _prune_channels(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None) -> dict[str, Any]:
+def _prune_channels(
+    model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None, sliced: _Sliced
+) -> dict[str, Any]:
     cfg: Any = model.config  # a transformers PretrainedConfig
     layers = _decoder_layers(model)
     ff = cfg.intermediate_size
@@ -396,9 +485,9 @@ def _prune_channels(model: nn.Module, sparsity: float, calib: list[torch.Tensor]
             score = score * (mlp.gate_proj.weight.double().pow(2).sum(1) + mlp.up_proj.weight.double().pow(2).sum(1))
         drop = sorted(torch.argsort(score, stable=True)[:n_remove].tolist())
         removed[i] = len(drop)
-        _slice_linear(mlp.gate_proj, drop, "out")
-        _slice_linear(mlp.up_proj, drop, "out")
-        _slice_linear(mlp.down_proj, drop, "in")
+        sliced(mlp.gate_proj, drop, "out")
+        sliced(mlp.up_proj, drop, "out")
+        sliced(mlp.down_proj, drop, "in")
     cfg.intermediate_size = ff - n_remove
     return {"removed_channels_per_layer": n_remove, "intermediate_before": ff, "intermediate_after": ff - n_remove}
 
@@ -424,7 +513,9 @@ def _block_influence(model: nn.Module, layers: list[Any], calib: list[torch.Tens
     return [1.0 - sum(v) / len(v) for v in sims.values()]
 
 
-def _prune_layers(model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None) -> dict[str, Any]:
+def _prune_layers(
+    model: nn.Module, sparsity: float, calib: list[torch.Tensor] | None, _sliced: _Sliced
+) -> dict[str, Any]:
     layers = _decoder_layers(model)
     n = len(layers)
     n_remove = _n_units(sparsity, n, "decoder layers")
@@ -487,17 +578,13 @@ def prune(model: nn.Module, config: PruneConfig | None = None, **kwargs: Any) ->
 
 def _prune(model: nn.Module, config: PruneConfig) -> PruneResult:
     pruned = copy.deepcopy(model)
-    converted = conv1d_to_linear(pruned)
-    linears = prunable_linears(pruned)
-    try:
-        device = next(pruned.parameters()).device
-    except StopIteration:
-        device = torch.device("cpu")
-    calib = _calib_batches(config.calib, device, pruned) if config.calib is not None else None
-    n_before = sum(p.numel() for p in pruned.parameters())
+    scan = _scan(pruned)  # converts GPT-2 Conv1D layers; checks there is a Linear to prune
+    linears = scan.linears
+    calib = _calib_batches(config.calib, scan.device, pruned) if config.calib is not None else None
     record: dict[str, Any] = {"method": config.method, "sparsity": config.sparsity, "scope": config.scope}
-    record["converted_conv1d"] = converted
+    record["converted_conv1d"] = scan.converted
     s = config.sparsity
+    n_after = None
     if config.method in STRUCTURED:
         if config.scope == "global":
             raise ValueError(
@@ -507,13 +594,17 @@ def _prune(model: nn.Module, config: PruneConfig) -> PruneResult:
         if not hasattr(pruned, "config"):
             raise ValueError(f"structured pruning needs a transformers model with .config, got {type(model).__name__}")
         fn = {"heads": _prune_heads, "channels": _prune_channels, "layers": _prune_layers}[config.method]
-        record.update(fn(pruned, s, calib))
+        sliced = _Sliced()
+        record.update(fn(pruned, s, calib, sliced))
+        shared = scan.shared
+        if config.method != "layers" and shared is not None and not any(id(p) in shared for p in sliced.replaced):
+            n_after = scan.n_params - sliced.removed  # the sliced parameters were held by their layer only
     elif s > 0:
         masks = _unstructured_masks(pruned, linears, config, calib)
         for name, lin in linears.items():
             torch_prune.custom_from_mask(lin, "weight", masks[name])
-    record["params_before"] = n_before
-    record["params_after"] = sum(p.numel() for p in pruned.parameters())
+    record["params_before"] = scan.n_params
+    record["params_after"] = sum(p.numel() for p in pruned.parameters()) if n_after is None else n_after
     if config.method not in STRUCTURED:
         record["achieved_sparsity"] = sparsity_of(pruned)["all"]
     if config.recover is not None:
