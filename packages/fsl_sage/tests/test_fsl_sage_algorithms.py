@@ -12,6 +12,7 @@ from fsl_sage import (
     FSLConfig,
     GradScalarAux,
     SplitFedV1,
+    digits_cnn_split,
     weighted_average,
 )
 from icml25_shared.device import torch_threads
@@ -196,3 +197,37 @@ def test_fit_runs_on_n_threads_and_restores_the_callers_setting(tiny_data, digit
         assert seen == [inside, inside], n_threads
     with pytest.raises(ValueError, match="n_threads"):
         algo.fit(data, ev, n_threads=0)
+
+
+def test_evaluation_leaves_the_training_state_alone(tiny_data, small_cfg):
+    # an aux with BatchNorm estimates in training mode: the per-round gradient agreement on eval_data used to
+    # update its running statistics with the eval data, so the trained models depended on whether eval_data
+    # was given
+    data, ev = tiny_data
+    small_cfg.update(rounds=2)
+    states = []
+    for eval_data in (None, ev):
+        torch.manual_seed(0)
+        c, s, _ = digits_cnn_split()
+        aux = GradScalarAux(
+            nn.Sequential(nn.Flatten(), nn.Linear(512, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 10),
+                          nn.LogSoftmax(1))
+        )  # fmt: skip
+        algo = FSLSAGE(c, s, aux, FSLConfig(**small_cfg))
+        algo.fit(data, eval_data)
+        states.append(algo.checkpoint_state()["models"])
+    for name, sd in states[0].items():
+        for k, v in sd.items():
+            assert torch.equal(v, states[1][name][k]), f"{name}.{k}"
+
+
+def test_gradient_agreement_in_batches_equals_one_batch(tiny_data, small_cfg):
+    data, ev = tiny_data
+    small_cfg.update(rounds=1)
+    torch.manual_seed(0)
+    algo = FSLSAGE(*digits_cnn_split(), FSLConfig(**small_cfg))
+    algo.fit(data)
+    whole = algo._agreement(ev)  # 40 samples: one batch, gradient_agreement on all of them
+    batched = algo._agreement(ev, batch_size=7)  # six batches of sums
+    assert batched == pytest.approx(whole, rel=1e-9)
+    assert 0 < whole[1] < 1
