@@ -112,3 +112,16 @@ def test_training_data_names_a_missing_column():
     assert x.shape == (4, 8) and torch.equal(x[1], rows["tokens"][1, 1])
     with pytest.raises(ValueError, match="no column best in the rows"):
         training_data({k: v for k, v in rows.items() if k != "best"}, "iou", USAMConfig())  # was a KeyError
+
+
+def test_extract_rows_names_a_negative_seed():
+    from usam.targets import extract_rows
+
+    def never(**kw):  # the checks come before any model call
+        raise AssertionError("called")
+
+    images, masks = torch.zeros(1, 3, 8, 8), [np.ones((1, 8, 8), dtype=bool)]
+    with pytest.raises(ValueError, match="seed must be a non-negative int, got -1"):
+        extract_rows({"m": never}, images, masks, seed=-1)  # was numpy's "expected non-negative integer"
+    with pytest.raises(TypeError, match="entropies"):
+        extract_rows({"m": never}, images, masks, entropies="yes")

@@ -216,7 +216,9 @@ def extract_rows(
     if len(gt_masks) != images.shape[0]:
         raise ValueError(f"gt_masks must have one entry per image ({images.shape[0]}), got {len(gt_masks)}")
     check_bool("dense_prompt", dense_prompt)
+    check_bool("entropies", entropies)
     n_points = check_int("n_points", n_points, min=1)
+    seed = check_int("seed", seed, min=0)
     split = check_choice("split", split, ("auto", "accelerate", "torch"))
     token_model = token_model or next(iter(models))
     if token_model not in models:
