@@ -141,3 +141,36 @@ def test_pad_segments_and_patchtst_check_their_arguments() -> None:
         PatchTST(96, 24, 3, revin="no")  # type: ignore[arg-type]  # was taken as True
     with pytest.raises(ValueError, match="dropout must be a float in"):
         PatchTST(96, 24, 3, dropout=1.5)
+
+
+class _ThreadSpy(torch.nn.Module):
+    """Wraps a model and records torch's intra-op thread count at every forward."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner, self.seen = inner, set()
+        self.config = inner.config
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.add(torch.get_num_threads())
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("n_threads, expect", [(1, {1}), (np.int64(1), {1}), (None, {2})])
+def test_fit_and_predict_run_on_n_threads_and_restore_the_callers(splits, n_threads, expect) -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the caller's setting
+    try:
+        spy = _ThreadSpy(_model())
+        fit(spy, splits, epochs=1, lr=0.05, batch_size=64, n_threads=n_threads)
+        assert spy.seen == expect and torch.get_num_threads() == 2
+        spy.seen.clear()
+        predict(spy, splits.test, n_threads=n_threads)
+        assert spy.seen == expect and torch.get_num_threads() == 2
+        with pytest.raises(ValueError, match="n_threads"):
+            fit(spy, splits, epochs=1, n_threads=0)
+        with pytest.raises(ValueError, match="n_threads"):
+            predict(spy, splits.test, n_threads=1.5)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

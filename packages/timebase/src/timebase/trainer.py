@@ -8,6 +8,7 @@ dropped anywhere. Works for any ``nn.Module`` mapping (B, T, C) to (B, H, C) (DL
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -18,6 +19,7 @@ from typing import Any, Literal, cast
 import torch
 from torch import Tensor, nn
 
+from icml25_shared.device import torch_threads
 from icml25_shared.progress import track
 from icml25_shared.seed import seed_everything
 from icml25_shared.validate import check_choice, check_float, check_int
@@ -120,24 +122,37 @@ def evaluate(model: nn.Module, dataset: WindowDataset, batch_size: int = 2048) -
     return {"mse": se / count, "mae": ae / count}
 
 
+def _threads(n_threads: int | None) -> contextlib.AbstractContextManager[None]:
+    """``n_threads`` torch intra-op threads for the block, the caller's count restored after; None: left alone."""
+    if n_threads is None:
+        return contextlib.nullcontext()
+    return torch_threads(check_int("n_threads", n_threads, min=1))
+
+
 @torch.no_grad()
-def predict(model: nn.Module, data: Tensor | WindowDataset, batch_size: int = 2048) -> Tensor:
+def predict(
+    model: nn.Module, data: Tensor | WindowDataset, batch_size: int = 2048, *, n_threads: int | None = 1
+) -> Tensor:
     """Forecasts for a window tensor (B, T, C) or for every window of a :class:`WindowDataset` (n, H, C), in the
-    model's dtype (the windows are cast to it: a float64 model forecasts float32 windows in float64)."""
+    model's dtype (the windows are cast to it: a float64 model forecasts float32 windows in float64).
+    ``n_threads``: torch intra-op threads while forecasting (default 1: these models are small, and on a shared
+    machine more threads mostly wait; the caller's setting is restored afterwards); None leaves torch's setting."""
     batch_size = check_int("batch_size", batch_size, min=1)
+    threads = _threads(n_threads)
+    if not isinstance(data, (Tensor, WindowDataset)):
+        raise ValueError(f"data must be a torch.Tensor (B, T, C) or a WindowDataset, got {type(data).__name__}")
+    if isinstance(data, Tensor) and not data.is_floating_point():
+        raise ValueError(f"data must be a floating tensor (B, T, C), got dtype {data.dtype}")
     was_training = model.training
     model.eval()
     device, dtype = _model_device(model), _model_dtype(model)
     try:
-        if isinstance(data, WindowDataset):
-            return torch.cat([model(x.to(device, dtype)).cpu() for x, _ in data.batches(batch_size)])
-        if not isinstance(data, Tensor):
-            raise ValueError(f"data must be a torch.Tensor (B, T, C) or a WindowDataset, got {type(data).__name__}")
-        if not data.is_floating_point():
-            raise ValueError(f"data must be a floating tensor (B, T, C), got dtype {data.dtype}")
-        return torch.cat(
-            [model(data[i : i + batch_size].to(device, dtype)) for i in range(0, max(len(data), 1), batch_size)]
-        )
+        with threads:
+            if isinstance(data, WindowDataset):
+                return torch.cat([model(x.to(device, dtype)).cpu() for x, _ in data.batches(batch_size)])
+            return torch.cat(
+                [model(data[i : i + batch_size].to(device, dtype)) for i in range(0, max(len(data), 1), batch_size)]
+            )
     finally:
         model.train(was_training)
 
@@ -194,6 +209,7 @@ def fit(
     evaluate_test: bool = True,
     progress: bool | None = None,
     optimizer: Literal["adam", "torch"] = "adam",
+    n_threads: int | None = 1,
 ) -> FitResult:
     """Train ``model`` in place with the official protocol and restore its best-validation weights.
 
@@ -202,8 +218,12 @@ def fit(
     shuffling ``DataLoader`` does (``torch.manual_seed`` before the call makes it repeatable). The windows (float32)
     are cast to the model's dtype, so a ``model.double()`` trains in float64.
     ``progress``: draw a bar over epochs (``None``: the project default, quiet in CI).
+    ``n_threads``: torch intra-op threads while training and evaluating (default 1: the models are small, and on a
+    shared machine more threads mostly wait; the caller's setting is restored afterwards); None leaves torch's.
     """
     import time
+
+    threads = _threads(n_threads)
 
     if not isinstance(splits, Splits):
         raise ValueError(f"splits must be a timebase.data.Splits, got {type(splits).__name__}")
@@ -218,53 +238,54 @@ def fit(
         raise ValueError(f"model ({type(model).__name__}) has no trainable parameters: nothing to fit")
     _check_model_fits_splits(model, splits)
 
-    t0 = time.perf_counter()
-    gen = torch.Generator()
-    if seed is not None:
-        seed_everything(seed)
-        gen.manual_seed(seed)
-    else:  # as torch's DataLoader does: the shuffling seed comes from torch's global generator (a bare
-        # torch.Generator() starts from one fixed seed, so every unseeded fit shuffled in the same order)
-        gen.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
-    device, dtype = _model_device(model), _model_dtype(model)
-    check_choice("optimizer", optimizer, ("adam", "torch"))  # built-in Adam or torch.optim.Adam
-    params = list(model.parameters())
-    opt: Any = Adam(params, lr) if optimizer == "adam" else torch.optim.Adam(params, lr=lr)
-    best_state = copy.deepcopy(model.state_dict())
-    best_val, best_epoch, bad = math.inf, 0, 0
-    history: list[dict[str, float]] = []
-    disable = None if progress is None else not progress
-    bar = track(range(1, epochs + 1), f"fit {type(model).__name__}", disable=disable)
-    epoch = 0
-    for epoch in bar:
-        cur_lr = lr * lr_factor(epoch, decay, decay_start)
-        for group in opt.param_groups:
-            group["lr"] = cur_lr
-        model.train()
-        total, n = 0.0, 0
-        for x, y in splits.train.batches(batch_size, shuffle=True, generator=gen):
-            x, y = x.to(device, dtype), y.to(device, dtype)  # float32 windows, the model's dtype
-            opt.zero_grad(set_to_none=True)
-            loss = _loss(model, x, y)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(x)
-            n += len(x)
-        val = evaluate(model, splits.val, eval_batch_size)["mse"]
-        history.append({"epoch": epoch, "lr": cur_lr, "train_loss": total / n, "val_mse": val})
-        log.info("epoch %d lr %.4g train loss %.4f val mse %.4f", epoch, cur_lr, total / n, val)
-        bar.set_postfix(train=f"{total / n:.4f}", val=f"{val:.4f}", refresh=False)
-        if val < best_val:
-            best_val, best_epoch, bad = val, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
-            if bad >= patience:
-                log.info("early stopping after epoch %d (best %d)", epoch, best_epoch)
-                break
-    bar.close()
-    _warn_if_diverged(best_val, splits, lr)
-    model.load_state_dict(best_state)
-    model.eval()
-    test = evaluate(model, splits.test, eval_batch_size) if evaluate_test else None
-    return FitResult(best_epoch, best_val, epoch, history, test, time.perf_counter() - t0)
+    with threads:  # one torch thread by default, the caller's count restored after
+        t0 = time.perf_counter()
+        gen = torch.Generator()
+        if seed is not None:
+            seed_everything(seed)
+            gen.manual_seed(seed)
+        else:  # as torch's DataLoader does: the shuffling seed comes from torch's global generator (a bare
+            # torch.Generator() starts from one fixed seed, so every unseeded fit shuffled in the same order)
+            gen.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
+        device, dtype = _model_device(model), _model_dtype(model)
+        check_choice("optimizer", optimizer, ("adam", "torch"))  # built-in Adam or torch.optim.Adam
+        params = list(model.parameters())
+        opt: Any = Adam(params, lr) if optimizer == "adam" else torch.optim.Adam(params, lr=lr)
+        best_state = copy.deepcopy(model.state_dict())
+        best_val, best_epoch, bad = math.inf, 0, 0
+        history: list[dict[str, float]] = []
+        disable = None if progress is None else not progress
+        bar = track(range(1, epochs + 1), f"fit {type(model).__name__}", disable=disable)
+        epoch = 0
+        for epoch in bar:
+            cur_lr = lr * lr_factor(epoch, decay, decay_start)
+            for group in opt.param_groups:
+                group["lr"] = cur_lr
+            model.train()
+            total, n = 0.0, 0
+            for x, y in splits.train.batches(batch_size, shuffle=True, generator=gen):
+                x, y = x.to(device, dtype), y.to(device, dtype)  # float32 windows, the model's dtype
+                opt.zero_grad(set_to_none=True)
+                loss = _loss(model, x, y)
+                loss.backward()
+                opt.step()
+                total += float(loss.detach()) * len(x)
+                n += len(x)
+            val = evaluate(model, splits.val, eval_batch_size)["mse"]
+            history.append({"epoch": epoch, "lr": cur_lr, "train_loss": total / n, "val_mse": val})
+            log.info("epoch %d lr %.4g train loss %.4f val mse %.4f", epoch, cur_lr, total / n, val)
+            bar.set_postfix(train=f"{total / n:.4f}", val=f"{val:.4f}", refresh=False)
+            if val < best_val:
+                best_val, best_epoch, bad = val, epoch, 0
+                best_state = copy.deepcopy(model.state_dict())
+            else:
+                bad += 1
+                if bad >= patience:
+                    log.info("early stopping after epoch %d (best %d)", epoch, best_epoch)
+                    break
+        bar.close()
+        _warn_if_diverged(best_val, splits, lr)
+        model.load_state_dict(best_state)
+        model.eval()
+        test = evaluate(model, splits.test, eval_batch_size) if evaluate_test else None
+        return FitResult(best_epoch, best_val, epoch, history, test, time.perf_counter() - t0)
