@@ -65,3 +65,51 @@ def test_projector_rejects_theta_mismatch_and_nan():
         BisectionProjector(prob, grad="exact")
     with pytest.raises(ValueError, match="ratio must be a float in"):
         BisectionProjector(prob, ratio=1.5)
+
+
+def test_ipnn_takes_a_float64_problems_theta():
+    """A float64 problem's θ fed to the float32 network: cast to the network's dtype (it raised a torch dtype
+    error inside nn.Linear), the same output as the explicit cast."""
+    from bisection_proj import IPNN
+
+    qp = ConvexQP.random(n=12, n_eq=6, n_ineq=6, seed=0)
+    theta = qp.sample_theta(5)
+    net = IPNN(qp.theta_dim, qp.z_dim, n_ip=2, hidden=16).eval()
+    out = net(theta)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, net(theta.float()))
+    with pytest.raises(ValueError, match=r"theta must have shape \(B, 6\), got \(5, 3\)"):
+        net(theta[:, :3])
+    with pytest.raises(ValueError, match="theta must be finite"):
+        net(theta.clone().fill_(float("nan")))
+
+
+@pytest.mark.parametrize("make", ["qp", "jccim", "polytope"])
+def test_generators_name_a_bad_seed(make):
+    from bisection_proj.problems import JCCIM, Polytope
+
+    gen = {
+        "qp": lambda s: ConvexQP.random(n=8, n_eq=4, n_ineq=4, seed=s),
+        "jccim": lambda s: JCCIM.random(n=8, n_eq=4, n_ineq=4, seed=s),
+        "polytope": lambda s: Polytope.random(seed=s),
+    }[make]
+    with pytest.raises(ValueError, match="seed must be a non-negative int, got -3"):
+        gen(-3)
+
+
+def test_metrics_name_bad_tolerances_and_shapes():
+    from bisection_proj import metrics
+
+    qp = ConvexQP.random(n=12, n_eq=6, n_ineq=6, seed=0)
+    theta = qp.sample_theta(3)
+    y = qp.analytic_interior(theta)
+    assert metrics.feasibility_rate(qp, theta, y) == 1.0
+    with pytest.raises(ValueError, match="tol must be a float >= 0.0, got -1.0"):
+        metrics.feasibility_rate(qp, theta, y, tol=-1.0)  # was a silent 0.0
+    with pytest.raises(ValueError, match="eq_tol must be a float >= 0.0"):
+        metrics.feasibility_rate(qp, theta, y, eq_tol=float("nan"))
+    ip = qp.y_to_z(theta, y)
+    with pytest.raises(ValueError, match=r"ip must have shape \(3, 6\)"):
+        metrics.eccentricity(qp, theta, ip.unsqueeze(1))
+    with pytest.raises(ValueError, match="n_dirs must be a positive int, got 0"):
+        metrics.eccentricity(qp, theta, ip, n_dirs=0)

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from bisection_proj.config import IPNNConfig, NoiseKind
 from bisection_proj.problems.base import Problem
 from icml25_shared.progress import track
-from icml25_shared.validate import check_choice, check_float, check_int
+from icml25_shared.validate import check_choice, check_float, check_int, check_tensor
 
 __all__ = [
     "ResBlock",
@@ -117,10 +117,18 @@ class IPNN(nn.Module):
         return float(self.noise.gamma.detach())
 
     def forward(self, theta: Tensor, eps: Tensor | None = None) -> Tensor:
-        """``eps`` (B, m·d): explicit noise for the training-mode perturbation (random when None)."""
+        """``eps`` (B, m·d): explicit noise for the training-mode perturbation (random when None).
+
+        θ of another floating dtype (a float64 problem's ``sample_theta`` for the float32 network) is cast to the
+        network's dtype; the output is in the network's dtype."""
         c = self.config
+        check_tensor("theta", theta, dtype="floating")
         if theta.dim() != 2 or theta.shape[1] != c.theta_dim:
             raise ValueError(f"theta must have shape (B, {c.theta_dim}), got {tuple(theta.shape)}")
+        check_tensor("theta", theta, finite=True)
+        theta = theta.to(self.net.inp.weight.dtype)
+        if eps is not None:
+            eps = check_tensor("eps", eps, shape=(theta.shape[0], c.n_ip * c.z_dim), dtype="floating").to(theta.dtype)
         out = self.noise(self.net(theta), eps)
         if c.sigmoid:
             out = torch.sigmoid(out)

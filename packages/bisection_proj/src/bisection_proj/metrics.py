@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from bisection_proj.problems.base import Problem
+from icml25_shared.validate import check_float, check_int, check_tensor
 
 __all__ = ["feasibility_rate", "feasible_mask", "optimality_gap", "projection_distance", "eccentricity", "eq_tolerance"]
 
@@ -20,6 +21,9 @@ def eq_tolerance(dtype: torch.dtype, tol: float = 1e-5) -> float:
 def feasible_mask(problem: Problem, theta: Tensor, y: Tensor, tol: float = 1e-5, eq_tol: float | None = None) -> Tensor:
     """(B,) bool: inequality violations <= tol and |equality residuals| <= eq_tol (dtype-aware default)."""
     problem.check_theta(theta)
+    tol = check_float("tol", tol, min=0.0)
+    eq_tol = check_float("eq_tol", eq_tol, min=0.0, allow_none=True)
+    check_tensor("y", y, dtype="floating")
     if y.dim() != 2 or y.shape[0] != theta.shape[0] or y.shape[1] != problem.y_dim:
         raise ValueError(f"y must have shape ({theta.shape[0]}, {problem.y_dim}), got {tuple(y.shape)}")
     eq_tol = eq_tolerance(y.dtype, tol) if eq_tol is None else eq_tol
@@ -61,6 +65,11 @@ def eccentricity(problem: Problem, theta: Tensor, ip: Tensor, n_dirs: int = 64, 
     and the first infeasible length), and return the ratio R/r and the difference R − r of the largest and
     smallest boundary distances, each (B,). An infeasible IP gets inf and nan. For non-convex sets the
     boundary found on a ray is *a* crossing, not necessarily the first."""
+    problem.check_theta(theta)
+    n_dirs = check_int("n_dirs", n_dirs, min=1)
+    steps = check_int("steps", steps, min=0)
+    tol = check_float("tol", tol, min=0.0, min_open=True)
+    check_tensor("ip", ip, shape=(theta.shape[0], problem.z_dim), dtype="floating", finite=True)
     b, d = ip.shape
     fn = problem.violation_fn(theta)
     u = torch.randn(b, n_dirs, d, generator=generator, dtype=ip.dtype, device="cpu").to(ip.device)

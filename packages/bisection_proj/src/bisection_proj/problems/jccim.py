@@ -60,7 +60,7 @@ class JCCIM(Problem):
         n_eq = check_int("n_eq", n_eq, min=1)
         n_ineq = check_int("n_ineq", n_ineq, min=0)
         n_scenarios = check_int("n_scenarios", n_scenarios, min=1)
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_int("seed", seed, min=0))
         p = rng.uniform(0, 1, n)
         a = rng.uniform(0, 1, (n_eq, n))
         g = rng.uniform(0, 1, (n_ineq, n))

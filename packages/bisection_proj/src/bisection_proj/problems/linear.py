@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from bisection_proj.problems.base import Problem
-from icml25_shared.validate import check_int
+from icml25_shared.validate import check_float, check_int
 
 __all__ = ["LinearEqualityProblem", "ConvexQP", "ConvexQCQP", "SOCP", "choose_partial_variables"]
 
@@ -169,6 +169,9 @@ class LinearEqualityProblem(Problem):
 
 
 def _generate_linear(n: int, n_eq: int, seed: int, box: float, n_subsets: int):
+    seed = check_int("seed", seed, min=0)
+    box = check_float("box", box, min=0.0, min_open=True)
+    check_int("n_subsets", n_subsets, min=1)
     rng = np.random.default_rng(seed)
     a = rng.uniform(-1, 1, (n_eq, n))
     pinv = np.linalg.pinv(a)

@@ -87,7 +87,7 @@ class Polytope(Problem):
         low = check_float("margin[0]", margin[0], min=0.0, min_open=True)
         high = check_float("margin[1]", margin[1], min=low)
         margin = (low, high)  # type: ignore[assignment]
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_int("seed", seed, min=0))
         return cls(rng.standard_normal((n_rows, d)), rng.uniform(*margin, n_rows), dtype=dtype)
 
     def ineq_violation(self, theta: Tensor, y: Tensor) -> Tensor:
