@@ -350,3 +350,17 @@ def test_triton_scan_under_the_interpreter_matches_torch():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     res = subprocess.run([sys.executable, "-c", _TRITON_CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.strip().endswith("ok"), res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("detach_reset", [False, True])
+def test_K_auto_gradient_equals_K_T(detach_reset):
+    """K="auto" (stops early) and K=T (every sweep) have the same spikes and the same gradient: BPTT's."""
+    x = _x(64, 30, seed=9).requires_grad_(True)
+    kw = {"tau": 2.0, "mode": "hard", "alpha_schedule": 9.0, "detach_reset": detach_reset}
+    a, info = fpt_lif(x, K="auto", return_info=True, **kw)
+    b = fpt_lif(x, K=64, **kw)
+    assert info.iterations < 64 and torch.equal(a, b)
+    w = torch.randn(a.shape, generator=torch.Generator().manual_seed(10), dtype=a.dtype)
+    (ga,) = torch.autograd.grad((a * w).sum(), x)
+    (gb,) = torch.autograd.grad((b * w).sum(), x)
+    torch.testing.assert_close(ga, gb, rtol=1e-10, atol=1e-12)

@@ -306,3 +306,32 @@ def test_convert_warns_about_neurons_it_leaves():
     with pytest.warns(UserWarning, match=r"left unconverted: IFNode '2' .*no leak"):
         convert_lif_to_fpt(net)
     assert isinstance(net[1], FPTLIFNode) and type(net[2]) is neuron.IFNode
+
+
+@pytest.mark.parametrize("decay_input", [False, True])
+@pytest.mark.parametrize("path", ["dense", "chunked"])
+def test_K_auto_gradient_is_the_lif_bptt_gradient(decay_input, path):
+    """K="auto" stops after fewer than T sweeps; its gradient is still BPTT's through spikingjelly's LIFNode and
+    ParametricLIFNode (the input's and w's), not the gradient of a graph truncated at the sweeps run (which
+    differed by up to 10 % of the largest entry)."""
+    T = 48
+    x = (_x(T, N=16, seed=7) * (2.0 if decay_input else 1.0)).requires_grad_(True)
+    w = torch.randn(x.shape, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    lif = neuron.LIFNode(tau=3.0, decay_input=decay_input, v_threshold=0.7, v_reset=None, step_mode="m",
+                         surrogate_function=surrogate.ATan())  # fmt: skip
+    node = FPTLIFNode(3.0, decay_input, 0.7, surrogate_function=surrogate.ATan(), K="auto", mode="hard", path=path)
+    s_ref, s = lif(x), node(x)
+    assert torch.equal(s, s_ref)
+    (g_ref,) = torch.autograd.grad((s_ref * w).sum(), x)
+    (g,) = torch.autograd.grad((s * w).sum(), x)
+    torch.testing.assert_close(g, g_ref, rtol=1e-10, atol=1e-12)
+
+    plif = neuron.ParametricLIFNode(init_tau=3.0, decay_input=decay_input, v_reset=None, step_mode="m").double()
+    fresh = neuron.ParametricLIFNode(init_tau=3.0, decay_input=decay_input, v_reset=None, step_mode="m")
+    fpt = convert_lif_to_fpt(fresh, K="auto", mode="hard", path=path).double()
+    s_ref, s = plif(x), fpt(x)
+    assert torch.equal(s, s_ref)
+    g_ref = torch.autograd.grad((s_ref * w).sum(), [x, plif.w])
+    g = torch.autograd.grad((s * w).sum(), [x, fpt.decay_logit])
+    torch.testing.assert_close(g[0], g_ref[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(-g[1], g_ref[1], rtol=1e-10, atol=1e-12)  # λ = sigmoid(-w)

@@ -138,7 +138,8 @@ class FPTConfig:
     """Firing threshold θ > 0; the reset subtracts θ (soft reset, ``v_reset=None``)."""
     K: int | Literal["auto"] = 3
     """Number of fixed-point iterations, or ``"auto"``: iterate hard spikes until they stop changing (then exactly
-    the LIF solution), at most T times. ``"auto"`` needs ``mode="hard"``."""
+    the LIF solution), at most T times, and differentiate the fixed point implicitly (the gradient is the LIF's
+    BPTT gradient with the same surrogate, whatever the number of sweeps run). ``"auto"`` needs ``mode="hard"``."""
     alpha_schedule: tuple[float, ...] | None = None
     """Sigmoid slopes α_k of the soft iterates, one per iteration (or one for all). ``None``: the official ImageNet
     schedule (2, 6, 12), cut to K < 3 entries, its last slope repeated for K > 3."""

@@ -237,7 +237,7 @@ class Setup:
     sweep_seeds: int = 3
     """Seeds of every sweep cell."""
     auto_seeds: int = 3
-    """Seeds of the ``K="auto"`` cells at T > 8 (the costliest: up to T autograd sweeps per batch)."""
+    """Seeds of the ``K="auto"`` cells at T > 8 (the costliest: up to T sweeps per batch)."""
     gunpoint_epochs: int = 0
     """Epochs of the GunPoint parity runs (0: not run)."""
     timing_repeats: int = 3

@@ -21,6 +21,7 @@ Layout is spikingjelly's: time first, ``[T, N, *]``; every other axis is an inde
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -755,6 +756,34 @@ def fpt_iterate(
     return spikes, FPTInfo(h, h - plan.theta * spikes.detach(), plan.K)
 
 
+class _ResetChain(torch.autograd.Function):
+    """Identity forward; backward solves (I + θ Aᵀ D) v = g, A = Λ - I, for the gradient through the reset chain of
+    a hard fixed point S* = Θ(Z⁰ - θ A S*) (implicit differentiation: exactly the LIF's BPTT gradient, since A is
+    strictly lower triangular), by a backward recurrence in time."""
+
+    @staticmethod
+    def forward(ctx, s: Tensor, d: Tensor, theta: float, decay: float) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(d)
+        ctx.theta, ctx.decay = theta, decay
+        return s.view_as(s)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        (d,) = ctx.saved_tensors
+        theta, lam = ctx.theta, ctx.decay
+        T = grad.shape[0]
+        v = torch.empty_like(grad)
+        v[T - 1] = grad[T - 1]
+        r = torch.zeros_like(grad[0])
+        for t in range(
+            T - 2, -1, -1
+        ):  # v_t = g_t - θ r_t,  r_t = Σ_{s>t} λ^(s-t) D_s v_s = λ (D_{t+1} v_{t+1} + r_{t+1})
+            r = (d[t + 1] * v[t + 1] + r) * lam
+            v[t] = grad[t] - theta * r
+        return v, None, None, None
+
+
 def _fpt_autograd(
     x: Tensor,
     cfg: FPTConfig,
@@ -765,7 +794,8 @@ def _fpt_autograd(
     generator: torch.Generator | None,
     need_info: bool,
 ) -> tuple[Tensor, FPTInfo | None]:
-    """The K sweeps through autograd: learnable leak (``decay`` a tensor), learnable kernel and bias, ``K="auto"``."""
+    """The K sweeps through autograd: learnable leak (``decay`` a tensor), learnable kernel and bias; ``K="auto"``
+    (without a kernel) sweeps without a graph and differentiates the fixed point (:class:`_ResetChain`)."""
     T = x.shape[0]
     lam = cfg.leak if decay is None else decay
     theta = cfg.v_threshold
@@ -791,28 +821,48 @@ def _fpt_autograd(
         z0 = _chunked_lambda(x, lam, block)
         z0 = (z0.mul_(scale) if scale != 1.0 else z0).add_(offset)
 
-    k_max = T if cfg.K == "auto" else int(cfg.K)
+    auto = cfg.K == "auto"
+    k_max = T if auto else int(cfg.K)
     hard = cfg.mode == "hard"
+
+    def reset(s_prev: Tensor) -> Tensor:
+        """Z^k from S^(k-1): Z⁰ - θ A S^(k-1)."""
+        s_r = s_prev.detach() if cfg.detach_reset else s_prev
+        if dense:  # one fused GEMM
+            return torch.addmm(z0, a_mat, s_r, alpha=-theta)
+        return torch.add(z0, s_r, alpha=theta).sub_(_chunked_lambda(s_r, lam, block), alpha=theta)
+
+    def spike(z: Tensor, k: int) -> Tensor:
+        if hard:
+            return sg(z) if sg is not None else hard_spike(z, cfg.alpha(k), cfg.surrogate_backward)
+        return soft_spike(z, cfg.alpha(k), cfg.surrogate_backward)
+
     z = z0
     s: Tensor | None = None
     iterations = 0
-    for k in range(k_max):
-        if s is not None:  # S⁰ = 0 makes the first reset term vanish
-            s_r = s.detach() if cfg.detach_reset else s
-            if dense:  # Z^k = Z⁰ - θ A S^(k-1), one fused GEMM
-                z = torch.addmm(z0, a_mat, s_r, alpha=-theta)
-            else:  # Z^k = Z⁰ + θ S - θ Λ S
-                z = torch.add(z0, s_r, alpha=theta).sub_(_chunked_lambda(s_r, lam, block), alpha=theta)
-        alpha = cfg.alpha(k)
-        if hard:
-            s_new = sg(z) if sg is not None else hard_spike(z, alpha, cfg.surrogate_backward)
-        else:
-            s_new = soft_spike(z, alpha, cfg.surrogate_backward)
-        iterations = k + 1
-        if cfg.K == "auto" and torch.equal(s_new, s if s is not None else torch.zeros_like(s_new)):
-            s = s_new  # a hard fixed point is the LIF solution
-            break
-        s = s_new
+    # K="auto" on a LIF (A strictly lower triangular: a fixed point within T sweeps) finds the fixed point without a
+    # graph, then differentiates it exactly (below); a learnable kernel keeps the graph through its sweeps
+    implicit = auto and kernel is None
+    with torch.no_grad() if implicit else contextlib.nullcontext():
+        for k in range(k_max):
+            if s is not None:  # S⁰ = 0 makes the first reset term vanish
+                z = reset(s)
+            s_new = spike(z, k)
+            iterations = k + 1
+            if auto and torch.equal(s_new, s if s is not None else torch.zeros_like(s_new)):
+                s = s_new  # a hard fixed point is the LIF solution
+                break
+            s = s_new
+    assert s is not None
+    if implicit:
+        # S* (the LIF's spikes; S^T is exact when no sweep repeated earlier) solves S = Θ(Z⁰ - θ A S): one sweep
+        # from S* detached gives S* again with the gradient D·(dZ⁰ - θ dA S*), D the surrogate's derivative at Z;
+        # the reset chain (I + θ D A)^-1 is applied in backward, so the gradient is BPTT's through the LIF.
+        z = reset(s.detach())
+        s = spike(z, iterations - 1)
+        if not cfg.detach_reset and s.requires_grad:
+            d = _surrogate_grad(lambda zz: spike(zz, iterations - 1), torch.ones_like(z), z)
+            s = _ResetChain.apply(s, d, theta, float(lam.detach() if isinstance(lam, Tensor) else lam))
     assert s is not None
     if hard or out_kind == "soft":
         spikes = s
@@ -918,7 +968,8 @@ def fpt_lif(
         decay: leak λ ∈ (0, 1] given directly.
         decay_input: scale the input by 1/τ (= 1 - λ).
         v_threshold: θ > 0.
-        K: iterations (int ≥ 1) or ``"auto"`` (hard mode: until the spikes stop changing, at most T).
+        K: iterations (int ≥ 1) or ``"auto"`` (hard mode: until the spikes stop changing, at most T; the gradient
+            is then the LIF's BPTT gradient).
         alpha_schedule: sigmoid slopes of the soft iterates, one per iteration or one for all; ``None`` is the
             official (2, 6, 12) (cut or extended to K, see :class:`~fpt_snn.config.FPTConfig`).
         mode: ``"soft"`` (σ(α_k·) iterates, official) or ``"hard"`` (Θ iterates, prefix-exact; K = T is exact).
