@@ -113,3 +113,32 @@ def test_metrics_name_bad_tolerances_and_shapes():
         metrics.eccentricity(qp, theta, ip.unsqueeze(1))
     with pytest.raises(ValueError, match="n_dirs must be a positive int, got 0"):
         metrics.eccentricity(qp, theta, ip, n_dirs=0)
+
+
+def test_projector_names_z_pred_and_theta():
+    qp = ConvexQP.random(n=12, n_eq=6, n_ineq=6, seed=0)
+    theta = qp.sample_theta(3)
+    ip = qp.y_to_z(theta, qp.analytic_interior(theta)).unsqueeze(1)
+    z = torch.rand(3, qp.z_dim, dtype=torch.float64)
+    proj = BisectionProjector(qp)
+    with pytest.raises(ValueError, match="z_pred and ip must share one floating dtype"):  # said "x and ip"
+        proj(theta, z, ip.float())
+    with pytest.raises(ValueError, match="z_pred must be finite"):
+        proj(theta, z.clone().fill_(float("nan")), ip)
+    with pytest.raises(ValueError, match="theta must be a torch.Tensor"):  # was an AttributeError on .dim()
+        proj(theta.tolist(), z, ip)
+
+
+def test_train_ipnn_names_bad_labels_and_val_thetas():
+    from bisection_proj import IPNN, train_ipnn
+
+    qp = ConvexQP.random(n=12, n_eq=6, n_ineq=6, seed=0)
+    thetas = qp.sample_theta(20)
+    net = IPNN(qp.theta_dim, qp.z_dim, hidden=8)
+    bad = torch.rand(20, qp.z_dim + 1, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"labels must have shape \(20, 6\)"):  # was a broadcasting RuntimeError
+        train_ipnn(net, qp, thetas, scheme="eccentricity", labels=bad, iters=2)
+    with pytest.raises(ValueError, match=r"val_thetas must have shape \(B, 6\)"):  # named "theta"
+        train_ipnn(net, qp, thetas, val_thetas=thetas[:, :3], iters=2)
+    with pytest.raises(ValueError, match="lr_gamma must be a float > 0.0, got 0.0"):
+        train_ipnn(net, qp, thetas, lr_gamma=0.0, iters=2)

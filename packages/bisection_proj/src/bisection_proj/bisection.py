@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from bisection_proj.config import GRAD_MODES, BisectionConfig, GradMode, OnFailure
-from icml25_shared.validate import check_choice, check_finite
+from icml25_shared.validate import check_choice, check_finite, check_tensor
 
 if TYPE_CHECKING:
     from bisection_proj.problems.base import Problem
@@ -64,25 +64,26 @@ class BisectionInfo:
         return float(self.feasible.float().mean()) if self.feasible.numel() else float("nan")
 
 
-def _check_points(x: Tensor, ip: Tensor) -> None:
+def _check_points(x: Tensor, ip: Tensor, name: str = "x") -> None:
+    """Shapes, dtype, device and finiteness of the points ``x`` (B, d) (called ``name`` in messages) and ``ip``."""
     if not isinstance(x, Tensor) or not isinstance(ip, Tensor):
-        raise ValueError(f"x and ip must be torch tensors, got {type(x).__name__} and {type(ip).__name__}")
+        raise ValueError(f"{name} and ip must be torch tensors, got {type(x).__name__} and {type(ip).__name__}")
     if x.dim() != 2:
-        raise ValueError(f"x must have shape (B, d), got {tuple(x.shape)}")
+        raise ValueError(f"{name} must have shape (B, d), got {tuple(x.shape)}")
     if ip.dim() != 3:
         raise ValueError(f"ip must have shape (B, m, d) (m interior points per sample), got {tuple(ip.shape)}")
     if ip.shape[0] != x.shape[0] or ip.shape[2] != x.shape[1]:
         raise ValueError(
-            f"x of shape {tuple(x.shape)} and ip of shape {tuple(ip.shape)} disagree: expected ip of shape "
+            f"{name} of shape {tuple(x.shape)} and ip of shape {tuple(ip.shape)} disagree: expected ip of shape "
             f"({x.shape[0]}, m, {x.shape[1]})"
         )
     if ip.shape[1] < 1:
         raise ValueError(f"ip must hold at least one interior point per sample, got shape {tuple(ip.shape)}")
     if not x.is_floating_point() or x.dtype != ip.dtype:
-        raise ValueError(f"x and ip must share one floating dtype, got {x.dtype} and {ip.dtype}")
+        raise ValueError(f"{name} and ip must share one floating dtype, got {x.dtype} and {ip.dtype}")
     if x.device != ip.device:
-        raise ValueError(f"x and ip must be on one device, got {x.device} and {ip.device}")
-    check_finite("x", x)
+        raise ValueError(f"{name} and ip must be on one device, got {x.device} and {ip.device}")
+    check_finite(name, x)
     check_finite("ip", ip)
 
 
@@ -240,7 +241,8 @@ class BisectionProjector(nn.Module):
     def project_z(self, theta: Tensor, z_pred: Tensor, ip: Tensor) -> tuple[Tensor, BisectionInfo]:
         """The projected point in the normalised space (B, d) and its info (no completion)."""
         prob = self.problem
-        _check_points(z_pred, ip)
+        _check_points(z_pred, ip, "z_pred")
+        check_tensor("theta", theta)
         if theta.dim() != 2 or theta.shape[1] != prob.theta_dim:
             raise ValueError(f"theta must have shape (B, {prob.theta_dim}), got {tuple(theta.shape)}")
         if theta.shape[0] != z_pred.shape[0]:

@@ -261,6 +261,9 @@ def train_ipnn(
     batches mixing random θ with training θ; AdamW(betas (0.99, 0.999), weight decay 1e-6). With ``labels`` and
     ``pretrain_iters`` the margin scheme also pre-trains by MSE with log γ frozen. Returns a :class:`TrainHistory`
     evaluated every ``eval_every`` steps on ``val_thetas`` (default: the first 512 training θ).
+
+    ``seed`` seeds the batch sampler (and the eccentricity scheme's random θ and rays); dropout and the training
+    noise draw from torch's global RNG, so call ``torch.manual_seed`` first for a repeatable run.
     """
     scheme = check_choice("scheme", scheme, ("margin", "eccentricity"))
     iters = check_int("iters", iters, min=0)
@@ -271,8 +274,13 @@ def train_ipnn(
     problem.check_theta(thetas, "thetas")
     if thetas.shape[0] == 0:
         raise ValueError("thetas must hold at least one parameter vector, got 0 rows")
-    if labels is not None and (labels.dim() != 2 or labels.shape[0] != thetas.shape[0]):
-        raise ValueError(f"labels must have shape ({thetas.shape[0]}, z_dim), got {tuple(labels.shape)}")
+    lr_gamma = check_float("lr_gamma", lr_gamma, min=0.0, min_open=True)
+    weight_decay = check_float("weight_decay", weight_decay, min=0.0, allow_none=True)
+    seed = check_int("seed", seed, min=0)
+    if labels is not None:
+        check_tensor("labels", labels, shape=(thetas.shape[0], problem.z_dim), dtype="floating")
+    if val_thetas is not None:
+        problem.check_theta(val_thetas, "val_thetas")
     core: Any = unwrap(ipnn)  # an IPNN (its noise layer holds log γ)
     dtype = next(core.parameters()).dtype
     problem = problem.in_dtype(dtype)  # train in the network's precision; the caller's problem is not touched
