@@ -83,6 +83,11 @@ def test_ipnn_takes_a_float64_problems_theta():
     with pytest.raises(ValueError, match="theta must be finite"):
         net(theta.clone().fill_(float("nan")))
 
+    from bisection_proj.experiments import NNSolver
+
+    solver = NNSolver(qp.theta_dim, qp.z_dim, hidden=16).eval()
+    assert torch.equal(solver(theta), solver(theta.float()))
+
 
 @pytest.mark.parametrize("make", ["qp", "jccim", "polytope"])
 def test_generators_name_a_bad_seed(make):

@@ -27,7 +27,7 @@ from bisection_proj.metrics import feasible_mask, optimality_gap
 from bisection_proj.problems import Problem, toys
 from icml25_shared.progress import track
 from icml25_shared.seed import seed_everything
-from icml25_shared.validate import check_choice, check_int
+from icml25_shared.validate import check_choice, check_int, check_tensor
 
 __all__ = [
     "NNSolver",
@@ -55,9 +55,11 @@ class NNSolver(nn.Module):
         self.net = ResNet(theta_dim, z_dim, width, n_layers, dropout)
 
     def forward(self, theta: Tensor) -> Tensor:
+        """θ of another floating dtype (a float64 problem's) is cast to the network's dtype, as :class:`IPNN` does."""
+        check_tensor("theta", theta, dtype="floating")
         if theta.dim() != 2 or theta.shape[1] != self.theta_dim:
             raise ValueError(f"theta must have shape (B, {self.theta_dim}), got {tuple(theta.shape)}")
-        out = self.net(theta)
+        out = self.net(check_tensor("theta", theta, finite=True).to(self.net.inp.weight.dtype))
         return torch.sigmoid(out) if self.sigmoid else out
 
 
