@@ -63,13 +63,14 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
             of the Heaviside output, forward its spike, backward its gradient.
         detach_reset: no gradient through the reset term.
         step_mode: only ``"m"``.
-        backend: only ``"torch"`` (the CUDA scan kernel is chosen by ``impl``).
         store_v_seq: keep the membrane after reset of the last sweep, ``v_seq`` = H^K - θS ``[T, N, *]`` (without
             gradient), after every forward (``v`` is its last step).
         stateful (keyword): carry the membrane after the last step into the next call (``v``, without gradient),
             as ``LIFNode`` does, until ``functional.reset_net``; default ``False``: every call starts from v = 0.
 
     FPT's own arguments (keyword only):
+        backend: only ``"torch"`` (keyword only, as spikingjelly 2's ``LIFNode`` has no such argument; the CUDA scan
+            kernel is chosen by ``impl``).
         T: time steps, or ``None`` (default) for any length. Needed by ``learnable_kernel``; when given, inputs of
             another length are refused unless ``dynamic_T``.
         K: fixed-point sweeps (default 3), or ``"auto"`` with ``mode="hard"`` (until the spikes stop changing: exactly
@@ -105,9 +106,9 @@ class FPTLIFNode(base.MemoryModule, base.MultiStepModule):
         surrogate_function: surrogate.SurrogateFunctionBase = _DEFAULT_SURROGATE,
         detach_reset: bool = False,
         step_mode: Literal["m"] = "m",
-        backend: Literal["torch"] = "torch",
         store_v_seq: bool = False,
         *,
+        backend: Literal["torch"] = "torch",
         T: int | None = None,
         K: int | Literal["auto"] = 3,
         alpha_schedule: float | tuple[float, ...] | None = None,
