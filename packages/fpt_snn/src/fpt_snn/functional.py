@@ -776,9 +776,8 @@ class _ResetChain(torch.autograd.Function):
         v = torch.empty_like(grad)
         v[T - 1] = grad[T - 1]
         r = torch.zeros_like(grad[0])
-        for t in range(
-            T - 2, -1, -1
-        ):  # v_t = g_t - θ r_t,  r_t = Σ_{s>t} λ^(s-t) D_s v_s = λ (D_{t+1} v_{t+1} + r_{t+1})
+        # v_t = g_t - θ r_t,  r_t = Σ_{s>t} λ^(s-t) D_s v_s = λ (D_{t+1} v_{t+1} + r_{t+1})
+        for t in range(T - 2, -1, -1):
             r = (d[t + 1] * v[t + 1] + r) * lam
             v[t] = grad[t] - theta * r
         return v, None, None, None
