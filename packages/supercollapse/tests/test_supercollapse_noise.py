@@ -275,3 +275,57 @@ def test_reduction_and_dtype_bad_input():
     adam.step()
     with pytest.raises(TypeError, match=r"inputs are torch.float64 but the model's parameters are torch.float32"):
         GradNoiseTracker(f32, adam, mse_half).trace(batches)
+
+
+class _TiedMLP(nn.Module):
+    """A linear-only model whose hidden layer is applied twice (tied weights)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+        self.out = nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc(torch.tanh(self.fc(x)))))
+
+
+class _RowsPerExample(nn.Module):
+    """A linear-only model that feeds its first layer two rows per example."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.out = nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc(x[:, :4].reshape(-1, 2))).reshape(x.shape[0], 4))
+
+
+@pytest.mark.parametrize("make", [_TiedMLP, _RowsPerExample])
+def test_per_example_reused_or_reshaped_linear_layers_match_explicit_covariance(make):
+    torch.manual_seed(0)
+    model = make().double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    batches = [(x if make is _TiedMLP else x.repeat(1, 2), y) for x, y in _batches(g, 4, 8)]
+    D = [torch.full_like(p, 0.05) for p in model.parameters()]
+    want = _explicit_per_example_trace(model, D, batches)
+    tracker = GradNoiseTracker(model, opt, mse_half, estimator="per_example")
+    assert tracker._linear_only  # the GEMM path is tried first and must notice it does not apply
+    assert tracker.trace(batches) == pytest.approx(want, rel=1e-8)
+
+
+def test_trace_refuses_degenerate_batches():
+    model, opt, g = _setup()
+    (x, y), (x2, y2) = _batches(g, 2, 8)
+    pe = GradNoiseTracker(model, opt, mse_half, estimator="per_example", reduction="mean")
+    with pytest.raises(ValueError, match="needs >= 2 examples"):
+        pe.trace([(x[:1], y[:1])])
+    with pytest.raises(ValueError, match=r"eval_batches\[0\] inputs must not be empty"):
+        pe.trace([(x[:0], y[:0]), (x2[:0], y2[:0])])
+    with pytest.raises(ValueError, match=r"eval_batches\[1\] inputs must be finite"):
+        pe.trace([(x, y), (x2 * float("nan"), y2)])
+    with pytest.raises(ValueError, match=r"eval_batches\[0\] targets must be finite"):
+        GradNoiseTracker(model, opt, mse_half).trace([(x, y * float("inf")), (x2, y2)])
+    with pytest.raises(ValueError, match=r"one row per example.*\(8, 3\).*\(4, 1\)"):
+        GradNoiseTracker(model, opt, mse_half).trace([(x, y[:4]), (x2, y2[:4])])

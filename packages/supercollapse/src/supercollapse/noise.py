@@ -17,7 +17,8 @@ of ``L_s − L_const(τ_s)`` on ``(s − 1)·Tr Cov`` over the points after the 
 - ``estimator="per_example"``: one backward over all N·B examples; per-example squared preconditioned norms come
   from a GEMM of squared activations and squared output gradients for ``nn.Linear`` layers (no per-example
   gradient is materialised), ``Tr Cov_example = (Σ_i ‖D^½ g_i‖² − n‖D^½ ḡ‖²)/(n − 1)`` and
-  ``Tr Cov_batch = Tr Cov_example / B``. Models with parameters outside 2-D-input ``nn.Linear`` layers use
+  ``Tr Cov_batch = Tr Cov_example / B``. Models with parameters outside ``nn.Linear`` layers, or whose layers see
+  other than one input row per example or run more than once per forward (tied weights), use
   ``torch.func.vmap(grad)`` instead.
 
 The loss may be mean- or sum-reduced over the batch: ``reduction="auto"`` reads a torch loss's ``.reduction``
@@ -42,7 +43,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from icml25_shared.validate import check_bool, check_choice, check_float
+from icml25_shared.validate import check_bool, check_choice, check_float, check_tensor
 from supercollapse.runs import Runs
 
 __all__ = ["GradNoiseTracker", "NoiseModel", "preconditioner"]
@@ -158,11 +159,23 @@ class GradNoiseTracker:
     def _trace(self, batches: list[Batch]) -> float:
         if not batches:
             raise ValueError("eval_batches must hold at least one (inputs, targets) batch")
+        for k, (x, y) in enumerate(batches):
+            check_tensor(f"eval_batches[{k}] inputs", x, nonempty=True, finite=x.is_floating_point())
+            check_tensor(f"eval_batches[{k}] targets", y, finite=y.is_floating_point())
+            if x.ndim == 0 or y.ndim == 0 or x.shape[0] != y.shape[0]:
+                raise ValueError(
+                    f"eval_batches[{k}] must pair inputs and targets with one row per example (the first dimension), "
+                    f"got inputs of shape {tuple(x.shape)} and targets of shape {tuple(y.shape)}"
+                )
         sizes = {int(x.shape[0]) for x, _ in batches}
         if len(sizes) != 1:
             raise ValueError(f"every evaluation batch must have the same size, got sizes {sorted(sizes)}")
         if self.estimator == "batches" and len(batches) < 2:
             raise ValueError("estimator='batches' needs >= 2 evaluation batches (a sample covariance)")
+        if self.estimator == "per_example" and not self.distributed and sum(int(x.shape[0]) for x, _ in batches) < 2:
+            raise ValueError(
+                "estimator='per_example' needs >= 2 examples in eval_batches in all (a sample covariance), got 1"
+            )
         dtypes = {p.dtype for p in self.params}
         for x, _ in batches:
             if x.is_floating_point() and x.dtype not in dtypes:
@@ -250,7 +263,8 @@ class GradNoiseTracker:
         B_local = batches[0][0].shape[0]
         x = torch.cat([b[0] for b in batches])
         y = torch.cat([b[1] for b in batches])
-        sq, gsum = self._sq_norms_linear(x, y, D) if self._linear_only and x.ndim == 2 else self._sq_norms_vmap(x, y, D)
+        found = self._sq_norms_linear(x, y, D) if self._linear_only and x.ndim == 2 else None
+        sq, gsum = found if found is not None else self._sq_norms_vmap(x, y, D)
         n = torch.tensor(float(x.shape[0]), dtype=torch.float64)
         B = torch.tensor(float(B_local), dtype=torch.float64)
         flat = torch.cat([g.reshape(-1) for g in gsum])
@@ -268,13 +282,24 @@ class GradNoiseTracker:
 
     def _sq_norms_linear(self, x: torch.Tensor, y: torch.Tensor, D: list[torch.Tensor]):
         """Σ_i ||D^½ ⊙ g_i||² and Σ_i g_i for nn.Linear-only models: one GEMM of squared activations and squared
-        output gradients per layer."""
+        output gradients per layer. None when a layer's per-example gradient is not one outer product δ_i a_iᵀ (a
+        layer called more than once, e.g. tied or reused, or fed other than one row per example): the caller then
+        uses the vmap path."""
+        n = x.shape[0]
         acts: dict[nn.Module, torch.Tensor] = {}
         outs: dict[nn.Module, torch.Tensor] = {}
+        calls: dict[nn.Module, int] = {}
+        rows_ok = [True]
 
         def save(mod: nn.Module, inp: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
-            acts[mod] = inp[0].detach()
-            out.register_hook(lambda g: outs.__setitem__(mod, g.detach()))
+            calls[mod] = calls.get(mod, 0) + 1
+            a = inp[0]
+            if a.ndim != 2 or a.shape[0] != n:
+                rows_ok[0] = False
+                return
+            acts[mod] = a.detach()
+            if out.requires_grad:  # else the layer is frozen and its input needs no gradient: nothing to count
+                out.register_hook(lambda g: outs.__setitem__(mod, g.detach()))
 
         handles = [m.register_forward_hook(save) for m in self.model.modules() if isinstance(m, nn.Linear)]
         try:
@@ -284,9 +309,13 @@ class GradNoiseTracker:
         finally:
             for h in handles:
                 h.remove()
+        if not rows_ok[0] or any(c != 1 for c in calls.values()):
+            return None
         index = {id(p): i for i, p in enumerate(self.params)}
         total = torch.zeros((), dtype=torch.float64)
         for m, a in acts.items():
+            if m not in outs:  # the layer's output does not reach the loss: zero gradient
+                continue
             delta = outs[m].to(torch.float64)
             a64 = a.to(torch.float64)
             if m.weight.requires_grad:
