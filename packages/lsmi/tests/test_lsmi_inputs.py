@@ -169,3 +169,56 @@ def test_load_state_dict_needs_no_throwaway_config_and_string_labels_are_named()
         LSMIEstimator().fit(x1, x2, y)
     with pytest.raises(ValueError, match=r"y must hold integer class labels.*dtype <U3.*LabelEncoder"):
         LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, np.where(y == 1, "yes", "no"))
+
+
+def test_complex_torch_features_and_non_finite_labels_are_refused():
+    """A complex torch tensor used to lose its imaginary part in ``.double()`` (a warning only); an infinite label
+    used to be reported as -9223372036854775808."""
+    x1, x2, y = logic_gate("or", 100, seed=0)
+    est = LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, verbose=False)
+    cx = torch.tensor(x1, dtype=torch.complex64) + 1j
+    with pytest.raises(TypeError, match="x1 must have a real numeric dtype.*complex64"):
+        est.transform(cx, x2, y)
+    with pytest.raises(TypeError, match="x2 must have a real numeric dtype"):
+        est.fit(x1, torch.tensor(x2, dtype=torch.complex128), y)
+    bad_y = y.astype(np.float64)
+    bad_y[3] = np.inf
+    with pytest.raises(ValueError, match="y must hold integer labels, got inf"):
+        est.transform(x1, x2, bad_y)
+
+
+@pytest.mark.parametrize("bs", [0, -1, 2.5])
+def test_terms_batch_size_is_validated(bs):
+    """batch_size=0 crashed inside range(); a negative one returned empty terms without a word."""
+    x1, x2, y = logic_gate("or", 60, seed=0)
+    est = LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, verbose=False)
+    with pytest.raises(ValueError, match="batch_size"):
+        est.terms(x1, x2, y, batch_size=bs)
+    small = est.terms(x1, x2, y, batch_size=np.int64(7))
+    full = est.terms(x1, x2, y)
+    for k in full:
+        assert torch.equal(small[k], full[k])
+
+
+def test_user_heads_that_cannot_read_the_features_get_a_clear_error():
+    """A head of the wrong input width used to crash inside torch's addmm; a non-module inside 'not callable'."""
+    x1, x2, y = logic_gate("or", 100, seed=0)  # d1 = d2 = 2
+    heads = (mlp_classifier(3, 2), mlp_classifier(2, 2), mlp_classifier(4, 2))
+    with pytest.raises(ValueError, match=r"classifier f1 failed on a float32 input of shape \(2, 2\)"):
+        LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, classifiers=heads)
+    with pytest.raises(TypeError, match="classifier f2 must be a torch module"):
+        LSMIEstimator(LSMIConfig(**FAST)).fit(x1, x2, y, classifiers=(heads[1], 1, heads[2]))
+
+
+def test_config_of_the_wrong_type_and_a_single_held_out_fit_sample_are_refused():
+    """A dict config crashed with AttributeError; one fit sample with a held-out split trained nothing and
+    returned the initial heads without a word."""
+    with pytest.raises(TypeError, match="config must be an LSMIConfig"):
+        LSMIEstimator({"n_classes": 2})  # type: ignore[arg-type]
+    x1, x2, y = logic_gate("or", 10, seed=0)
+    cfg = LSMIConfig(**{**FAST, "prior": "uniform"})
+    with pytest.raises(ValueError, match="at least 2 fit samples, got 1"):
+        LSMIEstimator(cfg).fit(x1[:1], x2[:1], y[:1])
+    LSMIEstimator(LSMIConfig(**{**FAST, "prior": "uniform", "validation_fraction": 0.0})).fit(
+        x1[:1], x2[:1], y[:1], verbose=False
+    )

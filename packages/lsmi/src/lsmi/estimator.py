@@ -20,7 +20,7 @@ from torch import nn
 
 from icml25_shared.device import get_device, torch_threads
 from icml25_shared.progress import track
-from icml25_shared.validate import check_array, check_choice
+from icml25_shared.validate import ArgumentTypeError, check_array, check_choice, check_int
 from lsmi.config import LSMIConfig
 from lsmi.functional import lsmi_from_terms, mean_shift, pmi
 from lsmi.knife import KNIFE, GaussianMixtureDensity, StackedKNIFE
@@ -131,6 +131,10 @@ class LSMIEstimator:
             config = LSMIConfig(**kwargs)
         elif kwargs:
             raise ValueError("pass either a config or keyword arguments, not both")
+        if config is not None and not isinstance(config, LSMIConfig):
+            raise ArgumentTypeError(
+                f"config must be an LSMIConfig (or pass its fields as keywords), got {type(config).__name__}"
+            )
         # LSMIEstimator() without a config is an empty shell for load_state_dict (fit asks for n_classes)
         self.config = config
         self.device = get_device(config.device if config is not None else None)
@@ -156,6 +160,11 @@ class LSMIEstimator:
         def feat(x: Any, name: str) -> torch.Tensor:
             if isinstance(x, torch.Tensor):
                 t = x.detach().cpu()
+                if t.is_complex():  # .double() would drop the imaginary part without a word
+                    raise ArgumentTypeError(
+                        f"{name} must have a real numeric dtype, got a tensor of shape {tuple(t.shape)} and dtype"
+                        f" {t.dtype}"
+                    )
             else:
                 t = torch.as_tensor(check_array(name, x, dtype="numeric"))
             if t.ndim == 1:
@@ -185,12 +194,14 @@ class LSMIEstimator:
                 )
             y = ya
         ty = torch.as_tensor(y).detach().reshape(-1)
+        if ty.is_complex():
+            raise ArgumentTypeError(f"y must hold integer class labels in [0, n_classes), got dtype {ty.dtype}")
         if not (len(t1) == len(t2) == len(ty)):
             raise ValueError(f"x1, x2 and y must have the same length, got {len(t1)}, {len(t2)} and {len(ty)}")
         if len(ty) == 0:
             raise ValueError("x1, x2 and y are empty")
-        if ty.is_floating_point() and not torch.all(ty == ty.round()):
-            bad = ty[ty != ty.round()][0].item()
+        if ty.is_floating_point() and not torch.all(torch.isfinite(ty) & (ty == ty.round())):
+            bad = ty[~torch.isfinite(ty) | (ty != ty.round())][0].item()
             raise ValueError(f"y must hold integer labels, got {bad!r}")
         ty = ty.long()
         if ty.dtype == torch.bool:
@@ -335,6 +346,11 @@ class LSMIEstimator:
         distributed, rank, world = _dist()
         n = len(ty)
         perm = torch.randperm(n, generator=gen)
+        if n < 2:
+            raise ValueError(
+                f"validation_fraction={cfg.validation_fraction} holds samples out for early stopping, which needs"
+                f" at least 2 fit samples, got {n}; pass more samples or validation_fraction=0"
+            )
         n_val = min(n - 1, max(1, round(cfg.validation_fraction * n)))
         val, train = perm[:n_val], perm[n_val:]
         v1, v2, vy = (t[val].to(self.device) for t in (z1, z2, ty))
@@ -437,7 +453,15 @@ class LSMIEstimator:
         c = self._cfg.n_classes
         heads = cast(_Heads, self.heads)  # called on user heads only
         for name, f, x in (("f1", heads.f1, z1), ("f2", heads.f2, z2), ("f12", heads.f12, torch.cat([z1, z2], 1))):
-            out = f(x.to(self.device))
+            if not callable(f):
+                raise ArgumentTypeError(f"classifier {name} must be a torch module (callable), got {type(f).__name__}")
+            try:
+                out = f(x.to(self.device))
+            except Exception as e:
+                raise ValueError(
+                    f"classifier {name} failed on a float32 input of shape {tuple(x.shape)} (n_samples, features):"
+                    f" {type(e).__name__}: {e}"
+                ) from e
             if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(x), c):
                 got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
                 raise ValueError(
@@ -527,6 +551,7 @@ class LSMIEstimator:
         """The five per-sample terms i1, i2, i12, h1, h2 (nats) in one aligned pass over the samples (on
         ``config.n_threads`` torch threads)."""
         self._check_fitted()
+        batch_size = check_int("batch_size", batch_size, min=1)
         with self._threads():
             return self._terms(x1, x2, y, batch_size)
 
