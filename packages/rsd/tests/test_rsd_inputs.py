@@ -61,3 +61,36 @@ def test_per_step_prm_returning_none_is_named():
     dec = RewardGuidedDecoder(draft, target, prm, RSDConfig(step_delimiter="\n", max_steps=2))
     with pytest.raises(ValueError, match=r"PRM step_prm \(per_step=True\) returned None for step 0"):
         dec.generate(["Q:1+1\n"])
+
+
+def test_values_that_used_to_pass_silently_or_crash_late_are_named():
+    import numpy as np
+
+    from rsd import FlopCounter, HFProcessRewardModel, ModelCost, mixture_distribution, weighting
+
+    pm, r = [0.5, 0.5], [0.9, 0.1]
+    with pytest.raises(ValueError, match="p_target must be a probability vector .* got None"):
+        mixture_distribution(pm, None, r, weighting.binary(0.7))  # was [nan, nan]
+    for w in (weighting.clip(0.5), weighting.binary(0.5), weighting.sigmoid(0.5)):
+        with pytest.raises(ValueError, match=r"needs a reward in \[0, 1\], got nan"):
+            w(float("nan"))  # clip accepted a NaN reward with probability 1
+        with pytest.raises(ValueError, match=r"needs a reward in \[0, 1\], got 1.5"):
+            w(1.5)
+    assert weighting.clip(np.float32(0.5))(np.float32(0.25)) == 0.5
+    with pytest.raises(TypeError, match="draft must be a ModelCost or None, got GPT2LMHeadModel .*from_model"):
+        FlopCounter(draft=make_model(1, 16, 2), target=ModelCost(10, 1, 4))  # was an AttributeError at the count
+    with pytest.raises(
+        ValueError, match=r"seed must be an int in \[0, 18446744073709551615\], got 1180591620717411303424"
+    ):
+        RSDConfig(seed=2**70)  # was torch's "Overflow when unpacking long long" inside generate
+    assert RSDConfig(seed=np.uint64(2**64 - 1)).seed == 2**64 - 1
+    for bad in (float("nan"), 1.5):
+        with pytest.raises(
+            ValueError, match=r"PRM p returned the score (nan|1.5); expected a finite value in \[0, 1\]"
+        ):
+            CallablePRM(lambda p, s, v=bad: v, per_step=True, name="p").score("Q:1+1\n", ["1+1=2"])
+    model = make_model(1, 16, 2)
+    with pytest.raises((ValueError, TypeError), match="value_index"):
+        HFProcessRewardModel(model, TOK, value_index=1.7)  # was truncated to 1
+    with pytest.raises(ValueError, match="value_index=1000 is out of range: the model's logits have 20 channels"):
+        HFProcessRewardModel(model, TOK, value_index=1000).score("Q:1+1\n", ["1+1=2"])

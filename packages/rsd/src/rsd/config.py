@@ -41,7 +41,7 @@ class RSDConfig:
     score_target_steps: bool = False
     """Also score the target's steps with the PRM (for analysis; the algorithm does not need it)."""
     seed: int = 0
-    """Seed of the acceptance draws (one generator per problem) and of sampling."""
+    """Seed of the acceptance draws (one generator per problem) and of sampling, in [0, 2**64 - 1]."""
 
     def __post_init__(self) -> None:
         self.weighting = _weighting.resolve(self.weighting)
@@ -55,7 +55,7 @@ class RSDConfig:
         if self.patience is not None:
             self.patience = check_int("patience", self.patience, min=1)
         self.score_target_steps = check_bool("score_target_steps", self.score_target_steps)
-        self.seed = check_int("seed", self.seed, min=0)
+        self.seed = check_int("seed", self.seed, min=0, max=2**64 - 1)  # torch.Generator.manual_seed's range
 
     @property
     def greedy(self) -> bool:

@@ -118,6 +118,14 @@ class FlopCounter:
     def __init__(
         self, *, draft: ModelCost | None = None, target: ModelCost | None = None, prm: ModelCost | None = None
     ):
+        for name, cost in (("draft", draft), ("target", target), ("prm", prm)):
+            if cost is not None and not isinstance(cost, ModelCost):
+                hint = (
+                    " (ModelCost.from_model(model) reads it from a transformers model)"
+                    if hasattr(cost, "config")
+                    else ""
+                )
+                raise TypeError(f"{name} must be a ModelCost or None, got {type(cost).__name__}{hint}")
         self.costs = {"draft": draft, "target": target, "prm": prm}
 
     def call(self, rec: CallRecord, mode: Mode = "generated") -> int:

@@ -56,6 +56,8 @@ def mixture_distribution(p_draft: Any, p_target: Any, rewards: Any, weighting: A
     ``weighting`` is a callable ω (e.g. :func:`rsd.weighting.binary`) or a vector of per-outcome acceptance
     probabilities (randomised thresholds).
     """
+    if p_target is None:
+        raise ValueError("p_target must be a probability vector of the shape of p_draft, got None")
     pm, _, w = _inputs(p_draft, rewards, weighting, p_target)
     pt = np.asarray(p_target, dtype=np.float64)
     nu = 1.0 - np.dot(pm, w)

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from icml25_shared.validate import check_choice
+from icml25_shared.validate import check_choice, check_int
 
 __all__ = ["PRM", "CallablePRM", "HFProcessRewardModel", "check_scores"]
 
@@ -76,7 +76,7 @@ class CallablePRM:
                         f"PRM {self.name} (per_step=True) returned {v!r} for step {i}; expected one float in [0, 1]"
                     )
                 out.append(float(v))
-            return out
+            return check_scores(self, out, len(steps))
         return check_scores(self, self.fn(prompt, list(steps)), len(steps))
 
 
@@ -106,7 +106,11 @@ class HFProcessRewardModel:
         self.model, self.tokenizer = model, tokenizer
         self.head = check_choice("head", head, ("sigmoid", "softmax", "token"))
         self.layout = check_choice("layout", layout, ("official", "plain"))
-        self.value_index, self.step_token, self.separator = int(value_index), step_token, separator
+        self.value_index = check_int("value_index", value_index, min=0)
+        for arg, v in (("step_token", step_token), ("separator", separator)):
+            if not isinstance(v, str):
+                raise ValueError(f"{arg} must be a string, got {v!r}")
+        self.step_token, self.separator = step_token, separator
         self.name = name or f"HFProcessRewardModel({type(model).__name__})"
         from rsd.flops import ModelCost
 
@@ -138,6 +142,10 @@ class HFProcessRewardModel:
         ids, reads = self.layout_ids(prompt, steps)
         device = next(self.model.parameters()).device
         logits = self.model(input_ids=torch.tensor([ids], device=device)).logits[0, reads].float()
+        if self.value_index >= logits.shape[-1]:
+            raise ValueError(
+                f"value_index={self.value_index} is out of range: the model's logits have {logits.shape[-1]} channels"
+            )
         if self.head == "sigmoid":
             values = torch.sigmoid(logits[:, self.value_index])
         else:

@@ -43,7 +43,10 @@ class Weighting:
         return self.name == "binary"
 
     def __call__(self, r: float) -> float:
-        w = float(self.fn(float(r)))
+        r = float(r)
+        if not (0.0 <= r <= 1.0):  # NaN fails too: clip would accept a NaN reward surely, binary never
+            raise ValueError(f"weighting {self.name!r} needs a reward in [0, 1], got {r!r}")
+        w = float(self.fn(r))
         if not (0.0 <= w <= 1.0):  # NaN fails too
             raise ValueError(f"weighting {self.name!r} returned {w!r} for reward {r!r}; expected a value in [0, 1]")
         return w
