@@ -94,3 +94,14 @@ def test_values_that_used_to_pass_silently_or_crash_late_are_named():
         HFProcessRewardModel(model, TOK, value_index=1.7)  # was truncated to 1
     with pytest.raises(ValueError, match="value_index=1000 is out of range: the model's logits have 20 channels"):
         HFProcessRewardModel(model, TOK, value_index=1000).score("Q:1+1\n", ["1+1=2"])
+
+
+def test_best_of_n_refuses_greedy_sampling():
+    from rsd.baselines import best_of_n
+
+    draft, _ = _models()
+    prm = CallablePRM(lambda p, s: [1.0] * len(s))
+    with pytest.raises(ValueError, match=r"best_of_n with n=4 needs config.temperature > 0, got 0.0"):
+        best_of_n(draft, prm, ["Q:1+1\n"], 4, RSDConfig(step_delimiter="\n", max_steps=2))  # 4 identical answers
+    (one,) = best_of_n(draft, prm, ["Q:1+1\n"], 1, RSDConfig(step_delimiter="\n", max_steps=2))  # n = 1: fine
+    assert one.steps

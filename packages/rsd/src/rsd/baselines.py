@@ -53,6 +53,11 @@ def best_of_n(
     n = check_int("n", n, min=1)
     aggregate = check_choice("aggregate", aggregate, _AGGREGATES)
     config = config if config is not None else RSDConfig(temperature=0.7)
+    if n > 1 and config.greedy:
+        raise ValueError(
+            f"best_of_n with n={n} needs config.temperature > 0, got {config.temperature}: greedy decoding gives n "
+            "identical answers (and n times the cost)"
+        )
     prompts = list(prompts)
     samples = draft_only(draft, prompts * n, config)
     best: list[RSDOutput] = []
