@@ -5,13 +5,23 @@ resizing the vocabulary, tuple outputs, save/load, bad input shapes; plus the ba
 from __future__ import annotations
 
 import copy
+import inspect
 
+import numpy as np
 import pytest
 import torch
-from mohd_testing import SWITCHES, VOCAB, tiny_llama_config, tiny_mohd
-from transformers import AutoModelForCausalLM, LlamaForCausalLM
+from mohd_testing import SWITCHES, VOCAB, tiny_llama_config, tiny_mohd, tiny_mohd_config
+from transformers import AutoModelForCausalLM, LlamaForCausalLM, LlamaModel
 
-from mohd import MoHDConfig, MoHDForCausalLM, MoHDModel, count_active_parameters, count_touched_parameters
+from mohd import (
+    MoHDConfig,
+    MoHDFeedForward,
+    MoHDForCausalLM,
+    MoHDModel,
+    activated_flops,
+    count_active_parameters,
+    count_touched_parameters,
+)
 from mohd.layer import slot_matmul
 
 
@@ -179,3 +189,59 @@ def test_save_load_and_realigned_weights_are_bitwise_in_float32(kind, tmp_path):
         assert torch.equal(loaded.eval()(ids).logits, ref)
         for offset in (1, 3, 5):
             assert torch.equal(_misaligned(model, offset)(ids).logits, ref), offset
+
+
+def test_mismatched_widths_masks_and_labels_raise_clear_errors():
+    """Each of these used to crash deep in torch (embedding width, FFN width, labels length) or, for a 2-D
+    attention mask of the wrong length, run with the causal mask silently padded or cut (Llama does the same)."""
+    model = tiny_mohd(seed=0)  # H = 48
+    ids = _ids(2, 7)
+    ref = model(ids).logits
+    with pytest.raises(ValueError, match=r"inputs_embeds must have hidden_size=48 features.*\(2, 7, 24\)"):
+        model(inputs_embeds=torch.zeros(2, 7, 24, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"attention_mask must have shape.*\(2, 7\), got \(2, 5\)"):
+        model(ids, attention_mask=torch.ones(2, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"attention_mask must have shape.*\(2, 7\), got \(1, 7\)"):
+        model(ids, attention_mask=torch.ones(1, 7, dtype=torch.long))
+    torch.testing.assert_close(model(ids, attention_mask=torch.ones(2, 7, dtype=torch.long)).logits, ref)
+    with pytest.raises(ValueError, match=r"labels must have the shape.*\(2, 7\), got \(2, 3\)"):
+        model(ids, labels=ids[:, :3])
+    with pytest.raises(TypeError, match="labels must have an integer dtype"):
+        model(ids, labels=ids.double())
+    # cached decoding passes a mask over cached + new positions: accepted
+    out = model(ids, use_cache=True)
+    step = model(ids[:, :1], cache=out.cache, attention_mask=torch.ones(2, 8, dtype=torch.long))
+    assert step.logits.shape == (2, 1, VOCAB)
+    ffn = MoHDFeedForward(tiny_mohd_config(placement="ffn"))
+    with pytest.raises(ValueError, match=r"hidden_states must have shape \(\.\.\., hidden_size=48\), got \(3, 24\)"):
+        ffn(torch.randn(3, 24))
+
+
+def test_accounting_and_from_llama_arguments_are_validated():
+    model = tiny_mohd(seed=0)
+    with pytest.raises(TypeError, match="context must be a non-negative int, got 2.5"):
+        activated_flops(model, 2.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="context"):
+        activated_flops(model, -1)
+    assert activated_flops(model, np.int64(4)) == activated_flops(model, 4)
+    with pytest.raises(ValueError, match=rf"token must be an int in \[0, {VOCAB - 1}\], got {VOCAB}"):
+        count_touched_parameters(model, VOCAB)
+    with pytest.raises(TypeError, match="llama_config must be a transformers LlamaConfig, got dict"):
+        MoHDConfig.from_llama({"hidden_size": 24})  # type: ignore[arg-type]
+
+
+def test_positional_forward_arguments_follow_llama():
+    """``logits_to_keep`` is Llama's eighth positional argument; MoHD used to take ``output_hidden_states`` there, so
+    ``model(ids, None, None, None, None, None, False, 1)`` returned every position's logits and hidden states."""
+
+    def positional(cls) -> list[str]:
+        params = inspect.signature(cls.forward).parameters.values()
+        return [p.name for p in params if p.kind == p.POSITIONAL_OR_KEYWORD]
+
+    assert positional(MoHDForCausalLM) == positional(LlamaForCausalLM)
+    assert positional(MoHDModel) == positional(LlamaModel)
+    llama, model = _dense_pair()
+    ids = _ids(2, 7)
+    a, b = llama(ids, None, None, None, None, None, False, 1), model(ids, None, None, None, None, None, False, 1)
+    assert a.logits.shape == b.logits.shape == (2, 1, VOCAB) and b.hidden_states is None
+    torch.testing.assert_close(b.logits, a.logits)

@@ -19,6 +19,7 @@ from torch import nn
 from transformers import LlamaConfig, MixtralConfig, PretrainedConfig, PreTrainedModel
 from transformers.models.mixtral.modeling_mixtral import MixtralExperts, MixtralTopKRouter
 
+from icml25_shared.validate import check_int
 from mohd.config import MoHDConfig
 from mohd.fusion import BlockDiagFusion, GroupFusion, MonarchFusion
 from mohd.layer import MoHDFeedForward, MoHDSublayer
@@ -226,6 +227,7 @@ def activated_flops(model_or_config: PreTrainedModel | PretrainedConfig, context
     """Forward FLOPs of one token (multiply-add = 2): ``2 x`` the activated matmul parameters (projections, router,
     fusion, LM head; the embedding is a lookup) plus attention over ``context`` cached positions
     (``4 A context`` per layer: scores and weighted sum)."""
+    context = check_int("context", context, min=0)
     cfg = model_or_config.config if isinstance(model_or_config, PreTrainedModel) else model_or_config
     pc = count_active_parameters(model_or_config)
     _, layers, a, _, _, v, _ = _widths(cfg)
@@ -250,6 +252,11 @@ def count_touched_parameters(model: PreTrainedModel, token: int = 3, prefix_toke
     The independent check of :func:`count_active_parameters`: ``projection == projection_active`` and
     ``projection + dense == active`` (tested for every MoHD switch and for Llama).
     """
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, nn.Embedding)
+    vocab = int(embedding.num_embeddings)
+    token = check_int("token", token, min=0, max=vocab - 1)
+    prefix_token = check_int("prefix_token", prefix_token, min=0, max=vocab - 1)
     device = next(model.parameters()).device
     counts: dict[str, int] = {}
     handles: list[Any] = []

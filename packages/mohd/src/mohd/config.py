@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 from huggingface_hub.dataclasses import strict
 from transformers import LlamaConfig
 
-from icml25_shared.validate import check_bool, check_choice, check_float, check_int
+from icml25_shared.validate import ArgumentTypeError, check_bool, check_choice, check_float, check_int
 
 __all__ = [
     "MoHDConfig",
@@ -207,6 +207,10 @@ class MoHDConfig(LlamaConfig):
         heads, ``intermediate_size``) kept, so activated projection parameters equal the Llama's when
         ``delta = 1/expansion`` (the paper's "expansion at constant activation cost")."""
         expansion = check_int("expansion", expansion, min=1)
+        if not isinstance(llama_config, LlamaConfig):
+            raise ArgumentTypeError(
+                f"llama_config must be a transformers LlamaConfig, got {type(llama_config).__name__}"
+            )
         d = llama_config.to_dict()
         for key in ("model_type", "transformers_version", "architectures", "_name_or_path", "dtype", "torch_dtype"):
             d.pop(key, None)

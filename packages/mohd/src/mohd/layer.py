@@ -34,6 +34,7 @@ from transformers.models.llama.modeling_llama import (
     eager_attention_forward,
 )
 
+from icml25_shared.validate import check_tensor
 from mohd.config import MoHDConfig
 from mohd.fusion import build_fusion
 from mohd.routing import Routing, SubDimRouter, dense_routing
@@ -447,6 +448,12 @@ class MoHDFeedForward(_SwiGLU):
 
     def forward(self, hidden_states: Tensor) -> tuple[Tensor, Routing]:
         """``(y, routing)`` for normed ``hidden_states`` of shape (..., H)."""
+        check_tensor("hidden_states", hidden_states, dtype="floating")
+        h_size = self.down_proj.weight.shape[0]
+        if hidden_states.ndim < 1 or hidden_states.shape[-1] != h_size:
+            raise ValueError(
+                f"hidden_states must have shape (..., hidden_size={h_size}), got {tuple(hidden_states.shape)}"
+            )
         shape, sub = hidden_states.shape, self.subdims
         h = hidden_states.reshape(-1, shape[-1])
         routing = sub.route(h)

@@ -107,6 +107,7 @@ class MoHDModel(MoHDPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: Tensor | None = None,
         use_cache: bool | None = None,
+        *,
         output_hidden_states: bool | None = None,
         output_router_logits: bool | None = None,
         past_key_values: Cache | None = None,
@@ -144,12 +145,24 @@ class MoHDModel(MoHDPreTrainedModel):
                     f"inputs_embeds must hold at least one position per sequence, got shape "
                     f"{tuple(inputs_embeds.shape)} (batch, 0, hidden)"
                 )
+            if inputs_embeds.shape[-1] != self.config.hidden_size:
+                raise ValueError(
+                    f"inputs_embeds must have hidden_size={self.config.hidden_size} features, got shape "
+                    f"{tuple(inputs_embeds.shape)}"
+                )
             check_finite("inputs_embeds", inputs_embeds)
             embeds = inputs_embeds.to(self.embed_tokens.weight.dtype)
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
+        past = cache.get_seq_length() if cache is not None else 0
+        if isinstance(attention_mask, Tensor) and attention_mask.ndim == 2:
+            want = (embeds.shape[0], past + embeds.shape[1])
+            if tuple(attention_mask.shape) != want:  # else the causal mask is padded or cut without a word
+                raise ValueError(
+                    f"attention_mask must have shape (batch, cached + new positions) = {want}, got "
+                    f"{tuple(attention_mask.shape)}"
+                )
         if position_ids is None:
-            past = cache.get_seq_length() if cache is not None else 0
             arange = torch.arange(embeds.shape[1], device=embeds.device)
             position_ids = cast(torch.LongTensor, (arange + past).unsqueeze(0))
         mask = create_causal_mask(
@@ -220,14 +233,16 @@ class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):
         inputs_embeds: Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
+        logits_to_keep: int | Tensor = 0,
+        *,
         output_hidden_states: bool | None = None,
         output_router_logits: bool | None = None,
-        logits_to_keep: int | Tensor = 0,
         past_key_values: Cache | None = None,
         **kwargs: Any,
     ) -> MoeCausalLMOutputWithPast | tuple:
         """Logits, and with ``labels`` the loss ``LM + router_aux_loss_coef * aux_loss`` (labels shifted inside, as
-        in every HF causal LM)."""
+        in every HF causal LM). The positional arguments are ``LlamaForCausalLM.forward``'s, in its order; the
+        others are keyword-only."""
         return_dict = kwargs.pop("return_dict", None)
         return_dict = self.config.return_dict if return_dict is None else return_dict
         out = self.model(
@@ -247,6 +262,12 @@ class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden[:, keep, :])
         loss = None
         if labels is not None:
+            check_tensor("labels", labels, dtype="integer")
+            if tuple(labels.shape) != tuple(logits.shape[:2]):
+                raise ValueError(
+                    f"labels must have the shape of the scored positions (batch, positions) = "
+                    f"{tuple(logits.shape[:2])}, got {tuple(labels.shape)}"
+                )
             loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size, **kwargs)
             if self.config.router_aux_loss_coef and out.aux_loss is not None:
                 loss = loss + self.config.router_aux_loss_coef * out.aux_loss.to(loss.device)
