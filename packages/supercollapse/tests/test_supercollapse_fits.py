@@ -232,3 +232,34 @@ def test_scaling_law_refuses_a_constant_or_rising_loss():
         fit_scaling_law(C, 2.0 + 0.1 * np.log(C / C.min()))
     with pytest.raises(ValueError, match="C is constant"):
         fit_scaling_law(np.full(4, 1e6), np.array([3.0, 2.0, 1.5, 1.2]))
+
+
+def test_csv_round_trip_keeps_string_labels_that_look_numeric(tmp_path):
+    from supercollapse import Runs
+
+    base = {"size": [1e4] * 2, "schedule": ["1"] * 2, "step": [0, 1], "compute": [1.0, 2.0], "loss": [2.0, 1.0]}
+    frames = [pd.DataFrame({**base, "run_id": rid, "seed": seed}) for rid, seed in (("001", "07"), ("1", "7"))]
+    runs = Runs.concat(frames)
+    back = Runs.read(runs.to_csv(tmp_path / "runs.csv"))
+    assert back.n_runs == 2  # "001" and "1" were both read back as the int 1: one run with duplicate steps
+    assert back.frame.equals(runs.frame)
+    ints = Runs.from_frame(pd.DataFrame({**base, "run_id": [5, 5], "seed": [-3, -3]}))
+    assert Runs.read(ints.to_csv(tmp_path / "ints.csv")).frame.equals(ints.frame)  # ints stay ints
+
+
+def test_noise_model_names_bad_alpha_and_a_zero_lr_const_run():
+    from supercollapse import NoiseModel
+
+    steps = np.arange(20)
+    run = {"size": 1e4, "seed": 0, "step": steps, "compute": steps + 1.0, "noise_trace": 1.0, "tau": 0.1 * steps}
+    const = pd.DataFrame({**run, "run_id": "c", "schedule": "const", "loss": 2.0 - 0.01 * steps, "lr": 0.1})
+    lin = pd.DataFrame({**run, "run_id": "l", "schedule": "linear", "loss": 2.0 - 0.01 * steps,
+                        "lr": 0.1 * (1 - steps / 20)})  # fmt: skip
+    with pytest.raises(ValueError, match="const_run's lr must be > 0"):
+        NoiseModel().fit(const.assign(lr=0.0), lin)
+    model = NoiseModel().fit(const, lin)
+    with pytest.raises(ValueError, match="alpha must be a float and finite, got nan"):
+        model.rmse(lin, alpha=float("nan"))  # was a NaN error
+    with pytest.raises(TypeError, match="alpha must be a float, got '0.1'"):
+        model.predict(lin, alpha="0.1")  # was a numpy UFuncTypeError
+    assert model.rmse(lin, alpha=np.float32(0.0)) == pytest.approx(model.rmse(lin, alpha=0.0))

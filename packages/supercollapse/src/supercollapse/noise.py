@@ -416,6 +416,8 @@ class NoiseModel:
             )
         if self.trace_from == "const" and ("noise_trace" not in f.columns or bool(f["noise_trace"].isna().all())):
             raise ValueError("trace_from='const' needs the 'noise_trace' column in const_run")
+        if not lr[0] > 0:
+            raise ValueError(f"const_run's lr must be > 0 (its peak LR sets s = lr / peak), got {lr[0]:.4g}")
         self.eta_peak = float(lr[0])
         tau, _ = _tau_and_s(f, self.eta_peak)
         self._const = f.assign(_tau=tau)
@@ -458,7 +460,7 @@ class NoiseModel:
 
     def predict(self, run: Runs | pd.DataFrame, alpha: float | None = None) -> np.ndarray:
         """Predicted loss at the run's logged steps (NaN where τ_s lies outside the constant run)."""
-        a = self.alpha if alpha is None else alpha
+        a = self.alpha if alpha is None else check_float("alpha", alpha)
         if a is None:
             raise ValueError("alpha is not set: fit the model or pass alpha")
         _, base, z, _ = self._parts(run)

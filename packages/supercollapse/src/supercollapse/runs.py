@@ -133,7 +133,9 @@ class Runs:
 
     # -- I/O ------------------------------------------------------------------------------------------------------
     def to_csv(self, path: str | os.PathLike[str]) -> Path:
-        """Write as CSV (floats in round-trip precision, so reading back is lossless)."""
+        """Write as CSV (floats in round-trip precision, so reading back is lossless; ``run_id`` and ``seed`` labels
+        read back as ints when every label of the column is a canonical int such as ``7``, else as strings, so
+        ``"001"`` stays ``"001"``)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._frame.to_csv(path, index=False, float_format="%.17g")
@@ -176,9 +178,26 @@ class Runs:
         return cls.from_parquet(p) if p.suffix == ".parquet" else cls.from_csv(p)
 
 
+_LABELS = ("run_id", "seed", "schedule")
+
+
+def _label_column(values: pd.Series) -> pd.Series:
+    """A label column read as text, back to ints when every label is an int written canonically (``7``, ``-3``):
+    ``"001"`` stays the string it was written from (a numeric parse would turn it into 1 and merge it with "1")."""
+    text = values.astype(str)
+    if all(s.lstrip("-").isdigit() and s == str(int(s)) for s in text.unique()):
+        return text.astype(np.int64)
+    return text
+
+
 def _read_csv(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path)
-    df["schedule"] = df["schedule"].astype(str)
+    head = pd.read_csv(path, nrows=0).columns
+    df = pd.read_csv(path, dtype={c: str for c in _LABELS if c in head})
+    for c in ("run_id", "seed"):
+        if c in df.columns:
+            df[c] = _label_column(cast(pd.Series, df[c]))
+    if "schedule" in df.columns:
+        df["schedule"] = df["schedule"].astype(str)
     return df
 
 
