@@ -6,7 +6,7 @@ import torch
 
 from icml25_shared.device import torch_threads
 from lsmi import LSMIConfig, LSMIEstimator, lsmi_from_terms, mlp_classifier
-from lsmi.datasets import logic_gate
+from lsmi.datasets import gate_joint, logic_gate
 
 FAST = dict(n_classes=2, epochs_clf=2, epochs_entropy=2, seed=0)
 
@@ -222,3 +222,46 @@ def test_config_of_the_wrong_type_and_a_single_held_out_fit_sample_are_refused()
     LSMIEstimator(LSMIConfig(**{**FAST, "prior": "uniform", "validation_fraction": 0.0})).fit(
         x1[:1], x2[:1], y[:1], verbose=False
     )
+
+
+def test_baselines_refuse_labels_and_joints_they_used_to_cast():
+    """broja_cvx cast float labels to int (1.5 -> 1) and let -1 index the last class; an n_classes below the labels
+    crashed in np.add.at; an infinite joint reached the solver; PIDBatch.score on one sample returned NaN."""
+    pytest.importorskip("sklearn")
+    pytest.importorskip("cvxpy")
+    from lsmi.baselines import PIDBatch, broja_cvx, broja_discrete
+
+    x1, x2, y = logic_gate("xor", 60, seed=0)
+    for bad, shown in ((y + 0.5, "0.5"), (y - 1, "-1.0"), (np.where(y == 1, np.nan, y), "nan")):
+        with pytest.raises(ValueError, match=f"y must hold integer class labels >= 0, got {shown}"):
+            broja_cvx(x1, x2, bad, k=2)
+    with pytest.raises(ValueError, match="n_classes must be an int >= 2, got 1"):
+        broja_cvx(x1, x2, y, k=2, n_classes=1)
+    with pytest.raises(ValueError, match="P must be finite"):
+        broja_discrete(np.full((2, 2, 2), np.inf))
+    pid = PIDBatch(2, epochs=0, classifier={"epochs_clf": 1}).fit(x1, x2, y)
+    with pytest.raises(ValueError, match="at least 2 samples.*got 1"):
+        pid.score(x1[:1], x2[:1])
+    assert all(np.isfinite(pid.score(x1[:2], x2[:2])))
+
+
+def test_dataset_generators_validate_their_arguments():
+    """An unknown gate was a KeyError, rho = 2 a 'math domain error', a negative joint was normalised into a
+    positive one and sampled, a negative n or noise went through."""
+    from lsmi.datasets import gaussian_exact_terms, gaussian_modalities, noisy_discrete
+
+    with pytest.raises(ValueError, match="gate must be one of"):
+        gate_joint("nand")
+    with pytest.raises(ValueError, match="n must be a non-negative int, got -1"):
+        logic_gate("or", -1)
+    with pytest.raises(ValueError, match="noise must be a float >= 0.0"):
+        logic_gate("or", 5, noise=-0.1)
+    with pytest.raises(ValueError, match=r"rho must be a float in \[-1.0, 1.0\], got 2.0"):
+        gaussian_modalities(5, rho=2.0)
+    with pytest.raises(ValueError, match="n_classes must be an int >= 2"):
+        gaussian_modalities(5, n_classes=1)
+    x1, x2, y = gaussian_modalities(np.int64(5), np.int64(2), np.float32(0.5), np.float32(1.0))
+    with pytest.raises(ValueError, match=r"rho must be a float in \(-1.0, 1.0\)"):
+        gaussian_exact_terms(x1, x2, y, rho=1.0)
+    with pytest.raises(ValueError, match="P must be finite and non-negative"):
+        noisy_discrete(-gate_joint("or"), 5)

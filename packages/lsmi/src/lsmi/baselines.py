@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from icml25_shared.validate import check_choice, check_float, check_int
+from icml25_shared.validate import check_array, check_choice, check_float, check_int
 
 __all__ = [
     "broja_discrete",
@@ -62,8 +62,8 @@ def broja_discrete(
     p = np.asarray(P, dtype=np.float64)
     if p.ndim != 3:
         raise ValueError(f"P must be a 3-D joint pmf P[x1, x2, y], got shape {p.shape}")
-    if (p < 0).any() or not p.sum() > 0:
-        raise ValueError("P must be non-negative with a positive total")
+    if not np.isfinite(p).all() or (p < 0).any() or not p.sum() > 0:
+        raise ValueError("P must be finite and non-negative with a positive total")
     p = p / p.sum()
     n1, n2, c = p.shape
     q = cp.Variable((n1 * n2, c), nonneg=True)
@@ -126,11 +126,19 @@ def broja_cvx(
     (whose ``formulation`` and ``time_limit`` are passed on)."""
     from sklearn.cluster import KMeans
 
-    x1, x2, y = np.asarray(x1), np.asarray(x2), np.asarray(y).astype(int)
+    x1, x2 = np.asarray(x1), np.asarray(x2)
+    y = check_array("y", y, dtype="numeric").reshape(-1).astype(np.float64)
     if not (len(x1) == len(x2) == len(y)):
         raise ValueError(f"x1, x2 and y must have the same length, got {len(x1)}, {len(x2)} and {len(y)}")
+    if len(y) == 0:
+        raise ValueError("x1, x2 and y are empty")
+    if not (np.isfinite(y).all() and (y == np.round(y)).all() and y.min() >= 0):
+        bad = y[~(np.isfinite(y) & (y == np.round(y)) & (y >= 0))][0]
+        raise ValueError(f"y must hold integer class labels >= 0, got {bad!r}")  # a float or negative label was cast
+    y = y.astype(np.int64)
     k = check_int("k", k, min=1, max=len(x1))
-    c = int(n_classes or y.max() + 1)
+    top = int(y.max()) + 1
+    c = top if n_classes is None else check_int("n_classes", n_classes, min=top)
     # sklearn's stub types n_init as the string "auto" only; the int is documented and accepted
     a = KMeans(k, n_init=1, random_state=seed).fit_predict(x1.reshape(len(x1), -1))  # pyright: ignore[reportArgumentType]
     b = KMeans(k, n_init=1, random_state=seed).fit_predict(x2.reshape(len(x2), -1))  # pyright: ignore[reportArgumentType]
@@ -351,4 +359,8 @@ class PIDBatch:
                     out = pid_from_coupling(log_q, float(_mi_from_joint(log_p12, (0,))))
                     total += m * np.array([out[k] for k in ("R", "U1", "U2", "S")])
                     weight += m
+            if weight == 0:
+                raise ValueError(
+                    f"score needs a batch of at least 2 samples (the coupling is over pairs), got {len(z1)} sample(s)"
+                )
             return tuple(float(v) for v in total / weight)  # type: ignore[return-value]

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from icml25_shared.validate import check_choice
+from icml25_shared.validate import check_array, check_choice, check_float, check_int
 
 __all__ = [
     "GATES",
@@ -30,6 +30,7 @@ GATES = {
 
 def gate_joint(gate: str) -> np.ndarray:
     """Exact joint pmf P[b1, b2, y] of y = gate(b1, b2) with independent fair bits."""
+    check_choice("gate", gate, sorted(GATES))
     fn = GATES[gate]
     c = 3 if gate == "sum" else 2
     p = np.zeros((2, 2, c))
@@ -42,6 +43,8 @@ def gate_joint(gate: str) -> np.ndarray:
 def logic_gate(gate: str, n: int, noise: float = 0.1, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """b1, b2 ~ Bern(1/2); x_m = onehot(b_m) + noise * N(0, I_2); y = gate(b1, b2)."""
     check_choice("gate", gate, sorted(GATES))
+    n = check_int("n", n, min=0)
+    noise = check_float("noise", noise, min=0.0)
     rng = np.random.default_rng(seed)
     b1, b2 = rng.integers(0, 2, n), rng.integers(0, 2, n)
     x1 = np.eye(2)[b1] + noise * rng.standard_normal((n, 2))
@@ -57,6 +60,8 @@ def logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
 
 def gaussian_modalities(n: int, n_classes: int = 2, sigma: float = 0.5, rho: float = 0.5, seed: int = 0):
     """The official generator: y ~ U{0..C-1}; x1 = onehot(y) + u; x2 = onehot(y) + rho u + sqrt(1 - rho^2) v."""
+    n, n_classes = check_int("n", n, min=0), check_int("n_classes", n_classes, min=2)
+    sigma, rho = check_float("sigma", sigma, min=0.0, min_open=True), check_float("rho", rho, min=-1.0, max=1.0)
     rng = np.random.default_rng(seed)
     y = rng.integers(0, n_classes, n)
     u = sigma * rng.standard_normal((n, n_classes))
@@ -67,6 +72,9 @@ def gaussian_modalities(n: int, n_classes: int = 2, sigma: float = 0.5, rho: flo
 
 def gaussian_exact_terms(x1, x2, y, n_classes: int = 2, sigma: float = 0.5, rho: float = 0.5) -> dict:
     """Exact i1, i2, i12, h1, h2 (nats) of :func:`gaussian_modalities` for the given samples (uniform prior)."""
+    n_classes = check_int("n_classes", n_classes, min=2)
+    sigma = check_float("sigma", sigma, min=0.0, min_open=True)
+    rho = check_float("rho", rho, min=-1.0, max=1.0, min_open=True, max_open=True)  # |rho| = 1: no joint density
     x1, x2, y = np.asarray(x1, np.float64), np.asarray(x2, np.float64), np.asarray(y)
     c, s2 = n_classes, sigma**2
     means = np.eye(c)  # (C, C): class k's mean vector
@@ -96,7 +104,10 @@ def noisy_discrete(P, n: int, sigma: float = 0.1, seed: int = 0):
     x2 = onehot(b) + sigma N(0, I_{n2}). With well-separated codes (sigma << 1/sqrt(2)) the noise is independent of
     everything given the code, so BROJA's (R, U1, U2, S) are those of P (``baselines.broja_discrete(P)``), and the
     exact LSMI plug-in terms come from :func:`noisy_discrete_exact_terms`."""
-    p = np.asarray(P, dtype=np.float64)
+    p = check_array("P", P, ndim=3, dtype="numeric").astype(np.float64)
+    if not np.isfinite(p).all() or (p < 0).any() or not p.sum() > 0:
+        raise ValueError("P must be finite and non-negative with a positive total")
+    n, sigma = check_int("n", n, min=0), check_float("sigma", sigma, min=0.0)
     p = p / p.sum()
     rng = np.random.default_rng(seed)
     a, b, y = np.unravel_index(rng.choice(p.size, size=n, p=p.ravel()), p.shape)
