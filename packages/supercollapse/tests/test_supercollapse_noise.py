@@ -329,3 +329,22 @@ def test_trace_refuses_degenerate_batches():
         GradNoiseTracker(model, opt, mse_half).trace([(x, y * float("inf")), (x2, y2)])
     with pytest.raises(ValueError, match=r"one row per example.*\(8, 3\).*\(4, 1\)"):
         GradNoiseTracker(model, opt, mse_half).trace([(x, y[:4]), (x2, y2[:4])])
+
+
+def test_trace_leaves_batchnorm_statistics_alone_and_per_example_refuses_train_mode_batchnorm():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1)).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = _batches(torch.Generator().manual_seed(2), 6, 8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    first = GradNoiseTracker(model, opt, mse_half).trace(batches)  # train mode: each forward updates running stats
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert GradNoiseTracker(model, opt, mse_half).trace(batches) == first  # the same model measures the same
+    with pytest.raises(ValueError, match="BatchNorm1d in training mode.*model.eval\\(\\)"):
+        GradNoiseTracker(model, opt, mse_half, estimator="per_example").trace(batches)  # was a torch.func error
+    model.eval()
+    pe = GradNoiseTracker(model, opt, mse_half, estimator="per_example").trace(batches)
+    D = [torch.full_like(p, 0.05) for p in model.parameters()]
+    assert pe == pytest.approx(_explicit_per_example_trace(model, D, batches), rel=1e-8)
+    assert model.training is False

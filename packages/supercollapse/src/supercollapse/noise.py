@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from icml25_shared.validate import check_bool, check_choice, check_float, check_tensor
 from supercollapse.runs import Runs
@@ -115,7 +116,9 @@ class GradNoiseTracker:
     batches of 8 in the tests (the ``batches`` estimator's sample covariance has N − 1 degrees of freedom, so its
     relative error shrinks as ~√(2/(N − 1)) at worst).
 
-    :meth:`trace` leaves the model's ``.grad`` and train/eval mode as it found them.
+    :meth:`trace` leaves the model's ``.grad``, buffers (e.g. batch-norm running statistics) and train/eval mode as
+    it found them. ``"per_example"`` refuses a batch-norm layer in training mode (its batch statistics couple the
+    examples): call ``model.eval()`` first or use ``"batches"``.
     """
 
     def __init__(
@@ -183,7 +186,16 @@ class GradNoiseTracker:
                     f"eval_batches inputs are {x.dtype} but the model's parameters are "
                     f"{', '.join(sorted(map(str, dtypes)))}; cast the batches (e.g. x.to(model_dtype)) or the model"
                 )
+        if self.estimator == "per_example":
+            coupled = [type(m).__name__ for m in self.model.modules() if isinstance(m, _BatchNorm) and m.training]
+            if coupled:
+                raise ValueError(
+                    f"estimator='per_example' needs each example's gradient on its own, but the model has "
+                    f"{coupled[0]} in training mode (batch statistics couple the examples); call model.eval() "
+                    "before trace() or use estimator='batches'"
+                )
         saved = [None if p.grad is None else p.grad.clone() for p in self.params]
+        buffers = [(b, b.clone()) for b in self.model.buffers()]  # running statistics a train-mode forward updates
         was_training = self.model.training
         D = preconditioner(self.optimizer if self.preconditioned else None, self.params)
         if self.reduction is None:
@@ -196,6 +208,9 @@ class GradNoiseTracker:
             self.model.train(was_training)
             for p, g in zip(self.params, saved):
                 p.grad = g
+            with torch.no_grad():
+                for b, old in buffers:
+                    b.copy_(old)
 
     def _detect_reduction(self, x: torch.Tensor, y: torch.Tensor) -> str:
         """ "mean" or "sum" from the loss of batch (x, y) and of its two halves (eval mode, no gradients)."""
