@@ -189,3 +189,16 @@ def test_collapse_deviation_unknown_size_names_it():
     norm = normalize(Runs.from_frame(_curves(n_sizes=2, n_seeds=2)), 0.3)
     with pytest.raises(ValueError, match=r"sizes \[5.0\] are not among the normalised sizes"):
         collapse_deviation(norm, sizes=[5])
+
+
+def test_small_argument_checks_that_used_to_return_nan_or_nothing():
+    fam = PowerLawFamily(((1.0, 0.5, 0.0), (1.0, 0.0, 0.5)), gamma=1.0)
+    with pytest.raises(ValueError, match="finite A > 0"):
+        PowerLawFamily(((float("nan"), 0.5, 0.0),), gamma=1.0)  # was accepted: every loss NaN
+    frames = [fam.runs([1e2, 4e2], np.geomspace(0.01, 1, 30)).assign(seed=s) for s in range(2)]
+    runs = Runs.from_frame(pd.concat([f.assign(run_id=f["run_id"] + f"-{s}") for s, f in enumerate(frames)]))
+    report = collapse_report(normalize(runs, 0.0, x_grid=np.geomspace(0.05, 1, 20)))
+    with pytest.raises(ValueError, match="lo must be <= hi, got lo=0.9, hi=0.1"):
+        report.mean("delta", 0.9, 0.1)  # was NaN
+    with pytest.raises(ValueError, match="L0s must not be empty"):
+        l0_sweep(runs, [])  # was an empty frame without columns

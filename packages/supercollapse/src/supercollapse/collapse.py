@@ -198,6 +198,9 @@ class CollapseReport:
     def mean(self, name: str = "ratio", lo: float = 0.0, hi: float = 1.0) -> float:
         """Mean of ``delta``/``sigma``/``ratio``/``excess`` over the grid points with lo ≤ x ≤ hi (NaN skipped)."""
         v = getattr(self, check_choice("name", name, ("delta", "sigma", "ratio", "excess")))
+        lo, hi = check_float("lo", lo), check_float("hi", hi)
+        if lo > hi:
+            raise ValueError(f"lo must be <= hi, got lo={lo}, hi={hi}")
         sel = (self.x >= lo) & (self.x <= hi) & np.isfinite(v)
         return float(v[sel].mean()) if sel.any() else float("nan")
 
@@ -300,6 +303,7 @@ def collapse_deviation(norm: Normalized, sizes: Sequence[float] | None = None) -
 def l0_sweep(runs: Runs, L0s: Sequence[float], **kwargs: Any) -> pd.DataFrame:
     """The report's dependence on L0 (the normalisation is very sensitive to it): mean Δ, σ and Δ/σ over
     x ∈ [0.2, 1] for each L0. ``kwargs`` go to :func:`normalize` (``horizon``, ``c_star``, ``x_grid``)."""
+    L0s = check_array("L0s", L0s, ndim=1, dtype="numeric", finite=True, nonempty=True)
     rows = []
     for l0 in L0s:
         rep = collapse_report(normalize(runs, l0, **kwargs))

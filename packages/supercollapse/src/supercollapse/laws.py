@@ -206,8 +206,8 @@ class PowerLawFamily:
         if not terms or any(len(t) != 3 for t in terms):
             raise ValueError(f"terms must be non-empty (A, mu, nu) triples, got {self.terms!r}")
         for A, mu, nu in terms:
-            if A <= 0 or mu < 0 or nu < 0:
-                raise ValueError(f"each term needs A > 0, mu >= 0, nu >= 0, got {(A, mu, nu)}")
+            if not (np.isfinite(A) and np.isfinite(mu) and np.isfinite(nu)) or A <= 0 or mu < 0 or nu < 0:
+                raise ValueError(f"each term needs finite A > 0, mu >= 0, nu >= 0, got {(A, mu, nu)}")
         object.__setattr__(self, "terms", terms)
         object.__setattr__(self, "gamma", check_float("gamma", self.gamma))
         object.__setattr__(self, "k", check_float("k", self.k, min=0, min_open=True))
