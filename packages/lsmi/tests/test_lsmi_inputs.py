@@ -265,3 +265,28 @@ def test_dataset_generators_validate_their_arguments():
         gaussian_exact_terms(x1, x2, y, rho=1.0)
     with pytest.raises(ValueError, match="P must be finite and non-negative"):
         noisy_discrete(-gate_joint("or"), 5)
+
+
+def test_density_modules_name_bad_input():
+    """A float64 tensor reached KNIFE's einsum ("expected scalar type Double but found Float"), a numpy array failed
+    on '-' and StackedKNIFE took x1, x2 of different lengths; GaussianMixtureDensity.fit refused a numpy array with
+    AttributeError."""
+    from lsmi import KNIFE, GaussianMixtureDensity, StackedKNIFE
+
+    knife = KNIFE(3, 2)
+    x = torch.randn(5, 3)
+    with pytest.raises(TypeError, match="x must have the module's dtype torch.float32.*got torch.float64"):
+        knife(x.double())
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        knife(x.numpy())
+    same = KNIFE(3, 2)
+    same.load_state_dict(knife.state_dict())
+    torch.testing.assert_close(same.double()(x.double()).float(), knife(x))  # a float64 module takes float64 input
+    stacked = StackedKNIFE(KNIFE(3, 2), KNIFE(2, 2))
+    with pytest.raises(ValueError, match="same number of rows, got 5 and 4"):
+        stacked(x, torch.randn(4, 2))
+    pytest.importorskip("sklearn")
+    data = np.random.default_rng(0).normal(size=(60, 3))
+    a = GaussianMixtureDensity.fit(data, 2)
+    b = GaussianMixtureDensity.fit(torch.as_tensor(data), 2)
+    assert torch.equal(a.logpdf(x), b.logpdf(x))
