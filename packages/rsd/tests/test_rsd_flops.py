@@ -79,3 +79,13 @@ def test_model_cost_from_model_counts_non_embedding_parameters():
     d, t = ModelCost.from_model(make_model(1, 48, 2)), ModelCost.from_model(make_model(2, 96, 4))
     assert (d.n_nonembedding, d.n_layers, d.d_model) == (28_368, 1, 48)
     assert (t.n_nonembedding, t.n_layers, t.d_model) == (223_872, 2, 96)
+
+
+def test_total_takes_one_output_or_a_list_and_names_anything_else():
+    from rsd import RSDOutput
+
+    one = RSDOutput("Q", calls=[CallRecord("target", 0, 5, 4)])
+    fc = FlopCounter(target=ModelCost(10000, 2, 16))
+    assert fc.total(one) == fc.total([one]) == fc.call(one.calls[0])  # one output used to raise "not iterable"
+    with pytest.raises(TypeError, match="outputs must hold decoding outputs with .calls .*got str"):
+        fc.total(["Q"])

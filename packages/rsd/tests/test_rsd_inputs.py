@@ -105,3 +105,11 @@ def test_best_of_n_refuses_greedy_sampling():
         best_of_n(draft, prm, ["Q:1+1\n"], 4, RSDConfig(step_delimiter="\n", max_steps=2))  # 4 identical answers
     (one,) = best_of_n(draft, prm, ["Q:1+1\n"], 1, RSDConfig(step_delimiter="\n", max_steps=2))  # n = 1: fine
     assert one.steps
+
+
+def test_assisted_generation_refuses_a_prompt_at_max_total_tokens():
+    from rsd.baselines import assisted_generation
+
+    model = make_model(1, 16, 2)
+    with pytest.raises(ValueError, match=r"a prompt is 7 tokens long, leaving no room .* max_total_tokens=5"):
+        assisted_generation(model, model, TOK, ["Q:1+1\n"], max_total_tokens=5)  # generated one token past the cap

@@ -158,6 +158,11 @@ def _assisted_one(
     ]
     try:
         ids = torch.tensor([tokenizer.encode(prompt)], device=next(target_model.parameters()).device)
+        if ids.shape[1] >= max_total_tokens:
+            raise ValueError(
+                f"a prompt is {ids.shape[1]} tokens long, leaving no room to generate within max_total_tokens="
+                f"{max_total_tokens}; shorten it to at most {max_total_tokens - 1} tokens or raise max_total_tokens"
+            )
         kw: dict[str, Any] = {}
         if nat is not None:
             kw["num_assistant_tokens"] = check_int("num_assistant_tokens", nat, min=1)
@@ -170,7 +175,7 @@ def _assisted_one(
             temperature=None,
             top_p=None,
             top_k=None,
-            max_new_tokens=max(1, max_total_tokens - ids.shape[1]),
+            max_new_tokens=max_total_tokens - ids.shape[1],
             eos_token_id=eos,
             pad_token_id=pad if pad is not None else eos,
             **kw,

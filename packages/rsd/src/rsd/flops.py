@@ -144,14 +144,18 @@ class FlopCounter:
             )
         return cost.span(*rec.positions(mode))
 
-    def per_model(self, outputs: Iterable[Any], mode: Mode = "generated") -> dict[str, int]:
-        """FLOPs summed over problems, per model name."""
+    def per_model(self, outputs: Iterable[Any] | Any, mode: Mode = "generated") -> dict[str, int]:
+        """FLOPs summed over problems, per model name (``outputs``: a list of outputs, or one output)."""
+        if hasattr(outputs, "calls"):  # one RSDOutput / AssistedOutput
+            outputs = [outputs]
         out: dict[str, int] = {}
         for o in outputs:
+            if not hasattr(o, "calls"):
+                raise TypeError(f"outputs must hold decoding outputs with .calls (RSDOutput), got {type(o).__name__}")
             for rec in o.calls:
                 out[rec.model] = out.get(rec.model, 0) + self.call(rec, mode)
         return out
 
-    def total(self, outputs: Iterable[Any], mode: Mode = "generated") -> int:
-        """FLOPs of all calls of all ``outputs`` under ``mode``."""
+    def total(self, outputs: Iterable[Any] | Any, mode: Mode = "generated") -> int:
+        """FLOPs of all calls of all ``outputs`` (a list, or one output) under ``mode``."""
         return sum(self.per_model(outputs, mode).values())
