@@ -245,3 +245,22 @@ def test_positional_forward_arguments_follow_llama():
     a, b = llama(ids, None, None, None, None, None, False, 1), model(ids, None, None, None, None, None, False, 1)
     assert a.logits.shape == b.logits.shape == (2, 1, VOCAB) and b.hidden_states is None
     torch.testing.assert_close(b.logits, a.logits)
+
+
+@pytest.mark.parametrize("routed", [1, 2])
+def test_padded_tokens_are_left_out_of_the_aux_loss(routed):
+    """As in HF Mixtral's load-balancing loss: a right-padded batch with its attention mask has the aux loss (and so
+    the loss) of the unpadded sequence; the padding's routing used to be counted."""
+    model = tiny_mohd(seed=0, num_routed=routed, num_shared=3)
+    ids = _ids(1, 6)
+    padded = torch.cat([ids, torch.zeros(1, 4, dtype=torch.long)], 1)
+    mask = torch.tensor([[1] * 6 + [0] * 4])
+    ref = model(ids).aux_loss
+    assert ref is not None
+    torch.testing.assert_close(model(padded, attention_mask=mask).aux_loss, ref, rtol=1e-12, atol=0)
+    assert not torch.allclose(model(padded).aux_loss, ref)  # without the mask the padding counts
+    assert torch.equal(model(ids, attention_mask=torch.ones(1, 6, dtype=torch.long)).aux_loss, ref)
+    labels = torch.where(mask.bool(), padded, -100)
+    torch.testing.assert_close(
+        model(padded, attention_mask=mask, labels=labels).loss, model(ids, labels=ids).loss, rtol=1e-12, atol=0
+    )

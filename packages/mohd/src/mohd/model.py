@@ -3,7 +3,8 @@
 The embedding, final norm and LM head read and write all of H (dense); every decoder sublayer is a
 :class:`~mohd.layer.MoHDSublayer`. Outputs follow HF's MoE models: ``loss`` includes ``router_aux_loss_coef *
 aux_loss`` when labels are given, ``aux_loss`` is the load-balancing loss averaged over the routed sublayers (``None``
-when no sublayer routes, the dense limit), and
+when no sublayer routes, the dense limit; tokens masked out by a 2-D ``attention_mask`` are left out of it, as in
+HF Mixtral), and
 ``router_logits`` (one tensor of shape (B*T, N - N_s) per routed sublayer) is returned with ``output_router_logits``.
 """
 
@@ -26,7 +27,7 @@ from icml25_shared.validate import check_finite, check_tensor
 from mohd.config import MoHDConfig
 from mohd.fusion import BlockDiagFusion, GroupFusion, MonarchFusion
 from mohd.layer import MoHDDecoderLayer, MoHDSublayer
-from mohd.routing import Routing, SubDimRouter
+from mohd.routing import Routing, SubDimRouter, load_balancing_loss
 
 __all__ = ["MoHDPreTrainedModel", "MoHDModel", "MoHDForCausalLM", "MoHDModelOutputWithPast"]
 
@@ -189,7 +190,14 @@ class MoHDModel(MoHDPreTrainedModel):
             if output_hidden_states:
                 all_hidden.append(hidden)
         hidden = self.norm(hidden)
-        aux = torch.stack([r.aux_loss for r in routings]).mean() if routings else None
+        aux = None
+        if routings:
+            if isinstance(attention_mask, Tensor) and attention_mask.ndim == 2:
+                # padded tokens left out of the balance statistics, as in HF Mixtral's load-balancing loss
+                keep = attention_mask[:, -embeds.shape[1] :].reshape(-1)
+                aux = torch.stack([self._masked_aux(r, keep) for r in routings]).mean()
+            else:
+                aux = torch.stack([r.aux_loss for r in routings]).mean()
         output = MoHDModelOutputWithPast(
             last_hidden_state=hidden,
             cache=cache if use_cache else None,
@@ -200,6 +208,15 @@ class MoHDModel(MoHDPreTrainedModel):
             else None,
         )
         return output if return_dict else output.to_tuple()
+
+    def _masked_aux(self, routing: Routing, keep: Tensor) -> Tensor:
+        """The load-balancing loss of one routed sublayer over the tokens with ``keep`` = 1."""
+        assert routing.probs is not None  # routed sublayers keep their probabilities
+        n_spec = routing.probs.shape[-1]
+        n_shared = routing.gates.shape[-1] - n_spec
+        return load_balancing_loss(
+            routing.probs, routing.index - n_shared, n_spec, sync=self.config.aux_loss_sync, weight=keep
+        )
 
 
 class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):

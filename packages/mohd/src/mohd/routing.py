@@ -37,12 +37,15 @@ def routed_gates(top_probs: Tensor, gate_norm: str, num_specialized: int) -> Ten
     raise ValueError(f"gate_norm must be 'topk' or 'softmax' once resolved, got {gate_norm!r}")
 
 
-def load_balancing_loss(probs: Tensor, index: Tensor, num_specialized: int, *, sync: bool = False) -> Tensor:
+def load_balancing_loss(
+    probs: Tensor, index: Tensor, num_specialized: int, *, sync: bool = False, weight: Tensor | None = None
+) -> Tensor:
     """Switch-style balance over the specialized groups: ``(N - N_s) * sum_j f_j * pbar_j``.
 
     ``probs`` (M, N - N_s): router probabilities of M tokens; ``index`` (M, K): the chosen specialized groups (0-based
     among the specialized). ``f_j`` is the fraction of the K*M routed slots that chose j, ``pbar_j`` the mean
-    probability. Equals 1 at uniform load with uniform probabilities.
+    probability. Equals 1 at uniform load with uniform probabilities. ``weight`` (M,), e.g. a flattened 0/1
+    attention mask, weights each token in both statistics (padding left out, as in HF Mixtral's loss).
 
     ``sync=True`` all-reduces the counts and probability sums over the default process group, so every rank sees
     the global statistics; the local probabilities keep a gradient scaled by the world size, so that data-parallel
@@ -50,9 +53,18 @@ def load_balancing_loss(probs: Tensor, index: Tensor, num_specialized: int, *, s
     """
     probs2 = probs.reshape(-1, num_specialized)
     counts = torch.zeros(num_specialized, dtype=probs2.dtype, device=probs2.device)
-    counts = counts.index_add(0, index.reshape(-1), torch.ones(index.numel(), dtype=probs2.dtype, device=probs2.device))
-    prob_sum = probs2.sum(0)
-    tokens = torch.tensor(float(probs2.shape[0]), dtype=probs2.dtype, device=probs2.device)
+    if weight is None:
+        counts = counts.index_add(
+            0, index.reshape(-1), torch.ones(index.numel(), dtype=probs2.dtype, device=probs2.device)
+        )
+        prob_sum = probs2.sum(0)
+        tokens = torch.tensor(float(probs2.shape[0]), dtype=probs2.dtype, device=probs2.device)
+    else:
+        w = weight.reshape(-1).to(device=probs2.device, dtype=probs2.dtype)
+        slot_w = w[:, None].expand(index.shape).reshape(-1)
+        counts = counts.index_add(0, index.reshape(-1), slot_w)
+        prob_sum = (probs2 * w[:, None]).sum(0)
+        tokens = w.sum()
     if sync and torch.distributed.is_available() and torch.distributed.is_initialized():
         world = torch.distributed.get_world_size()
         stats = torch.cat([counts, prob_sum.detach(), tokens.view(1)])
@@ -61,7 +73,8 @@ def load_balancing_loss(probs: Tensor, index: Tensor, num_specialized: int, *, s
         # value: the global sum; gradient: world * the local one (DDP then averages over the ranks)
         prob_sum = world * prob_sum - (world * prob_sum - global_sum).detach()
     frac = counts / counts.sum().clamp_min(1.0)
-    return num_specialized * (frac * (prob_sum / tokens)).sum()
+    # all tokens masked out: prob_sum is 0, and so is the loss
+    return num_specialized * (frac * (prob_sum / torch.where(tokens > 0, tokens, 1.0))).sum()
 
 
 def _softmax(logits: Tensor) -> Tensor:
@@ -83,7 +96,10 @@ class Routing:
     logits: Tensor | None
     """(M, N - N_s) router logits (``None`` without specialized groups)."""
     aux_loss: Tensor
-    """Load-balancing loss of this sublayer (0 without specialized groups)."""
+    """Load-balancing loss of this sublayer (0 without specialized groups), over all M tokens."""
+    probs: Tensor | None = None
+    """(M, N - N_s) router probabilities of the specialized groups (``None`` without them): the model recomputes
+    the loss from them without the padded tokens when an attention mask is given."""
 
 
 class SubDimRouter(nn.Module):
@@ -116,7 +132,7 @@ class SubDimRouter(nn.Module):
         gate_values = routed_gates(top, self.gate_norm, self.num_specialized)
         gates = torch.cat([h.new_ones(m, ns), h.new_zeros(m, self.num_specialized).scatter(1, idx, gate_values)], dim=1)
         aux = load_balancing_loss(probs, idx, self.num_specialized, sync=self.aux_loss_sync)
-        return Routing(gates, idx + ns, gate_values, logits, aux)
+        return Routing(gates, idx + ns, gate_values, logits, aux, probs)
 
 
 def dense_routing(h: Tensor, num_subdims: int) -> Routing:
