@@ -348,3 +348,17 @@ def test_trace_leaves_batchnorm_statistics_alone_and_per_example_refuses_train_m
     D = [torch.full_like(p, 0.05) for p in model.parameters()]
     assert pe == pytest.approx(_explicit_per_example_trace(model, D, batches), rel=1e-8)
     assert model.training is False
+
+
+def test_amsgrad_preconditioner_uses_the_running_maximum():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1).double()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, betas=(0.9, 0.9), amsgrad=True)
+    for i in range(30):  # one large gradient, then small ones: the maximum stays far above the decayed moment
+        opt.zero_grad()
+        (model(torch.randn(8, 4, dtype=torch.float64) * (10.0 if i == 0 else 0.1)) ** 2).mean().backward()
+        opt.step()
+    for p, d in zip(model.parameters(), preconditioner(opt, list(model.parameters()))):
+        st = opt.state[p]
+        want = 0.01 / (st["max_exp_avg_sq"].sqrt() / (1 - 0.9 ** float(st["step"])) ** 0.5 + 1e-8)  # torch's denom
+        torch.testing.assert_close(d, want, rtol=1e-12, atol=0)

@@ -64,8 +64,9 @@ def _group_size() -> int:
 
 @torch.no_grad()
 def preconditioner(optimizer: torch.optim.Optimizer | None, params: list[nn.Parameter]) -> list[torch.Tensor]:
-    """``D = P^−1`` per parameter (Sec. 4): ``η_peak / (√v̂ + ε)`` for Adam/AdamW, ``η_peak`` for SGD, 1 when
-    ``optimizer`` is None. ``η_peak`` is the group's ``initial_lr`` (set by LR schedulers) or else its ``lr``."""
+    """``D = P^−1`` per parameter (Sec. 4): ``η_peak / (√v̂ + ε)`` for Adam/AdamW (v̂ the bias-corrected second
+    moment, or its running maximum with ``amsgrad=True``), ``η_peak`` for SGD, 1 when ``optimizer`` is None.
+    ``η_peak`` is the group's ``initial_lr`` (set by LR schedulers) or else its ``lr``."""
     if optimizer is None:
         return [torch.ones_like(p) for p in params]
     where = {}
@@ -83,7 +84,9 @@ def preconditioner(optimizer: torch.optim.Optimizer | None, params: list[nn.Para
             if "exp_avg_sq" not in state:
                 raise ValueError("the Adam preconditioner needs the second moment: take >= 1 optimizer step first")
             step = float(state["step"])
-            v_hat = state["exp_avg_sq"] / (1.0 - group["betas"][1] ** step)
+            # amsgrad divides by the running maximum of the second moment, not the moment itself
+            v = state["max_exp_avg_sq"] if group.get("amsgrad", False) else state["exp_avg_sq"]
+            v_hat = v / (1.0 - group["betas"][1] ** step)
             out.append(lr / (v_hat.sqrt() + group["eps"]))
         elif isinstance(optimizer, torch.optim.SGD):
             out.append(torch.full_like(p, lr))
