@@ -118,3 +118,11 @@ def test_cli_report_and_predict(tmp_path):
     assert pred["alpha"] == pytest.approx(0.2, rel=0.15)
     with pytest.raises(ValueError, match="no run of the fitting schedule"):
         main(["predict-schedule", str(path), "--fit", "cosine", "--out", str(tmp_path / "x")])
+
+
+@pytest.mark.parametrize("bad", ["abc", "nan", "-1"])
+def test_cli_names_a_bad_L0(tmp_path, capsys, bad):
+    with pytest.raises(SystemExit) as err:  # was a bare "could not convert string to float" traceback for "abc"
+        main(["report", str(tmp_path / "runs.csv"), "--L0", bad, "--out", str(tmp_path / "rep")])
+    assert err.value.code == 2
+    assert f"argument --L0: must be 'fit' or a finite number >= 0, got '{bad}'" in capsys.readouterr().err

@@ -28,6 +28,19 @@ from supercollapse.runs import Runs
 __all__ = ["main"]
 
 
+def _l0_spec(text: str) -> str:
+    """``--L0``: ``fit`` or a finite number >= 0."""
+    if text == "fit":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be 'fit' or a finite number >= 0, got {text!r}")
+    return text
+
+
 def _l0(runs: Runs, spec: str) -> float:
     if spec != "fit":
         return float(spec)
@@ -115,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rp = sub.add_parser("report", help="normalised curves, Δ, σ, Δ/σ per schedule")
     rp.add_argument("runs", help="a .parquet / .csv file or a directory of shards")
-    rp.add_argument("--L0", default="fit", help="'fit' or a number")
+    rp.add_argument("--L0", default="fit", type=_l0_spec, help="'fit' or a number >= 0")
     rp.add_argument("--out", required=True)
     rp.add_argument("--schedule", nargs="*", help="schedules to report (default: all)")
     rp.add_argument("--sizes", nargs="*", type=float, help="subset of sizes for Δ and σ")
