@@ -264,3 +264,17 @@ def test_padded_tokens_are_left_out_of_the_aux_loss(routed):
     torch.testing.assert_close(
         model(padded, attention_mask=mask, labels=labels).loss, model(ids, labels=ids).loss, rtol=1e-12, atol=0
     )
+
+
+def test_output_hidden_states_match_llama():
+    """Llama's last ``hidden_states`` entry is the final normed state (``last_hidden_state``); MoHD returned the last
+    layer's output before the norm."""
+    llama, model = _dense_pair()
+    ids = _ids(2, 7)
+    a, b = llama(ids, output_hidden_states=True), model(ids, output_hidden_states=True)
+    assert len(a.hidden_states) == len(b.hidden_states) == 3
+    for x, y in zip(a.hidden_states, b.hidden_states, strict=True):
+        torch.testing.assert_close(y, x)
+    sparse = tiny_mohd(seed=0)
+    base = sparse.model(ids, output_hidden_states=True)
+    assert torch.equal(base.hidden_states[-1], base.last_hidden_state)

@@ -190,6 +190,8 @@ class MoHDModel(MoHDPreTrainedModel):
             if output_hidden_states:
                 all_hidden.append(hidden)
         hidden = self.norm(hidden)
+        if output_hidden_states:  # as Llama: the last entry is the final normed state (= last_hidden_state)
+            all_hidden[-1] = hidden
         aux = None
         if routings:
             if isinstance(attention_mask, Tensor) and attention_mask.ndim == 2:
