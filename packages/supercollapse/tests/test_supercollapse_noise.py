@@ -362,3 +362,17 @@ def test_amsgrad_preconditioner_uses_the_running_maximum():
         st = opt.state[p]
         want = 0.01 / (st["max_exp_avg_sq"].sqrt() / (1 - 0.9 ** float(st["step"])) ** 0.5 + 1e-8)  # torch's denom
         torch.testing.assert_close(d, want, rtol=1e-12, atol=0)
+
+
+def test_per_example_vmap_path_runs_with_train_mode_dropout():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.LayerNorm(8), nn.Dropout(0.2), nn.Linear(8, 1)).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    batches = _batches(torch.Generator().manual_seed(3), 8, 8)
+    tracker = GradNoiseTracker(model, opt, mse_half, estimator="per_example")
+    assert not tracker._linear_only
+    got = tracker.trace(batches)  # was torch's "vmap: called random operation while in randomness error mode"
+    assert np.isfinite(got) and got > 0
+    model.eval()  # without dropout the same path is exact
+    D = [torch.full_like(p, 0.05) for p in model.parameters()]
+    assert tracker.trace(batches) == pytest.approx(_explicit_per_example_trace(model, D, batches), rel=1e-8)

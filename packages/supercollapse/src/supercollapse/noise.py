@@ -358,7 +358,8 @@ class GradNoiseTracker:
             out = functional_call(self.model, (ps, buffers), (xi.unsqueeze(0),))
             return self._loss(out, yi.unsqueeze(0))
 
-        g = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
+        # randomness="different": train-mode dropout draws its own mask per example, as in a batched forward
+        g = vmap(grad(one), in_dims=(None, 0, 0), randomness="different")(params, x, y)
         total = torch.zeros((), dtype=torch.float64)
         gsum = []
         for n, d in zip(names, D):
