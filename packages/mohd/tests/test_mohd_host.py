@@ -278,3 +278,21 @@ def test_output_hidden_states_match_llama():
     sparse = tiny_mohd(seed=0)
     base = sparse.model(ids, output_hidden_states=True)
     assert torch.equal(base.hidden_states[-1], base.last_hidden_state)
+
+
+@pytest.mark.parametrize("kind", ["llama", "mohd"])
+def test_touched_count_counts_a_tied_head_once(kind):
+    """With tie_word_embeddings the LM head is the embedding's tensor: count_active_parameters counts it once, and
+    count_touched_parameters used to count it twice (the embedding and the head module both ran)."""
+    lcfg = tiny_llama_config(tie_word_embeddings=True)
+    torch.manual_seed(0)
+    if kind == "llama":
+        model = LlamaForCausalLM(lcfg)
+    else:
+        model = MoHDForCausalLM(MoHDConfig.from_llama(lcfg, expansion=2, num_subdims=8, num_shared=3, num_routed=1))
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    pc, touched = count_active_parameters(model), count_touched_parameters(model)
+    assert touched["projection"] == pc.projection_active
+    assert touched["active"] == pc.active
+    if kind == "llama":
+        assert pc.active == sum(p.numel() for p in model.parameters())

@@ -282,12 +282,17 @@ def count_touched_parameters(model: PreTrainedModel, token: int = 3, prefix_toke
         for h in handles:
             h.remove()
     dense = 0
+    seen: set[int] = set()  # a tied LM head is the embedding's tensor: counted once, as count_active_parameters does
     for mod in model.modules():
         alpha = getattr(mod, "alpha", None)
-        if isinstance(alpha, torch.Tensor) and ran & {id(c) for c in mod.children()}:
+        if isinstance(alpha, torch.Tensor) and ran & {id(c) for c in mod.children()} and id(alpha) not in seen:
+            seen.add(id(alpha))
             dense += alpha.numel()  # learned scaling of a sublayer whose router / fusion ran
         if id(mod) in ran and id(mod) not in projection_ids:
-            dense += sum(p.numel() for p in mod.parameters(recurse=False))
+            for p in mod.parameters(recurse=False):
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    dense += p.numel()
     model.zero_grad(set_to_none=True)
     projection = sum(counts.values())
     return {"projection": projection, "dense": dense, "active": projection + dense}
