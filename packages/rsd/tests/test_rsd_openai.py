@@ -36,3 +36,18 @@ def test_rsd_through_openai_servers_equals_hf():
 def test_openai_backend_needs_a_tokenizer():
     with pytest.raises(ValueError, match="tokenizer"):
         OpenAIBackend("http://127.0.0.1:9/v1", "m", None)
+
+
+def test_openai_backend_names_a_response_without_one_choice_per_prompt():
+    from types import SimpleNamespace
+
+    class OneChoiceClient:  # a server that answers two prompts with a single choice
+        completions = SimpleNamespace(
+            create=lambda **kw: SimpleNamespace(
+                choices=[SimpleNamespace(index=0, text="1+1=2\n", finish_reason="stop", stop_reason=None)]
+            )
+        )
+
+    backend = OpenAIBackend("http://127.0.0.1:9/v1", "m", TOK, client=OneChoiceClient())
+    with pytest.raises(ValueError, match=r"answered 2 prompts with choices of indices \[0\]"):  # was a KeyError
+        backend.generate_steps([[1, 2], [1, 3]], max_new_tokens=[4, 4], stop_ids=[TOK.eos_token_id])

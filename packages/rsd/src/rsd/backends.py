@@ -432,6 +432,12 @@ class OpenAIBackend:
                 seed=seed,
                 extra_body=extra,
             )
+            got = sorted(int(c.index) for c in resp.choices)
+            if got != list(range(len(rows))):
+                raise ValueError(
+                    f"{self.name}: the server answered {len(rows)} prompts with choices of indices {got}; expected one "
+                    f"choice per prompt, indices 0..{len(rows) - 1} (is n > 1 or best_of set on the server?)"
+                )
             for choice in sorted(resp.choices, key=lambda c: c.index):
                 i = rows[choice.index]
                 ids = list(self.tokenizer.encode(choice.text, add_special_tokens=False))
