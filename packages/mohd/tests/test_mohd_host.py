@@ -296,3 +296,26 @@ def test_touched_count_counts_a_tied_head_once(kind):
     assert touched["active"] == pc.active
     if kind == "llama":
         assert pc.active == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_touched_count_measures_mixtral_experts(top_k):
+    """count_touched_parameters missed Mixtral's stacked experts (they are not q/k/v/o/gate/up/down Linears): it
+    reported the attention projections alone (32,768 of 81,920 active entries at top-1 of 4)."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    cfg = MixtralConfig(
+        vocab_size=VOCAB,
+        hidden_size=24,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=top_k,
+    )
+    torch.manual_seed(0)
+    model = MixtralForCausalLM(cfg)
+    pc, touched = count_active_parameters(model), count_touched_parameters(model)
+    assert touched["projection"] == pc.projection_active < pc.projection_total
+    assert touched["active"] == pc.active

@@ -250,7 +250,8 @@ def count_touched_parameters(model: PreTrainedModel, token: int = 3, prefix_toke
       learned scaling), plus the embedding counted as dense (V x H) by convention.
 
     The independent check of :func:`count_active_parameters`: ``projection == projection_active`` and
-    ``projection + dense == active`` (tested for every MoHD switch and for Llama).
+    ``projection + dense == active`` (tested for every MoHD switch, Llama and Mixtral, whose stacked experts count
+    as projections).
     """
     embedding = model.get_input_embeddings()
     assert isinstance(embedding, nn.Embedding)
@@ -267,6 +268,11 @@ def count_touched_parameters(model: PreTrainedModel, token: int = 3, prefix_toke
             weight = mod.weight
             assert isinstance(weight, torch.Tensor)
             handles.append(weight.register_hook(lambda g, n=name: counts.__setitem__(n, int((g != 0).sum()))))
+        elif isinstance(mod, MixtralExperts):  # a MoE's stacked experts: the chosen experts' entries get gradients
+            projection_ids.add(id(mod))
+            for pname, p in mod.named_parameters(recurse=False):
+                key = f"{name}.{pname}"
+                handles.append(p.register_hook(lambda g, n=key: counts.__setitem__(n, int((g != 0).sum()))))
     ran: set[int] = set()
     for mod in model.modules():
         if next(mod.children(), None) is None:
