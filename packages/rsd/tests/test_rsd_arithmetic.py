@@ -142,3 +142,12 @@ def test_retraining_reproduces_the_fixture_accuracies(fixtures, name):
     model = dict(zip(("draft", "target"), fixtures))[name]
     fresh = train_model(FIXTURE_SPECS[name])
     assert abs(step_accuracy(fresh) - step_accuracy(model)) <= 0.03
+
+
+def test_tokenizer_names_ids_outside_its_vocabulary():
+    from rsd.tasks.arithmetic import ArithmeticTokenizer
+
+    tok = ArithmeticTokenizer()
+    assert tok.decode(tok.encode("Q:1+2\n")) == "Q:1+2\n"
+    with pytest.raises(ValueError, match=r"ids \[999\] are outside the arithmetic vocabulary \(ids 0..19\)"):
+        tok.decode([5, 999])  # was a bare KeyError

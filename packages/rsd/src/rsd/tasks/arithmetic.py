@@ -90,7 +90,11 @@ class ArithmeticTokenizer:
         return [BOS, *ids] if add_special_tokens else ids
 
     def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``; an id outside the vocabulary raises ``ValueError``."""
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        unknown = sorted({int(i) for i in ids if int(i) not in self._inverse})
+        if unknown:
+            raise ValueError(f"ids {unknown} are outside the arithmetic vocabulary (ids 0..{len(self._vocab) - 1})")
         out = []
         for i in ids:
             if int(i) in (PAD, BOS, EOS):
