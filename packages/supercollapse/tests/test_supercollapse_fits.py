@@ -263,3 +263,22 @@ def test_noise_model_names_bad_alpha_and_a_zero_lr_const_run():
     with pytest.raises(TypeError, match="alpha must be a float, got '0.1'"):
         model.predict(lin, alpha="0.1")  # was a numpy UFuncTypeError
     assert model.rmse(lin, alpha=np.float32(0.0)) == pytest.approx(model.rmse(lin, alpha=0.0))
+
+
+def test_annealing_law_names_bad_curves():
+    from supercollapse import AnnealingLaw
+
+    lr = np.r_[np.full(50, 1e-3), np.linspace(1e-3, 0, 50)]
+    steps = np.arange(1, 101)
+    loss = 1 + 2 / (1 + np.cumsum(lr) * 100)
+    law = AnnealingLaw().fit([(lr, steps.astype(np.float64), loss)])  # integer-valued floats are fine
+    with pytest.raises(ValueError, match="curves\\[0\\] has 50 steps but 100 losses"):
+        AnnealingLaw().fit([(lr, steps[:50], loss)])  # was a numpy broadcast error
+    with pytest.raises(ValueError, match="steps must hold integer step counts, got \\[1.5"):
+        AnnealingLaw().fit([(lr, steps + 0.5, loss)])  # was truncated to 1, 2, ... silently
+    with pytest.raises(ValueError, match="steps must hold integer step counts"):
+        law.predict(lr, steps + 0.7)
+    with pytest.raises(ValueError, match="must reach a positive peak, got a maximum of 0.0"):
+        AnnealingLaw().fit([(0 * lr, steps, loss)])  # was scipy's "Residuals are not finite"
+    with pytest.raises(ValueError, match="steps must be finite"):
+        AnnealingLaw().fit([(lr, steps * np.nan, loss)])

@@ -43,7 +43,10 @@ class AnnealingLaw:
 
     def _features(self, lr: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lr = check_array("lr", lr, ndim=1, dtype="numeric", finite=True, nonempty=True).astype(np.float64)
-        steps = check_array("steps", steps, ndim=1, dtype="numeric").astype(np.int64)
+        steps = check_array("steps", steps, ndim=1, dtype="numeric", finite=True, nonempty=True)
+        if not np.all(np.mod(steps, 1) == 0):
+            raise ValueError(f"steps must hold integer step counts, got {steps[np.mod(steps, 1) != 0][:5].tolist()}")
+        steps = steps.astype(np.int64)
         if steps.min() < 1 or steps.max() > len(lr):
             raise ValueError(f"steps must lie in [1, {len(lr)}] (the length of lr), got [{steps.min()}, {steps.max()}]")
         s1, s2 = _areas(lr / self.peak, self.decay)
@@ -59,6 +62,11 @@ class AnnealingLaw:
         if not curves:
             raise ValueError("curves must hold at least one (lr, steps, loss) triple")
         self.peak = max(float(np.max(c[0])) for c in curves)
+        if not self.peak > 0:
+            raise ValueError(f"the curves' learning rates must reach a positive peak, got a maximum of {self.peak}")
+        for k, (_, st, loss) in enumerate(curves):
+            if len(st) != len(loss):
+                raise ValueError(f"curves[{k}] has {len(st)} steps but {len(loss)} losses; give one loss per step")
         feats = [self._features(lr, st) for lr, st, _ in curves]
         s1 = np.concatenate([f[0] for f in feats])
         s2 = np.concatenate([f[1] for f in feats])
