@@ -215,6 +215,8 @@ def test_config_of_the_wrong_type_and_a_single_held_out_fit_sample_are_refused()
     returned the initial heads without a word."""
     with pytest.raises(TypeError, match="config must be an LSMIConfig"):
         LSMIEstimator({"n_classes": 2})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="verbose must be a bool, got 'no'"):
+        LSMIEstimator(LSMIConfig(**FAST)).fit(*logic_gate("or", 10, seed=0), verbose="no")  # type: ignore[arg-type]
     x1, x2, y = logic_gate("or", 10, seed=0)
     cfg = LSMIConfig(**{**FAST, "prior": "uniform"})
     with pytest.raises(ValueError, match="at least 2 fit samples, got 1"):

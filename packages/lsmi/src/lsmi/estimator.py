@@ -20,7 +20,7 @@ from torch import nn
 
 from icml25_shared.device import get_device, torch_threads
 from icml25_shared.progress import track
-from icml25_shared.validate import ArgumentTypeError, check_array, check_choice, check_int
+from icml25_shared.validate import ArgumentTypeError, check_array, check_bool, check_choice, check_int
 from lsmi.config import LSMIConfig
 from lsmi.functional import lsmi_from_terms, mean_shift, pmi
 from lsmi.knife import KNIFE, GaussianMixtureDensity, StackedKNIFE
@@ -257,6 +257,8 @@ class LSMIEstimator:
         if self.config is None:
             raise ValueError("this LSMIEstimator has no config: pass n_classes (or an LSMIConfig), or load_state_dict")
         classifier_input = check_choice("classifier_input", classifier_input, ("raw", "standardized"))
+        if verbose is not None:  # "no" used to count as True and show the progress bar
+            verbose = check_bool("verbose", verbose)
         with self._threads():
             return self._fit(x1, x2, y, classifiers, verbose, classifier_input)
 
