@@ -282,3 +282,13 @@ def test_annealing_law_names_bad_curves():
         AnnealingLaw().fit([(0 * lr, steps, loss)])  # was scipy's "Residuals are not finite"
     with pytest.raises(ValueError, match="steps must be finite"):
         AnnealingLaw().fit([(lr, steps * np.nan, loss)])
+
+
+def test_schedule_and_tau_refuse_non_numeric_steps():
+    sched = Schedule("linear", 10)
+    for bad in ("3", True, [None]):
+        with pytest.raises(TypeError, match="step must be an int or float step count"):
+            sched(bad)  # "3" used to be read as step 3
+        with pytest.raises(TypeError, match="step must be an int or float step count"):
+            tau(sched, bad)  # "3" used to be a numpy UFuncTypeError
+    assert sched(np.int64(3)) == pytest.approx(0.7) and tau(sched, np.array([0, 2]))[1] == pytest.approx(1.9)

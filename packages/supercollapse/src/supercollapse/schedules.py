@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from icml25_shared.validate import check_choice, check_float, check_int
+from icml25_shared.validate import ArgumentTypeError, check_choice, check_float, check_int
 
 __all__ = ["SCHEDULES", "Schedule", "schedule_factor", "tau"]
 
@@ -73,7 +73,7 @@ class Schedule:
 
     def __call__(self, step: np.ndarray | int) -> np.ndarray:
         """s(t) at steps in [0, total_steps]; a step outside raises (the schedule is not defined there)."""
-        t = np.asarray(step, dtype=np.float64)
+        t = np.asarray(_numeric_steps(step), dtype=np.float64)
         if t.size and not (np.all(np.isfinite(t)) and t.min() >= 0 and t.max() <= self.total_steps):
             bad = t[~(np.isfinite(t) & (t >= 0) & (t <= self.total_steps))]
             raise ValueError(
@@ -109,12 +109,20 @@ class Schedule:
         return LambdaLR(optimizer, factor, last_epoch=last_epoch)
 
 
+def _numeric_steps(step: object) -> np.ndarray:
+    """``step`` as an int or float array; anything else (strings, booleans, objects) raises naming it."""
+    t = np.asarray(step)
+    if t.dtype.kind not in "iuf":
+        raise ArgumentTypeError(f"step must be an int or float step count (or an array of them), got {step!r}")
+    return t
+
+
 def tau(schedule: Schedule, step: np.ndarray | int, eta_peak: float = 1.0) -> np.ndarray:
     """τ(t) = Σ_{k<t} η_peak·s(k) at the given integer steps (paper Sec. 4, "intrinsic time")."""
     if not isinstance(schedule, Schedule):
         raise TypeError(f"schedule must be a Schedule, got {type(schedule).__name__}")
     eta_peak = check_float("eta_peak", eta_peak, min=0.0)
-    t = np.asarray(step)
+    t = _numeric_steps(step)
     if t.size and (t.min() < 0 or not np.all(np.mod(t, 1) == 0)):
         raise ValueError("step must hold non-negative integers")
     n = int(t.max()) if t.size else 0
