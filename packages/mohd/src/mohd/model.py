@@ -216,9 +216,7 @@ class MoHDModel(MoHDPreTrainedModel):
         assert routing.probs is not None  # routed sublayers keep their probabilities
         n_spec = routing.probs.shape[-1]
         n_shared = routing.gates.shape[-1] - n_spec
-        return load_balancing_loss(
-            routing.probs, routing.index - n_shared, n_spec, sync=self.config.aux_loss_sync, weight=keep
-        )
+        return load_balancing_loss(routing.probs, routing.index - n_shared, n_spec, sync=routing.sync, weight=keep)
 
 
 class MoHDForCausalLM(MoHDPreTrainedModel, GenerationMixin):

@@ -100,6 +100,8 @@ class Routing:
     probs: Tensor | None = None
     """(M, N - N_s) router probabilities of the specialized groups (``None`` without them): the model recomputes
     the loss from them without the padded tokens when an attention mask is given."""
+    sync: bool = False
+    """Whether the router all-reduces its balance statistics (``aux_loss_sync``); the masked loss does the same."""
 
 
 class SubDimRouter(nn.Module):
@@ -132,7 +134,7 @@ class SubDimRouter(nn.Module):
         gate_values = routed_gates(top, self.gate_norm, self.num_specialized)
         gates = torch.cat([h.new_ones(m, ns), h.new_zeros(m, self.num_specialized).scatter(1, idx, gate_values)], dim=1)
         aux = load_balancing_loss(probs, idx, self.num_specialized, sync=self.aux_loss_sync)
-        return Routing(gates, idx + ns, gate_values, logits, aux, probs)
+        return Routing(gates, idx + ns, gate_values, logits, aux, probs, self.aux_loss_sync)
 
 
 def dense_routing(h: Tensor, num_subdims: int) -> Routing:
