@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from icml25_shared.data import DataNotFoundError
@@ -171,3 +172,20 @@ def test_main_runs_the_cpu_scale_and_prints_the_verdicts(tmp_path, monkeypatch, 
     assert seen["out_dir"] == tmp_path / "mohd"
     out = capsys.readouterr().out
     assert "holds" in out and "claim short: 1.0" in out and "result_full.json" in out
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"batch": 0}, "batch must be a positive int, got 0"),  # crashed in a reshape of 0 elements
+        ({"eval_points": 0}, "eval_points must be a positive int"),  # evaluated at step 0 only, without a word
+        ({"warmup": 3}, r"warmup must be an int in \[0, 2\], got 3"),
+        ({"lr": float("nan")}, "lr must be a float > 0.0 and finite"),
+        ({"seeds": ()}, "seeds must hold at least one seed"),  # trained seed 0 anyway
+    ],
+)
+def test_setup_validates_its_fields(change, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(TINY, **change)
+    same = dataclasses.replace(TINY, batch=np.int64(4), lr=np.float32(0.5), seeds=(np.int64(0),))
+    assert type(same.batch) is int and type(same.lr) is float and same.seeds == (0,)

@@ -26,6 +26,7 @@ from icml25_shared.progress import track
 from icml25_shared.report import save_figure, subplots
 from icml25_shared.text import CharCorpus
 from icml25_shared.training import warmup_cosine
+from icml25_shared.validate import check_float, check_int
 from mohd.accounting import count_active_parameters
 from mohd.config import MoHDConfig
 from mohd.model import MoHDForCausalLM
@@ -66,6 +67,16 @@ class Setup:
     device: str = "cpu"
     """``"cpu"``, ``"cuda"`` (refused when CUDA is not available), or ``"auto"``:
     ``icml25_shared.device.get_device()`` (``ICML25_DEVICE``, else CUDA, else CPU)."""
+
+    def __post_init__(self) -> None:
+        """Checked sizes, stored as Python numbers (numpy scalars accepted); frozen, hence ``object.__setattr__``."""
+        for name in ("layers", "heads", "head_dim", "ffn", "context", "batch", "steps", "eval_batches", "eval_points"):
+            object.__setattr__(self, name, check_int(name, getattr(self, name), min=1))
+        object.__setattr__(self, "warmup", check_int("warmup", self.warmup, min=0, max=self.steps))
+        object.__setattr__(self, "lr", check_float("lr", self.lr, min=0.0, min_open=True))
+        if not len(self.seeds):
+            raise ValueError("seeds must hold at least one seed, got ()")
+        object.__setattr__(self, "seeds", tuple(check_int("seeds", s, min=0) for s in self.seeds))
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (the reproduction's settings)."""
