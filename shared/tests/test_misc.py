@@ -56,6 +56,11 @@ def test_torch_threads_sets_and_restores():
     with device.torch_threads(np.int64(1)):  # a validated hyper-parameter may be a numpy integer
         assert torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
+    with device.torch_threads(None):  # None leaves torch's setting alone (an estimator's n_threads=None)
+        assert torch.get_num_threads() == before
+        torch.set_num_threads(1)  # and does not restore a change made inside: it never touched the setting
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(before)
 
 
 def test_warmup_cosine_shape():
@@ -175,3 +180,18 @@ def test_track_works_without_tqdm(monkeypatch):
     assert seen == [0, 1, 2, 3] and bar.n == 6
     monkeypatch.setattr(builtins, "__import__", real_import)
     assert not isinstance(progress.track(range(2), disable=True), progress.Silent)  # tqdm present: a real bar
+
+
+def test_kept_buffers_puts_batch_norm_statistics_back():
+    bn = torch.nn.BatchNorm1d(3)
+    shared = torch.nn.Sequential(bn, torch.nn.Linear(3, 3))
+    before = [b.clone() for b in bn.buffers()]
+    with training.kept_buffers(shared, bn):  # the same buffers through two modules: saved once
+        bn.train()
+        bn(torch.randn(8, 3) + 5.0)
+        assert not torch.equal(bn.running_mean, before[0])  # the forward did move them
+    assert all(torch.equal(b, o) for b, o in zip(bn.buffers(), before))
+    with pytest.raises(RuntimeError), training.kept_buffers(bn):
+        bn(torch.randn(8, 3) - 5.0)
+        raise RuntimeError("restored on error too")
+    assert all(torch.equal(b, o) for b, o in zip(bn.buffers(), before))

@@ -91,8 +91,9 @@ def synchronize(device: torch.device | str | None = None) -> None:
 
 
 @contextlib.contextmanager
-def torch_threads(n: int = 1) -> Iterator[None]:
-    """Run the block with ``n`` torch intra-op threads and restore the previous count afterwards (also on error).
+def torch_threads(n: int | None = 1) -> Iterator[None]:
+    """Run the block with ``n`` torch intra-op threads and restore the previous count afterwards (also on error);
+    ``n=None`` leaves torch's setting alone (an estimator's ``n_threads=None``).
 
     The packages' models are tiny: on a shared 2-core machine two OpenMP threads spin-wait far longer than they
     compute, so reproductions, benchmarks and test fits run on one thread. Usable as a decorator too.
@@ -101,7 +102,10 @@ def torch_threads(n: int = 1) -> Iterator[None]:
 
     from icml25_shared.validate import check_int
 
-    n = check_int("n", n, min=1)  # numpy integers too (a validated hyper-parameter may be one)
+    n = check_int("n", n, min=1, allow_none=True)  # numpy integers too (a validated hyper-parameter may be one)
+    if n is None:
+        yield
+        return
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:

@@ -3,12 +3,14 @@
 - :func:`warmup_cosine` -- linear warm-up then cosine decay to a floor (swan, frugal, mohd, downscaling).
 - :func:`optimizer_state_bytes` -- exact bytes held by an optimizer's state (swan, frugal).
 - :func:`count_parameters` -- parameter counts (every package that reports model size).
+- :func:`kept_buffers` -- buffers (batch-norm statistics) put back after a measurement (fsl_sage, supercollapse).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +23,7 @@ __all__ = [
     "count_parameters",
     "tensors_in",
     "adamw_update",
+    "kept_buffers",
 ]
 
 
@@ -131,3 +134,19 @@ def adamw_update(
         inner.state[p] = state[p]  # the caller's dict: AdamW initialises and updates it in place
     with torch.no_grad():  # callable outside an optimizer's @torch.no_grad() step too
         inner.step()
+
+
+@contextlib.contextmanager
+def kept_buffers(*modules: torch.nn.Module) -> Iterator[None]:
+    """Put every buffer of ``modules`` back as it was when the block ends (also on error), in place: a measurement
+    that runs a model in training mode (batch-norm running statistics) then leaves its training state unchanged. A
+    buffer shared by several modules is saved once."""
+    import torch
+
+    saved = {id(b): (b, b.clone()) for m in modules for b in m.buffers()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, old in saved.values():
+                b.copy_(old)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
 from typing import Any, Literal, cast, overload
 
 import numpy as np
@@ -172,7 +171,7 @@ class TransformersFeaturizer:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch_threads(self.n_threads) if self.n_threads else nullcontext(), torch.inference_mode():
+            with torch_threads(self.n_threads), torch.inference_mode():
                 for start in range(0, len(order), self.batch_size):
                     rows = order[start : start + self.batch_size]
                     width = max(len(ids[i]) for i in rows)

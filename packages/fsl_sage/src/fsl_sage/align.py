@@ -25,6 +25,7 @@ from torch.func import functional_call, grad, grad_and_value, vmap
 
 from fsl_sage.config import FSLConfig
 from fsl_sage.models import GradScalarAux
+from icml25_shared.training import kept_buffers
 from icml25_shared.validate import check_int
 
 __all__ = [
@@ -155,14 +156,10 @@ def adam_step(
 def cut_gradients(server: nn.Module, z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """True per-sample cut-layer gradients G_n = ∂ NLL(x_s(z_n), y_n) / ∂z_n (sum reduction) with the current
     server, in its current train/eval mode; its buffers (BN running statistics) are left untouched."""
-    saved = [b.clone() for b in server.buffers()]
-    with torch.enable_grad():
+    with kept_buffers(server), torch.enable_grad():
         zz = z.detach().requires_grad_(True)
         loss = F.nll_loss(server(zz), y, reduction="sum")
         (g,) = torch.autograd.grad(loss, zz)
-    with torch.no_grad():
-        for b, s in zip(server.buffers(), saved):
-            b.copy_(s)
     return g
 
 

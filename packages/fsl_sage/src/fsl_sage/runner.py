@@ -32,10 +32,11 @@ from fsl_sage.align import cut_gradients
 from fsl_sage.comm import ByteCounter, bytes_to_reach, nbytes
 from fsl_sage.config import FSLConfig
 from fsl_sage.data import ClientData, as_client_data, batch_order, check_client_data
-from fsl_sage.metrics import gradient_agreement
+from fsl_sage.metrics import agreement_from_sums, agreement_sums
 from fsl_sage.models import as_aux, check_split_shapes
 from icml25_shared.device import torch_threads
 from icml25_shared.progress import track
+from icml25_shared.training import kept_buffers
 from icml25_shared.validate import check_float, check_int
 
 __all__ = [
@@ -411,48 +412,28 @@ class FederatedSplitAlgorithm:
         ev = as_client_data(eval_data, None, "eval_data")
         client, server = self.global_client(), self.global_server()
         modes = (client.training, server.training)
-        mods = {id(m): m for m in self.models().values()}.values()
-        saved = [[b.clone() for b in m.buffers()] for m in mods]
         client.eval()
         server.eval()
-        # per estimate: Σ(ĝ − g)², Σ ĝ·g, Σ ĝ² and Σ g² over the batches, in float64
-        sums: list[list[float]] = []
+        sums: list[torch.Tensor] = []  # per estimate: agreement_sums over the batches
         try:
-            for s in range(0, len(ev), batch_size):
-                x, y = ev.batch(torch.arange(s, min(s + batch_size, len(ev))), device=self.device)
-                with torch.no_grad():
-                    z = client(x)
-                ests = self._estimates(z, y)
-                if not ests:
-                    return nmse, cos
-                g = cut_gradients(server, z, y)
-                if len(ev) <= batch_size:  # one batch: gradient_agreement itself
-                    agree = [gradient_agreement(e, g) for e in ests]
-                    nmse = sum(a[0] for a in agree) / len(agree)
-                    cos = sum(a[1] for a in agree) / len(agree)
-                    return nmse, cos
-                gd = g.detach().double().flatten()
-                gg = float(gd @ gd)
-                if not sums:
-                    sums = [[0.0, 0.0, 0.0, 0.0] for _ in ests]
-                for acc, e in zip(sums, ests):
-                    ed = e.detach().double().flatten()
-                    acc[0] += float(((ed - gd) ** 2).sum())
-                    acc[1] += float(ed @ gd)
-                    acc[2] += float(ed @ ed)
-                    acc[3] += gg
+            with kept_buffers(*self.models().values()):  # e.g. the aux models' BatchNorm statistics
+                for s in range(0, len(ev), batch_size):
+                    x, y = ev.batch(torch.arange(s, min(s + batch_size, len(ev))), device=self.device)
+                    with torch.no_grad():
+                        z = client(x)
+                    ests = self._estimates(z, y)
+                    if not ests:
+                        return nmse, cos
+                    g = cut_gradients(server, z, y)
+                    part = [agreement_sums(e, g) for e in ests]
+                    sums = part if not sums else [t + p for t, p in zip(sums, part)]
         finally:
             client.train(modes[0])
             server.train(modes[1])
-            with torch.no_grad():
-                for m, bufs in zip(mods, saved):
-                    for b, v in zip(m.buffers(), bufs):
-                        b.copy_(v)
-        if sums[0][3] == 0:
-            raise ValueError("the true gradient is zero: NMSE is undefined")
-        nmse = sum(a[0] / a[3] for a in sums) / len(sums)
-        cos = sum((a[1] / math.sqrt(a[2] * a[3]) if a[2] > 0 else 0.0) for a in sums) / len(sums)
-        return nmse, cos
+        if not sums:  # no eval samples
+            return nmse, cos
+        agree = [agreement_from_sums(t) for t in sums]
+        return sum(a[0] for a in agree) / len(agree), sum(a[1] for a in agree) / len(agree)
 
     # -- persistence
     def models(self) -> dict[str, nn.Module]:

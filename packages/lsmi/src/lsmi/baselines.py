@@ -278,11 +278,9 @@ class PIDBatch:
         self.fitted = False
 
     def _threads(self):
-        import contextlib
-
         from icml25_shared.device import torch_threads
 
-        return contextlib.nullcontext() if self.n_threads is None else torch_threads(self.n_threads)
+        return torch_threads(self.n_threads)
 
     def _encoder(self, d: int):
         from torch import nn

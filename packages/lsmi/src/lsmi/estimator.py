@@ -263,8 +263,7 @@ class LSMIEstimator:
             return self._fit(x1, x2, y, classifiers, verbose, classifier_input)
 
     def _threads(self) -> contextlib.AbstractContextManager:
-        n = self._cfg.n_threads
-        return contextlib.nullcontext() if n is None else torch_threads(n)
+        return torch_threads(self._cfg.n_threads)
 
     def _fit(self, x1, x2, y, classifiers, verbose, classifier_input) -> LSMIEstimator:
         cfg = self._cfg

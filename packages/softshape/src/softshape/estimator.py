@@ -259,8 +259,7 @@ class SoftShapeClassifier(ClassifierMixin, BaseEstimator):
 
     def _threads(self) -> contextlib.AbstractContextManager[None]:
         # torch's intra-op threads for fit and inference, the caller's count restored afterwards (None: theirs)
-        n = getattr(self, "n_threads", 1)  # estimators unpickled from before the parameter existed
-        return contextlib.nullcontext() if n is None else torch_threads(n)
+        return torch_threads(getattr(self, "n_threads", 1))  # estimators unpickled from before the parameter existed
 
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:

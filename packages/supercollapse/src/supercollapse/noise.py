@@ -44,6 +44,7 @@ import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from icml25_shared.training import kept_buffers
 from icml25_shared.validate import check_bool, check_choice, check_float, check_tensor
 from supercollapse.runs import Runs
 
@@ -198,22 +199,19 @@ class GradNoiseTracker:
                     "before trace() or use estimator='batches'"
                 )
         saved = [None if p.grad is None else p.grad.clone() for p in self.params]
-        buffers = [(b, b.clone()) for b in self.model.buffers()]  # running statistics a train-mode forward updates
         was_training = self.model.training
         D = preconditioner(self.optimizer if self.preconditioned else None, self.params)
         if self.reduction is None:
             self.reduction = self._detect_reduction(*batches[0])
         try:
-            if self.estimator == "batches":
-                return self._trace_batches(batches, D)
-            return self._trace_per_example(batches, D)
+            with kept_buffers(self.model):  # running statistics a train-mode forward updates
+                if self.estimator == "batches":
+                    return self._trace_batches(batches, D)
+                return self._trace_per_example(batches, D)
         finally:
             self.model.train(was_training)
             for p, g in zip(self.params, saved):
                 p.grad = g
-            with torch.no_grad():
-                for b, old in buffers:
-                    b.copy_(old)
 
     def _detect_reduction(self, x: torch.Tensor, y: torch.Tensor) -> str:
         """ "mean" or "sum" from the loss of batch (x, y) and of its two halves (eval mode, no gradients)."""

@@ -45,15 +45,12 @@ class DLinear(nn.Module):
         n_channels: int | None = None,
     ) -> None:
         super().__init__()
-        check_int("seq_len", seq_len, min=1)
-        check_int("pred_len", pred_len, min=1)
-        check_int("kernel_size", kernel_size, min=1)
+        seq_len, pred_len = check_int("seq_len", seq_len, min=1), check_int("pred_len", pred_len, min=1)
+        kernel_size = check_int("kernel_size", kernel_size, min=1)
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd (same-length moving average), got {kernel_size}")
         individual = check_bool("individual", individual)
         n_channels = check_int("n_channels", n_channels, min=1, allow_none=not individual)
-        seq_len, pred_len = check_int("seq_len", seq_len, min=1), check_int("pred_len", pred_len, min=1)
-        kernel_size = check_int("kernel_size", kernel_size, min=1)
         self.seq_len, self.pred_len, self.kernel_size = seq_len, pred_len, kernel_size
         self.individual, self.n_channels = individual, n_channels
         n = n_channels if individual else 1

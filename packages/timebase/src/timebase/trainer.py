@@ -8,7 +8,6 @@ dropped anywhere. Works for any ``nn.Module`` mapping (B, T, C) to (B, H, C) (DL
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import math
@@ -122,13 +121,6 @@ def evaluate(model: nn.Module, dataset: WindowDataset, batch_size: int = 2048) -
     return {"mse": se / count, "mae": ae / count}
 
 
-def _threads(n_threads: int | None) -> contextlib.AbstractContextManager[None]:
-    """``n_threads`` torch intra-op threads for the block, the caller's count restored after; None: left alone."""
-    if n_threads is None:
-        return contextlib.nullcontext()
-    return torch_threads(check_int("n_threads", n_threads, min=1))
-
-
 @torch.no_grad()
 def predict(
     model: nn.Module, data: Tensor | WindowDataset, batch_size: int = 2048, *, n_threads: int | None = 1
@@ -138,7 +130,7 @@ def predict(
     ``n_threads``: torch intra-op threads while forecasting (default 1: these models are small, and on a shared
     machine more threads mostly wait; the caller's setting is restored afterwards); None leaves torch's setting."""
     batch_size = check_int("batch_size", batch_size, min=1)
-    threads = _threads(n_threads)
+    threads = torch_threads(check_int("n_threads", n_threads, min=1, allow_none=True))
     if not isinstance(data, (Tensor, WindowDataset)):
         raise ValueError(f"data must be a torch.Tensor (B, T, C) or a WindowDataset, got {type(data).__name__}")
     if isinstance(data, Tensor) and not data.is_floating_point():
@@ -223,7 +215,7 @@ def fit(
     """
     import time
 
-    threads = _threads(n_threads)
+    threads = torch_threads(check_int("n_threads", n_threads, min=1, allow_none=True))
 
     if not isinstance(splits, Splits):
         raise ValueError(f"splits must be a timebase.data.Splits, got {type(splits).__name__}")
@@ -234,6 +226,7 @@ def fit(
     check_int("decay_start", decay_start, min=0)
     seed = check_int("seed", seed, min=0, allow_none=True)  # numpy integers too (torch.Generator takes ints only)
     check_int("eval_batch_size", eval_batch_size, min=1)
+    check_choice("optimizer", optimizer, ("adam", "torch"))  # built-in Adam or torch.optim.Adam
     if not any(p.requires_grad for p in model.parameters()):
         raise ValueError(f"model ({type(model).__name__}) has no trainable parameters: nothing to fit")
     _check_model_fits_splits(model, splits)
@@ -248,7 +241,6 @@ def fit(
             # torch.Generator() starts from one fixed seed, so every unseeded fit shuffled in the same order)
             gen.manual_seed(int(torch.empty((), dtype=torch.int64).random_().item()))
         device, dtype = _model_device(model), _model_dtype(model)
-        check_choice("optimizer", optimizer, ("adam", "torch"))  # built-in Adam or torch.optim.Adam
         params = list(model.parameters())
         opt: Any = Adam(params, lr) if optimizer == "adam" else torch.optim.Adam(params, lr=lr)
         best_state = copy.deepcopy(model.state_dict())
