@@ -862,6 +862,7 @@ def _fpt_autograd(
         if not cfg.detach_reset and s.requires_grad:
             d = _surrogate_grad(lambda zz: spike(zz, iterations - 1), torch.ones_like(z), z)
             s = _ResetChain.apply(s, d, theta, float(lam.detach() if isinstance(lam, Tensor) else lam))
+    assert s is not None  # _ResetChain.apply is typed Any | None: narrows s again for the code below
     if hard or out_kind == "soft":
         spikes = s
     elif out_kind == "heaviside":
